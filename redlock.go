@@ -1,0 +1,67 @@
+package redlock
+
+import "context"
+
+// Redlock hands out locks over N independent Redis masters with the Redlock
+// algorithm: an acquisition must be granted by a quorum of N/2+1 masters
+// within the lock's validity. It is safe for concurrent use by multiple
+// goroutines.
+//
+// Each acquisition is sent to all masters at once, each call bounded by the
+// node timeout, and returns as soon as a quorum granted: a paused master
+// does not slow acquisitions down while the others answer. Validity is
+// measured from before the first send (TTL minus elapsed time minus drift),
+// and checked as the last step. A failed attempt is released on every master
+// that may have granted it, and a grant that arrives after its attempt was
+// given up is released by the call that received it.
+//
+// Fencing tokens: every master mints max(counter+1, its server time in µs).
+// The lock's token is the largest minted by the granting quorum, and when the
+// masters disagree it is written back (raise-only) to the others until a
+// majority holds a counter at least that large, before the final validity
+// check. Any later quorum intersects that majority, so tokens strictly
+// increase. This holds while at most a minority of masters lose their
+// counters (restart without persistence) at once; the time floor covers a
+// restarted master as long as its clock is not behind by more than the time
+// since the last grant. Run masters with AOF (appendfsync always) or restart
+// a crashed master only after the longest TTL in use, as the Redlock spec
+// advises.
+type Redlock struct{ c *core }
+
+// NewRedlock returns a Redlock over clients, one per independent master, with
+// opts as defaults for every call. The quorum is len(clients)/2+1. An even
+// number of masters is allowed but buys no extra fault tolerance over one
+// fewer. It returns an error for an empty list, a nil client, the same client
+// (or two clients with the same address) twice, or an invalid option. It
+// starts one watchdog goroutine; call Close to stop it.
+func NewRedlock(clients []Client, opts ...Option) (*Redlock, error) {
+	c, err := newCore(clients, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Redlock{c: c}, nil
+}
+
+// Lock acquires the lock name on a quorum of masters, retrying after a
+// jittered delay until it is granted or ctx ends. Errors are as for
+// [Locker.Lock]; a failed attempt's error joins one [NodeError] per master
+// that did not grant.
+func (r *Redlock) Lock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
+	return r.c.lock(ctx, name, opts, true)
+}
+
+// TryLock makes one attempt to acquire the lock name on a quorum of masters.
+// The error matches ErrNotObtained and joins one [NodeError] per master that
+// did not grant.
+func (r *Redlock) TryLock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
+	return r.c.lock(ctx, name, opts, false)
+}
+
+// Do runs fn while holding the lock name, as [Locker.Do] does.
+func (r *Redlock) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
+	return r.c.do(ctx, name, fn, opts)
+}
+
+// Close stops background work and releases held locks, as [Locker.Close]
+// does. It does not close the clients.
+func (r *Redlock) Close() error { return r.c.close() }

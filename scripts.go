@@ -1,0 +1,21 @@
+package redlock
+
+import (
+	"embed"
+
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed scripts/*.lua
+var scriptFS embed.FS
+
+// newScript loads an embedded script. go-redis runs it with EVALSHA and falls
+// back to EVAL on NOSCRIPT, so a SCRIPT FLUSH, a restart or a failover to a
+// node with an empty script cache costs one extra round trip, never an error.
+func newScript(name string) *redis.Script {
+	src, err := scriptFS.ReadFile("scripts/" + name)
+	if err != nil {
+		panic("redlock: missing embedded script " + name) // a build defect, not a runtime condition
+	}
+	return redis.NewScript(string(src))
+}

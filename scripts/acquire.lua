@@ -1,0 +1,40 @@
+-- acquire.lua: take the lock if free and mint its fencing token, in one round trip.
+--
+-- KEYS[1]  lock key        "{<prefix><name>}"
+-- KEYS[2]  fence counter   "{<prefix><name>}:fence"  (never expires)
+-- ARGV[1]  owner value (a fresh UUID per attempt)
+-- ARGV[2]  TTL in milliseconds
+-- ARGV[3]  "1" to mint a fencing token, "0" to skip it
+--
+-- Returns {1, token} when the lock is ours (token 0 with fencing off), or
+-- {0, pttl} when another owner holds it (pttl: its remaining lease in ms).
+--
+-- Hash slots: both keys carry the same hash tag, so on Redis Cluster they map
+-- to one slot and the script never fails with CROSSSLOT.
+local cur = redis.call('GET', KEYS[1])
+if cur == ARGV[1] then
+  -- Our own earlier execution of this very attempt (a client-side retry after
+  -- a lost reply): report the grant it made instead of a false "taken".
+  local tok = 0
+  if ARGV[3] == '1' then tok = tonumber(redis.call('GET', KEYS[2]) or '0') end
+  return {1, tok}
+end
+if cur then
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+local tok = 0
+if ARGV[3] == '1' then
+  -- token = max(counter + 1, server time in microseconds). The counter alone
+  -- goes backwards when Redis loses it together with the lock (restart without
+  -- persistence, failover to a replica that missed the write); the time floor
+  -- keeps the next token above every earlier one as long as the serving node's
+  -- clock is not behind by more than the time since the last grant.
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  tok = tonumber(redis.call('GET', KEYS[2]) or '0') + 1
+  if now > tok then tok = now end
+  -- %.0f: tostring() would print 1.8e+15 and lose digits of a µs timestamp.
+  redis.call('SET', KEYS[2], string.format('%.0f', tok))
+end
+return {1, tok}

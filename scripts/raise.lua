@@ -1,0 +1,12 @@
+-- raise.lua: raise a fence counter to at least a given token (never lowers it).
+--
+-- KEYS[1]  fence counter "{<prefix><name>}:fence"
+-- ARGV[1]  token (decimal)
+--
+-- Returns the counter after the call. Redlock writes the token it hands out
+-- back to every reachable node, so any later quorum mints a larger one.
+local want = tonumber(ARGV[1])
+local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
+if cur >= want then return cur end
+redis.call('SET', KEYS[1], ARGV[1])
+return want

@@ -1,0 +1,291 @@
+package redlock
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// watchdog renews every auto-renewed lock of one core from ONE goroutine. A
+// held lock costs a heap entry and a timer, not a goroutine: locks that come
+// due together are renewed together, through one pipeline per node (go-redis
+// splits a Cluster pipeline per shard). Loss is not the watchdog's job: each
+// lock's own timer closes Done at Until whatever a hung renewal is doing.
+type watchdog struct {
+	c     *core
+	mu    sync.Mutex
+	queue lockQueue
+	wake  chan struct{}
+	quit  chan struct{}
+	done  chan struct{}
+}
+
+func newWatchdog(c *core) *watchdog {
+	w := &watchdog{
+		c:    c,
+		wake: make(chan struct{}, 1),
+		quit: make(chan struct{}),
+		done: make(chan struct{}),
+	}
+	go w.run()
+	return w
+}
+
+// schedule (re)queues l for renewal at at, unless it is no longer held. The
+// held check runs under w.mu, and a lock leaves the held state before it
+// calls remove, so a released lock is never left in the queue.
+func (w *watchdog) schedule(l *Lock, at time.Time) {
+	w.mu.Lock()
+	if !l.held() {
+		w.mu.Unlock()
+		return
+	}
+	l.wdAt = at
+	if l.wdIndex >= 0 {
+		heap.Fix(&w.queue, l.wdIndex)
+	} else {
+		heap.Push(&w.queue, l)
+	}
+	first := w.queue[0] == l
+	w.mu.Unlock()
+	if first {
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (w *watchdog) remove(l *Lock) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if l.wdIndex >= 0 {
+		heap.Remove(&w.queue, l.wdIndex)
+	}
+}
+
+func (w *watchdog) stop() {
+	close(w.quit)
+	<-w.done
+}
+
+func (w *watchdog) run() {
+	defer close(w.done)
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		due, next := w.due(time.Now())
+		if len(due) > 0 {
+			w.renew(due)
+			continue
+		}
+		if next.IsZero() {
+			t.Stop()
+		} else {
+			t.Reset(time.Until(next))
+		}
+		select {
+		case <-w.quit:
+			return
+		case <-w.wake:
+		case <-t.C:
+		}
+	}
+}
+
+// due pops the locks whose renewal time has come, skipping those a manual
+// Extend is renewing right now (they are requeued shortly after).
+func (w *watchdog) due(now time.Time) ([]*Lock, time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out, busy []*Lock
+	for len(w.queue) > 0 && !w.queue[0].wdAt.After(now) {
+		l := heap.Pop(&w.queue).(*Lock)
+		if l.io.TryLock() {
+			out = append(out, l)
+		} else {
+			busy = append(busy, l)
+		}
+	}
+	for _, l := range busy {
+		l.wdAt = now.Add(time.Millisecond)
+		heap.Push(&w.queue, l)
+	}
+	var next time.Time
+	if len(w.queue) > 0 {
+		next = w.queue[0].wdAt
+	}
+	return out, next
+}
+
+// renew extends every lock in due on every node, one pipeline per node, and
+// applies the Redlock rule per lock: renewed iff a quorum extended and the
+// new validity, measured from before the send, is still ahead.
+func (w *watchdog) renew(due []*Lock) {
+	c := w.c
+	defer func() {
+		for _, l := range due {
+			l.io.Unlock()
+		}
+	}()
+	ttls := make([]time.Duration, len(due))
+	deadline := time.Time{}
+	for i, l := range due {
+		ttls[i] = l.leaseTTL()
+		if u := l.Until(); deadline.IsZero() || u.Before(deadline) {
+			deadline = u
+		}
+	}
+	t1 := time.Now()
+	// Wait for replies until the first of these locks would be lost anyway,
+	// but give a slow pipeline at least one node timeout.
+	deadline = latest(deadline, t1.Add(due[0].timeout))
+	res := c.batch(context.Background(), due, ttls, deadline, w.quit)
+	now := time.Now()
+	for i, l := range due {
+		r := res[i]
+		switch {
+		case r.ok >= c.quorum && now.Before(validUntil(t1, ttls[i], l.driftFactor)):
+			if l.renewed(ttls[i], validUntil(t1, ttls[i], l.driftFactor)) {
+				w.schedule(l, l.renewAt(t1))
+			}
+		case c.impossible(r.no):
+			l.finish(stateLost, "renewal found the key gone or owned by another owner")
+		default:
+			l.logger.Warn("redlock: renewal failed, retrying", "name", l.name, "extended", r.ok, "nodes", len(c.nodes), "err", r.err)
+			// Retry soon; the loss timer fires at Until if this keeps failing.
+			w.schedule(l, now.Add(max(l.renewAt(t1).Sub(t1)/4, time.Millisecond)))
+		}
+	}
+}
+
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// batchResult is the outcome of one pipelined script for one lock over all
+// nodes.
+type batchResult struct {
+	ok, no int
+	err    error
+}
+
+// batch runs the extend script (ttls != nil) or the release script (ttls ==
+// nil) for every lock on every node, one pipeline per node, and waits for
+// the nodes until deadline or quit.
+func (c *core) batch(ctx context.Context, locks []*Lock, ttls []time.Duration, deadline time.Time, quit <-chan struct{}) []batchResult {
+	out := make([]batchResult, len(locks))
+	if len(locks) == 0 {
+		return out
+	}
+	ch, err := c.fanOut(ctx, c.nodes, time.Until(deadline), func(ctx context.Context, n *node) reply {
+		codes, err := pipelineScript(ctx, n.client, locks, ttls)
+		return reply{codes: codes, err: err}
+	})
+	if err != nil {
+		for i := range out {
+			out[i].err = err
+		}
+		return out
+	}
+	rs, _ := gather(ch, c.nodes, deadline, quit, never)
+	for _, r := range rs {
+		for i := range out {
+			switch {
+			case r.codes == nil:
+				out[i].err = errors.Join(out[i].err, c.nodeErr(r.node, r.err))
+			case r.codes[i] == 1:
+				out[i].ok++
+			case r.codes[i] == 0:
+				out[i].no++
+			default:
+				out[i].err = errors.Join(out[i].err, c.nodeErr(r.node, r.err))
+			}
+		}
+	}
+	return out
+}
+
+// pipelineScript sends one script call per lock in one pipeline and returns
+// per lock 1 (yes), 0 (not ours) or -1 (error). go-redis's EVALSHA-to-EVAL
+// fallback does not apply inside pipelines, so calls that failed with
+// NOSCRIPT (after SCRIPT FLUSH, a restart, a failover) are sent again with
+// EVAL: a missing script must never read as "not held".
+func pipelineScript(ctx context.Context, cl Client, locks []*Lock, ttls []time.Duration) ([]int8, error) {
+	script := scriptRelease
+	if ttls != nil {
+		script = scriptExtend
+	}
+	args := func(i int) []any {
+		if ttls != nil {
+			return []any{locks[i].owner, ttlMillis(ttls[i])}
+		}
+		return []any{locks[i].owner}
+	}
+	cmds := make([]*redis.Cmd, len(locks))
+	pipe := cl.Pipeline()
+	for i, l := range locks {
+		cmds[i] = script.EvalSha(ctx, pipe, l.keys[:1], args(i)...)
+	}
+	_, _ = pipe.Exec(ctx) // errors are read per command below
+	var again []int
+	for i, cmd := range cmds {
+		if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		pipe = cl.Pipeline()
+		for _, i := range again {
+			cmds[i] = script.Eval(ctx, pipe, locks[i].keys[:1], args(i)...)
+		}
+		_, _ = pipe.Exec(ctx)
+	}
+	codes := make([]int8, len(locks))
+	var firstErr error
+	for i, cmd := range cmds {
+		v, err := cmd.Int64()
+		switch {
+		case err != nil:
+			codes[i] = -1
+			if firstErr == nil {
+				firstErr = err
+			}
+		case v == 1:
+			codes[i] = 1
+		}
+	}
+	return codes, firstErr
+}
+
+// lockQueue is a min-heap of locks by next renewal time.
+type lockQueue []*Lock
+
+func (q lockQueue) Len() int           { return len(q) }
+func (q lockQueue) Less(i, j int) bool { return q[i].wdAt.Before(q[j].wdAt) }
+func (q lockQueue) Swap(i, j int) {
+	q[i], q[j] = q[j], q[i]
+	q[i].wdIndex = i
+	q[j].wdIndex = j
+}
+func (q *lockQueue) Push(x any) {
+	l := x.(*Lock)
+	l.wdIndex = len(*q)
+	*q = append(*q, l)
+}
+func (q *lockQueue) Pop() any {
+	old := *q
+	l := old[len(old)-1]
+	old[len(old)-1] = nil
+	l.wdIndex = -1
+	*q = old[:len(old)-1]
+	return l
+}
