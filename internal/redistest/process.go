@@ -1,0 +1,264 @@
+package redistest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+const (
+	// loopbackHost is the only address servers and proxies listen on.
+	loopbackHost = "127.0.0.1"
+
+	// pollInterval is how often waitReady probes a starting server.
+	pollInterval = 5 * time.Millisecond
+
+	// probeTimeout bounds one readiness probe, so that a probe stuck on
+	// an unresponsive port cannot use up the whole readiness deadline.
+	probeTimeout = 500 * time.Millisecond
+
+	// killTimeout bounds the wait for a process to exit after SIGKILL. It
+	// only expires if the process is stuck in the kernel.
+	killTimeout = 10 * time.Second
+
+	// pipeDrainTimeout bounds how long Wait keeps copying output after the
+	// process has exited. A child forked by the server (BGSAVE, AOF
+	// rewrite) inherits the output pipe and could keep Wait from returning.
+	pipeDrainTimeout = time.Second
+)
+
+// errExited reports that redis-server exited before it was ready, which
+// usually means its port was taken in the meantime.
+var errExited = errors.New("redis-server exited before answering PING")
+
+// process is one run of redis-server.
+type process struct {
+	cmd    *exec.Cmd
+	addr   string
+	dir    string
+	output *syncBuffer
+
+	// exited is cancelled once cmd.Wait has returned. It is a context
+	// rather than a channel so that a probe can be cut short by it.
+	exited     context.Context
+	markExited context.CancelFunc
+	waitErr    error // cmd.Wait's result, set before exited is cancelled
+}
+
+// startProcess starts redis-server on port without waiting for it to be
+// ready. The caller must call stop.
+func startProcess(bin string, port int, extra []string) (*process, error) {
+	// Not t.TempDir: it is removed by a cleanup that may run before ours
+	// has killed the server, and a server whose directory vanished can
+	// misbehave while it is still running.
+	dir, err := os.MkdirTemp("", "redistest-")
+	if err != nil {
+		return nil, fmt.Errorf("creating directory for redis-server: %w", err)
+	}
+	args := []string{
+		"--port", strconv.Itoa(port),
+		"--bind", loopbackHost,
+		"--save", "",
+		"--appendonly", "no",
+		"--dir", dir,
+		"--enable-debug-command", "local",
+		"--repl-diskless-sync-delay", "0",
+		"--daemonize", "no",
+		"--logfile", "",
+	}
+	p := &process{
+		cmd:    exec.Command(bin, append(args, extra...)...),
+		addr:   net.JoinHostPort(loopbackHost, strconv.Itoa(port)),
+		dir:    dir,
+		output: &syncBuffer{},
+	}
+	p.exited, p.markExited = context.WithCancel(context.Background())
+	p.cmd.Stdout = p.output
+	p.cmd.Stderr = p.output
+	p.cmd.SysProcAttr = sysProcAttr()
+	p.cmd.WaitDelay = pipeDrainTimeout
+	if err := p.cmd.Start(); err != nil {
+		p.markExited()
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("starting %s: %w", p.cmd, err)
+	}
+	go func() {
+		p.waitErr = p.cmd.Wait()
+		p.markExited()
+	}()
+	return p, nil
+}
+
+// waitReady polls the server until it answers PING, it exits (errExited)
+// or timeout expires.
+func (p *process) waitReady(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	ticker := time.NewTicker(pollInterval)
+	defer ticker.Stop()
+	var lastErr error
+	for time.Now().Before(deadline) {
+		select {
+		case <-p.exited.Done():
+			return fmt.Errorf("%w (%v)", errExited, p.waitErr)
+		default:
+		}
+		if lastErr = p.probe(min(probeTimeout, time.Until(deadline))); lastErr == nil {
+			return nil
+		}
+		select {
+		case <-p.exited.Done():
+			return fmt.Errorf("%w (%v)", errExited, p.waitErr)
+		case <-ticker.C:
+		}
+	}
+	return fmt.Errorf("redis-server on %s not ready after %v: %w", p.addr, timeout, lastErr)
+}
+
+// probe sends PING and INFO server over a raw connection and checks that
+// the server answering is this process. Otherwise, if another server took
+// the port first, that one would answer PING while ours is about to fail
+// to bind, and the test would run against a stranger's server.
+//
+// A raw connection keeps go-redis's connection setup (HELLO, CLIENT
+// SETINFO, dial retries) out of the readiness check.
+func (p *process) probe(timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(p.exited, timeout)
+	defer cancel()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", p.addr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	// Whatever holds the port may accept and never answer; give up on it
+	// as soon as our process has exited rather than after the timeout.
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
+	defer stop()
+	if err := conn.SetDeadline(time.Now().Add(timeout)); err != nil {
+		return err
+	}
+	// Pipelined, so that one round trip answers both.
+	if _, err := io.WriteString(conn, "PING\r\nINFO server\r\n"); err != nil {
+		return err
+	}
+	r := bufio.NewReader(conn)
+	line, err := readLine(r)
+	if err != nil {
+		return err
+	}
+	if line != "+PONG" {
+		// For example -LOADING while a configured AOF is being read.
+		return fmt.Errorf("PING answered %q", line)
+	}
+	info, err := readBulk(r)
+	if err != nil {
+		return fmt.Errorf("INFO server: %w", err)
+	}
+	want := "process_id:" + strconv.Itoa(p.cmd.Process.Pid)
+	for l := range strings.Lines(info) {
+		if strings.TrimSpace(l) == want {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s is served by another process, not pid %d", p.addr, p.cmd.Process.Pid)
+}
+
+// stop kills the server and everything it forked, waits for it to exit
+// and removes its directory. It is safe to call more than once.
+//
+// It never sends SIGTERM: with save points configured SIGTERM makes Redis
+// write dump.rdb on the way out, and a server whose directory has gone may
+// not exit on SIGTERM at all.
+func (p *process) stop() error {
+	select {
+	case <-p.exited.Done():
+	default:
+		// SIGKILL ends a stopped process too; SIGCONT first is cheap
+		// insurance that a paused server is never left behind stopped
+		// should the SIGKILL not reach it.
+		_ = p.cmd.Process.Signal(syscall.SIGCONT)
+		// The negative pid addresses the process group (see sysProcAttr),
+		// which also holds any child forked for BGSAVE or AOF rewrite.
+		// The leader had not been reaped an instant ago, so the group id
+		// cannot realistically have been reused by now.
+		if err := syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+			_ = p.cmd.Process.Kill()
+		}
+	}
+	select {
+	case <-p.exited.Done():
+	case <-time.After(killTimeout):
+		return fmt.Errorf("redis-server (pid %d) on %s did not exit within %v of SIGKILL",
+			p.cmd.Process.Pid, p.addr, killTimeout)
+	}
+	if err := os.RemoveAll(p.dir); err != nil {
+		return fmt.Errorf("removing redis-server directory: %w", err)
+	}
+	return nil
+}
+
+// describe returns the command line and output of the process, for
+// failure messages.
+func (p *process) describe() string {
+	return fmt.Sprintf("%q\n--- redis-server output ---\n%s--- end of output ---", p.cmd.Args, p.output)
+}
+
+// readLine reads one CRLF-terminated RESP line without its terminator.
+func readLine(r *bufio.Reader) (string, error) {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSuffix(line, "\r\n"), nil
+}
+
+// readBulk reads one RESP bulk string reply.
+func readBulk(r *bufio.Reader) (string, error) {
+	header, err := readLine(r)
+	if err != nil {
+		return "", err
+	}
+	size, ok := strings.CutPrefix(header, "$")
+	if !ok {
+		return "", fmt.Errorf("expected a bulk string, got %q", header)
+	}
+	n, err := strconv.Atoi(size)
+	if err != nil || n < 0 {
+		return "", fmt.Errorf("bad bulk string header %q", header)
+	}
+	buf := make([]byte, n+2) // payload and CRLF
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return "", err
+	}
+	return string(buf[:n]), nil
+}
+
+// syncBuffer is a bytes.Buffer that the goroutines copying the server's
+// stdout and stderr can write while a failure message reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

@@ -1,0 +1,355 @@
+// Package redistest starts, breaks and restarts real redis-server processes
+// for tests, and provides a TCP proxy to inject latency and partitions.
+//
+// Every server listens on a free port of 127.0.0.1 only, runs without
+// persistence in its own temporary directory and is killed when the test
+// ends. The package never talks to a server it did not start; in particular
+// a server left running on the default port 6379 is never used.
+//
+// The package needs a Unix-like system, because breaking a server relies on
+// job-control signals (SIGSTOP, SIGCONT, SIGKILL).
+//
+// Methods that take a testing.TB fail the test with t.Fatal and so, like
+// t.Fatal itself, must be called from the goroutine running the test.
+package redistest
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+const (
+	// defaultRedisPort is the port of a developer's own redis-server. It is
+	// never handed out, so a test cannot touch that server's data.
+	defaultRedisPort = 6379
+
+	// maxStartAttempts bounds retries after a port race: another process
+	// can bind the port between freePort closing it and redis-server
+	// binding it, and redis-server then exits at once.
+	maxStartAttempts = 5
+
+	// maxRestartAttempts bounds retries when the same port cannot be bound
+	// again right after the previous process died.
+	maxRestartAttempts = 5
+
+	// restartBackoff is the first pause between restart attempts; it
+	// doubles after each attempt (50+100+200+400 ms at most in total).
+	restartBackoff = 50 * time.Millisecond
+
+	// readyTimeout bounds the wait for a new server to answer PING.
+	readyTimeout = 5 * time.Second
+
+	// clientTimeout is used for dialling, reading and writing by Client,
+	// so that a paused or partitioned server makes a command fail quickly.
+	clientTimeout = time.Second
+
+	// adminTimeout bounds a whole Do call. It is longer than clientTimeout
+	// so that Do can run slow commands such as DEBUG SLEEP.
+	adminTimeout = 10 * time.Second
+)
+
+// RequireRedisServer returns the path of the redis-server executable found
+// on PATH. When there is none it skips the test, unless the environment
+// variable CI is "true": a CI job is expected to provide Redis, and a
+// silently skipped suite there would look like a passing one, so it fails
+// the test instead.
+func RequireRedisServer(t testing.TB) string {
+	t.Helper()
+	return requireBinary(t, "redis-server", os.Getenv("CI") == "true")
+}
+
+// requireBinary is RequireRedisServer with the executable name and the CI
+// flag as parameters, so that the missing-binary paths can be tested
+// without changing PATH or CI for the whole test process.
+func requireBinary(t testing.TB, name string, ci bool) string {
+	t.Helper()
+	path, err := exec.LookPath(name)
+	if err == nil {
+		return path
+	}
+	if ci {
+		t.Fatalf("redistest: %s not found on PATH and CI=true, so Redis tests must not be skipped: %v", name, err)
+	}
+	t.Skipf("redistest: %s not found on PATH (install Redis to run this test): %v", name, err)
+	return ""
+}
+
+// Server is a redis-server process started by Start. Its methods are safe
+// for concurrent use, subject to the package rule that methods taking a
+// testing.TB be called from the test goroutine.
+type Server struct {
+	bin   string
+	port  int
+	extra []string
+
+	mu sync.Mutex
+	p  *process // nil while the server is down
+}
+
+// Start starts a redis-server on a free port of 127.0.0.1, without
+// persistence and in a fresh temporary directory, and returns once it
+// answers PING. The extra arguments are passed to redis-server after the
+// defaults, so they can override them (for example "--appendonly", "yes").
+//
+// Start skips or fails the test as RequireRedisServer does when
+// redis-server is not installed. A cleanup registered on t kills the
+// server with SIGKILL and removes its directory.
+func Start(t testing.TB, extra ...string) *Server {
+	t.Helper()
+	s := &Server{bin: RequireRedisServer(t), extra: slices.Clone(extra)}
+
+	var failures []error
+	for attempt := 1; attempt <= maxStartAttempts; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			t.Fatalf("redistest: finding a free port: %v", err)
+		}
+		p, err := startProcess(s.bin, port, s.extra)
+		if err != nil {
+			t.Fatalf("redistest: %v", err)
+		}
+		err = p.waitReady(readyTimeout)
+		if err == nil {
+			s.port, s.p = port, p
+			t.Cleanup(func() { s.shutdown(t) })
+			return s
+		}
+		if stopErr := p.stop(); stopErr != nil {
+			t.Errorf("redistest: %v", stopErr)
+		}
+		if !errors.Is(err, errExited) {
+			// The server is alive but not answering: retrying on another
+			// port would only hide whatever is wrong with it.
+			t.Fatalf("redistest: %v\n%s", err, p.describe())
+		}
+		failures = append(failures, errors.New(p.describe()))
+	}
+	t.Fatalf("redistest: redis-server exited early on %d ports in a row:\n%v",
+		maxStartAttempts, errors.Join(failures...))
+	return nil
+}
+
+// StartN starts n servers as Start does, for tests of Redlock across
+// several independent instances.
+func StartN(t testing.TB, n int, extra ...string) []*Server {
+	t.Helper()
+	if n < 1 {
+		t.Fatalf("redistest: StartN needs at least one server, got n=%d", n)
+	}
+	servers := make([]*Server, n)
+	for i := range servers {
+		servers[i] = Start(t, extra...)
+	}
+	return servers
+}
+
+// Addr returns the server's address, "127.0.0.1:PORT". It stays the same
+// across Restart, and is valid even while the server is down.
+func (s *Server) Addr() string {
+	return net.JoinHostPort(loopbackHost, strconv.Itoa(s.port))
+}
+
+// Client returns a new go-redis client connected to the server, closed by
+// a cleanup registered on t.
+//
+// Timeouts are short (one second) so that a paused or killed server makes
+// a command fail rather than hang the test. Retries are disabled: a retry
+// hidden inside go-redis could run a non-idempotent script twice, which
+// would mask exactly the bugs these tests look for.
+func (s *Server) Client(t testing.TB) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{
+		Addr:         s.Addr(),
+		DialTimeout:  clientTimeout,
+		ReadTimeout:  clientTimeout,
+		WriteTimeout: clientTimeout,
+		MaxRetries:   -1,
+	})
+	t.Cleanup(func() {
+		// The test may already have closed the client itself; that is fine.
+		_ = c.Close()
+	})
+	return c
+}
+
+// Do runs one command on a new connection that is closed before Do
+// returns, and returns its reply as go-redis's Cmd.Result does. A nil reply
+// (redis.Nil) is returned as nil; any other error fails the test. It is
+// meant for administration in tests, such as DEBUG, SCRIPT FLUSH, GET or
+// PTTL, independently of the clients under test.
+func (s *Server) Do(t testing.TB, args ...any) any {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
+	defer cancel()
+	c := redis.NewClient(&redis.Options{
+		Addr:         s.Addr(),
+		DialTimeout:  clientTimeout,
+		ReadTimeout:  adminTimeout,
+		WriteTimeout: clientTimeout,
+		MaxRetries:   -1,
+		PoolSize:     1,
+	})
+	defer c.Close()
+	v, err := c.Do(ctx, args...).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil
+	}
+	if err != nil {
+		t.Fatalf("redistest: %v on %s: %v", args, s.Addr(), err)
+	}
+	return v
+}
+
+// Pause stops the server with SIGSTOP. It returns once the process is
+// stopped, so that a command sent afterwards is certain not to be
+// answered until Resume. Connections stay open: the kernel keeps
+// accepting and buffering data for the stopped process, as for a server
+// stuck in a long GC pause or a frozen VM.
+func (s *Server) Pause(t testing.TB) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.running(t, "Pause")
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatalf("redistest: SIGSTOP to redis-server on %s: %v", s.Addr(), err)
+	}
+	// Signal delivery is asynchronous: without this wait a command written
+	// right after Pause could still be served.
+	if err := waitStopped(p.cmd.Process.Pid, readyTimeout); err != nil {
+		t.Fatalf("redistest: redis-server on %s: %v", s.Addr(), err)
+	}
+}
+
+// Resume continues a server stopped by Pause with SIGCONT. Resuming a
+// server that is not paused has no effect.
+func (s *Server) Resume(t testing.TB) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.running(t, "Resume")
+	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatalf("redistest: SIGCONT to redis-server on %s: %v", s.Addr(), err)
+	}
+}
+
+// Kill kills the server with SIGKILL, so that it has no chance to answer
+// or persist anything, and waits for it to exit. The server stays down
+// until Restart. Killing a server that is down has no effect.
+func (s *Server) Kill(t testing.TB) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.stopLocked(); err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+}
+
+// Restart kills the server if it is running and starts a new, empty one on
+// the same port, with the same arguments and a fresh directory, so that
+// existing clients reconnect to it and find no keys and no cached scripts.
+// It returns once the new server answers PING. Restart also brings back a
+// server stopped by Kill.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.stopLocked(); err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+
+	backoff := restartBackoff
+	var failures []error
+	for attempt := 1; attempt <= maxRestartAttempts; attempt++ {
+		p, err := startProcess(s.bin, s.port, s.extra)
+		if err != nil {
+			t.Fatalf("redistest: %v", err)
+		}
+		err = p.waitReady(readyTimeout)
+		if err == nil {
+			s.p = p
+			return
+		}
+		if stopErr := p.stop(); stopErr != nil {
+			t.Errorf("redistest: %v", stopErr)
+		}
+		if !errors.Is(err, errExited) {
+			t.Fatalf("redistest: restart: %v\n%s", err, p.describe())
+		}
+		failures = append(failures, errors.New(p.describe()))
+		if attempt < maxRestartAttempts {
+			// The port is normally bindable as soon as the old process has
+			// been reaped, but give the system a moment if it is not.
+			time.Sleep(backoff)
+			backoff *= 2
+		}
+	}
+	t.Fatalf("redistest: restart on %s failed %d times:\n%v",
+		s.Addr(), maxRestartAttempts, errors.Join(failures...))
+}
+
+// running returns the current process or fails the test, because pausing
+// or resuming a server that is down is a bug in the test.
+func (s *Server) running(t testing.TB, op string) *process {
+	t.Helper()
+	if s.p == nil {
+		t.Fatalf("redistest: %s: redis-server on %s is down (killed and not restarted)", op, s.Addr())
+	}
+	return s.p
+}
+
+// stopLocked kills the current process, if any. s.mu must be held.
+func (s *Server) stopLocked() error {
+	if s.p == nil {
+		return nil
+	}
+	err := s.p.stop()
+	s.p = nil
+	return err
+}
+
+// shutdown is the cleanup registered by Start.
+func (s *Server) shutdown(t testing.TB) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.p
+	if err := s.stopLocked(); err != nil {
+		t.Errorf("redistest: %v", err)
+	}
+	// The server log often explains a failure (for example a script error
+	// or an out-of-memory refusal), and is lost once the test ends.
+	if p != nil && t.Failed() {
+		t.Logf("redistest: %s", p.describe())
+	}
+}
+
+// freePort returns a port of 127.0.0.1 that was free a moment ago. The
+// kernel picks ports for :0 from the ephemeral range, which does not
+// contain 6379, but the check makes the guarantee explicit.
+func freePort() (int, error) {
+	for range maxStartAttempts {
+		ln, err := net.Listen("tcp", net.JoinHostPort(loopbackHost, "0"))
+		if err != nil {
+			return 0, err
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		if err := ln.Close(); err != nil {
+			return 0, err
+		}
+		if port != defaultRedisPort {
+			return port, nil
+		}
+	}
+	return 0, errors.New("the kernel kept offering the default Redis port 6379")
+}
