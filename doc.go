@@ -1,0 +1,81 @@
+// Package redlock provides distributed locks on Redis: a [Locker] for one
+// Redis deployment and a [Redlock] over N independent masters, with fencing
+// tokens, a watchdog that renews held locks and reports their loss in time,
+// and resource-side guards ([Fence], [RedisFence]) that reject stale writes.
+//
+// # Use
+//
+//	locker, err := redlock.NewLocker(client) // *redis.Client, *redis.ClusterClient, *redis.Ring
+//	...
+//	err = locker.Do(ctx, "report", func(ctx context.Context) error {
+//		// ctx is cancelled the moment the lock is lost.
+//		return build(ctx)
+//	})
+//
+// or, by hand:
+//
+//	lock, err := locker.Lock(ctx, "report")
+//	if err != nil { ... }
+//	defer lock.Unlock(ctx)
+//	select {
+//	case <-lock.Done(): // lost: stop touching the resource
+//	...
+//	}
+//
+// # How a lock is held
+//
+// Acquiring is one round trip: a script sets the lock key to a fresh random
+// owner value (a UUID) with SET NX PX and, in the same step, mints the fencing
+// token. Unlock and Extend are scripts that act only while the key still holds
+// that owner value, so a stale handle can never release or extend someone
+// else's lock, and an expired lock is never re-created. Every call to Redis is
+// bounded by the library itself, whatever the client's timeouts.
+//
+// [Lock.Until] is the end of local validity: the instant before the request
+// was sent, plus the TTL, minus a drift allowance (TTL*0.01 + 2ms). The key
+// lives on the server at least until then, so no one else can be granted the
+// name before Until. [Lock.Done] closes no later than Until, driven by a local
+// timer. With auto-renew (the default) a single watchdog goroutine per Locker
+// renews every held lock at TTL/3; a lock whose renewal does not succeed by
+// Until is lost: Done closes and [Lock.Err] returns [ErrLost].
+//
+// # What the lock guarantees, and what it does not
+//
+// On one healthy Redis node, at most one holder's Until lies in the future at
+// any time, provided the processes' clocks run at about the same rate (the
+// drift allowance covers 1%). That is the whole promise. It breaks when:
+//
+//   - Redis loses the key: a failover to a replica that had not received it
+//     (replication is asynchronous), or a restart without persistence. A
+//     second client can then acquire while the first still believes it holds
+//     the lock.
+//   - The holder pauses (GC, swap, SIGSTOP, a slow network) after checking
+//     its lock and before touching the resource: it acts after its lease.
+//   - A server clock jumps forward: Redis expires keys by wall clock.
+//
+// [Redlock] survives the loss or crash of a minority of masters, but not
+// pauses or clock jumps. No lease-based lock can prevent a paused holder from
+// acting late; only the resource can refuse it. That is what fencing tokens
+// are for.
+//
+// # Fencing tokens
+//
+// Every acquisition gets a token ([Lock.Token]) that is strictly larger than
+// every earlier token for the name. The resource records the highest token
+// it has seen and refuses anything older: a stale holder's write is rejected
+// no matter how late it arrives. Register the token when the critical section
+// starts ([Fence.Admit] or [RedisFence.Admit]), then send it with every write.
+//
+// Tokens are minted as max(counter+1, server time in microseconds). A plain
+// counter would be lost together with the lock (the two failures above) and
+// the next token would go backwards; the time floor keeps it ahead as long as
+// the server's clock is not behind by more than the time since the last
+// grant. The counter lives in one key per lock name that never expires; turn
+// fencing off with [WithFencing] to save it.
+//
+// # Keys
+//
+// A lock named n lives at "{redlock:n}", its counter at "{redlock:n}:fence"
+// (the prefix is [WithKeyPrefix]). Both share a hash tag, so they sit in one
+// Redis Cluster slot.
+package redlock

@@ -1,0 +1,465 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlockgo/redlock/internal/redistest"
+)
+
+func TestNewLockerBadInput(t *testing.T) {
+	cl, _ := miniClient(t)
+	var nilClient *redis.Client
+	tests := []struct {
+		name   string
+		client Client
+		opts   []Option
+	}{
+		{"nil client", nil, nil},
+		{"typed nil client", nilClient, nil},
+		{"zero TTL", cl, []Option{WithTTL(0)}},
+		{"negative TTL", cl, []Option{WithTTL(-time.Second)}},
+		{"TTL within drift", cl, []Option{WithTTL(2 * time.Millisecond)}},
+		{"renew interval = TTL", cl, []Option{WithTTL(time.Second), WithRenewInterval(time.Second)}},
+		{"renew interval > TTL", cl, []Option{WithTTL(time.Second), WithRenewInterval(2 * time.Second)}},
+		{"negative renew interval", cl, []Option{WithRenewInterval(-1)}},
+		{"negative node timeout", cl, []Option{WithNodeTimeout(-1)}},
+		{"drift factor 0.5", cl, []Option{WithDriftFactor(0.5)}},
+		{"negative drift factor", cl, []Option{WithDriftFactor(-0.1)}},
+		{"empty prefix", cl, []Option{WithKeyPrefix("")}},
+		{"prefix with brace", cl, []Option{WithKeyPrefix("a{b}:")}},
+		{"nil retry", cl, []Option{WithRetry(nil)}},
+		{"nil option", cl, []Option{nil}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			lk, err := NewLocker(tt.client, tt.opts...)
+			if err == nil {
+				lk.Close()
+				t.Fatalf("NewLocker() = nil error, want one")
+			}
+		})
+	}
+}
+
+func TestLockBadInput(t *testing.T) {
+	cl, mr := miniClient(t)
+	lk := newLocker(t, cl)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	tests := []struct {
+		name string
+		ctx  context.Context
+		lock string
+		opts []Option
+		want error // nil: any error
+	}{
+		{"empty name", context.Background(), "", nil, nil},
+		{"zero TTL", context.Background(), "x", []Option{WithTTL(0)}, nil},
+		{"renew not below TTL", context.Background(), "x", []Option{WithTTL(time.Second), WithRenewInterval(time.Second)}, nil},
+		{"cancelled ctx", cancelled, "x", nil, context.Canceled},
+	}
+	for _, tt := range tests {
+		for _, try := range []bool{false, true} {
+			acquire := lk.Lock
+			if try {
+				acquire = lk.TryLock
+			}
+			l, err := acquire(tt.ctx, tt.lock, tt.opts...)
+			if err == nil {
+				t.Fatalf("%s: Lock() = %v, nil error; want an error", tt.name, l)
+			}
+			if tt.want != nil && (!errors.Is(err, tt.want) || !errors.Is(err, ErrNotObtained)) {
+				t.Errorf("%s: Lock() = %v, want ErrNotObtained and %v", tt.name, err, tt.want)
+			}
+		}
+		if err := lk.Do(tt.ctx, tt.lock, func(context.Context) error { return nil }, tt.opts...); err == nil {
+			t.Errorf("%s: Do() = nil, want an error", tt.name)
+		}
+	}
+	if keys := mr.Keys(); len(keys) != 0 {
+		t.Errorf("keys after bad input = %v, want none", keys)
+	}
+	if err := lk.Do(context.Background(), "x", nil); err == nil {
+		t.Errorf("Do(nil fn) = nil, want an error")
+	}
+}
+
+// TestLockerBasics runs the single-instance semantics on miniredis and on a
+// real redis-server.
+func TestLockerBasics(t *testing.T) {
+	t.Run("miniredis", func(t *testing.T) {
+		cl, _ := miniClient(t)
+		testLockerBasics(t, cl)
+	})
+	t.Run("redis-server", func(t *testing.T) {
+		testLockerBasics(t, redistest.Start(t).Client(t))
+	})
+}
+
+func testLockerBasics(t *testing.T, cl *redis.Client) {
+	ctx := context.Background()
+	lk := newLocker(t, cl, WithAutoRenew(false))
+
+	a, err := lk.TryLock(ctx, "basics")
+	if err != nil {
+		t.Fatalf("TryLock() = %v", err)
+	}
+	if a.Name() != "basics" || a.Token() < 1 || len(a.Owner()) != 36 {
+		t.Errorf("lock = %q token %d owner %q, want name basics, token >= 1, a UUID", a.Name(), a.Token(), a.Owner())
+	}
+	if got := get(t, cl, "{redlock:basics}"); got != a.Owner() {
+		t.Errorf("lock key = %q, want owner %q", got, a.Owner())
+	}
+	if got := get(t, cl, "{redlock:basics}:fence"); got != strconv.FormatInt(a.Token(), 10) {
+		t.Errorf("fence counter = %q, want %d", got, a.Token())
+	}
+	if left := time.Until(a.Until()); left <= 9*time.Second || left > 10*time.Second-102*time.Millisecond {
+		t.Errorf("Until() - now = %v, want just under 10s - drift (9.898s)", left)
+	}
+	if !containsMonotonic(a.Until()) {
+		t.Errorf("Until() = %v, want a monotonic reading", a.Until())
+	}
+
+	if _, err := lk.TryLock(ctx, "basics"); !errors.Is(err, ErrNotObtained) {
+		t.Errorf("TryLock(held) = %v, want ErrNotObtained", err)
+	}
+	var ne *NodeError
+	if _, err := lk.TryLock(ctx, "basics"); !errors.As(err, &ne) || !errors.Is(ne, errTaken) {
+		t.Errorf("TryLock(held) = %v, want a NodeError saying held by another owner", err)
+	}
+
+	if err := a.Extend(ctx, 20*time.Second); err != nil {
+		t.Fatalf("Extend() = %v", err)
+	}
+	if pttl := cl.PTTL(ctx, "{redlock:basics}").Val(); pttl <= 10*time.Second {
+		t.Errorf("PTTL after Extend(20s) = %v, want > 10s", pttl)
+	}
+	if left := time.Until(a.Until()); left <= 19*time.Second {
+		t.Errorf("Until() after Extend(20s) = now + %v, want > 19s", left)
+	}
+
+	if err := a.Err(); err != nil {
+		t.Errorf("Err() while held = %v, want nil", err)
+	}
+	if err := a.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock() = %v", err)
+	}
+	select {
+	case <-a.Done():
+	default:
+		t.Errorf("Done() open after Unlock")
+	}
+	if err := a.Err(); !errors.Is(err, ErrReleased) {
+		t.Errorf("Err() after Unlock = %v, want ErrReleased", err)
+	}
+	if err := a.Unlock(ctx); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("second Unlock() = %v, want ErrNotHeld", err)
+	}
+	if err := a.Extend(ctx, time.Second); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("Extend() after Unlock = %v, want ErrNotHeld", err)
+	}
+	if n := cl.Exists(ctx, "{redlock:basics}").Val(); n != 0 {
+		t.Errorf("EXISTS after Unlock = %d, want 0", n)
+	}
+
+	b, err := lk.Lock(ctx, "basics")
+	if err != nil {
+		t.Fatalf("Lock() after Unlock = %v", err)
+	}
+	if b.Token() <= a.Token() || b.Owner() == a.Owner() {
+		t.Errorf("second lock token %d owner %s, want > %d and a new owner", b.Token(), b.Owner(), a.Token())
+	}
+
+	// Fencing off: no counter, token 0.
+	c, err := lk.TryLock(ctx, "nofence", WithFencing(false))
+	if err != nil {
+		t.Fatalf("TryLock(WithFencing(false)) = %v", err)
+	}
+	if c.Token() != 0 || cl.Exists(ctx, "{redlock:nofence}:fence").Val() != 0 {
+		t.Errorf("fencing off: token %d, counter exists %d; want 0, 0", c.Token(), cl.Exists(ctx, "{redlock:nofence}:fence").Val())
+	}
+}
+
+// TestMutualExclusion increments a shared Redis key with a non-atomic
+// GET/SET inside the lock: any overlap of two holders loses an update.
+func TestMutualExclusion(t *testing.T) {
+	srv := redistest.Start(t)
+	cl := srv.Client(t)
+	lk := newLocker(t, cl, WithTTL(2*time.Second), WithRetry(ConstantRetry(time.Millisecond)))
+	const workers, iters = 8, 250
+	ctx := context.Background()
+	var (
+		mu     sync.Mutex
+		tokens []int64
+		wg     sync.WaitGroup
+		errs   = make(chan error, workers)
+	)
+	for range workers {
+		wg.Go(func() {
+			for range iters {
+				l, err := lk.Lock(ctx, "counter")
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				tokens = append(tokens, l.Token())
+				mu.Unlock()
+				n, err := cl.Get(ctx, "me:counter").Int()
+				if err != nil && err != redis.Nil {
+					errs <- err
+					return
+				}
+				if err := cl.Set(ctx, "me:counter", n+1, 0).Err(); err != nil {
+					errs <- err
+					return
+				}
+				if err := l.Unlock(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("worker: %v", err)
+	}
+	if got := get(t, cl, "me:counter"); got != strconv.Itoa(workers*iters) {
+		t.Errorf("counter = %s, want %d", got, workers*iters)
+	}
+	for i := 1; i < len(tokens); i++ {
+		if tokens[i] <= tokens[i-1] {
+			t.Fatalf("token %d = %d after %d, want strictly increasing in order of holding", i, tokens[i], tokens[i-1])
+		}
+	}
+}
+
+// TestExpiryTakeover: A's lease runs out (no renewal), B takes the name, and
+// A's stale handle can neither release nor extend B's lock.
+func TestExpiryTakeover(t *testing.T) {
+	srv := redistest.Start(t)
+	cl := srv.Client(t)
+	lk := newLocker(t, cl, WithAutoRenew(false), WithRetry(ConstantRetry(5*time.Millisecond)))
+	ctx := context.Background()
+
+	a, err := lk.TryLock(ctx, "takeover", WithTTL(300*time.Millisecond))
+	if err != nil {
+		t.Fatalf("TryLock(A) = %v", err)
+	}
+	<-a.Done() // closes at A.Until, before the server may grant anyone else
+	doneAt := time.Now()
+	if doneAt.Before(a.Until()) {
+		t.Errorf("Done closed %v before Until", a.Until().Sub(doneAt))
+	}
+	if err := a.Err(); !errors.Is(err, ErrLost) {
+		t.Errorf("A.Err() after expiry = %v, want ErrLost", err)
+	}
+	b, err := lk.Lock(ctx, "takeover", WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatalf("Lock(B) = %v", err)
+	}
+	if b.Token() <= a.Token() {
+		t.Errorf("B token %d, want > A token %d", b.Token(), a.Token())
+	}
+	if err := a.Unlock(ctx); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("A.Unlock() = %v, want ErrNotHeld", err)
+	}
+	if err := a.Extend(ctx, time.Second); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("A.Extend() = %v, want ErrNotHeld", err)
+	}
+	if got := get(t, cl, "{redlock:takeover}"); got != b.Owner() {
+		t.Errorf("lock key = %q, want B's owner %q intact", got, b.Owner())
+	}
+	if pttl := cl.PTTL(ctx, "{redlock:takeover}").Val(); pttl < 9*time.Second {
+		t.Errorf("PTTL of B's key = %v, want B's lease untouched (~10s)", pttl)
+	}
+}
+
+// TestExtendNeverResurrects: the key is gone (expired or deleted); Extend
+// must not re-create it.
+func TestExtendNeverResurrects(t *testing.T) {
+	srv := redistest.Start(t)
+	cl := srv.Client(t)
+	lk := newLocker(t, cl, WithAutoRenew(false))
+	ctx := context.Background()
+	a, err := lk.TryLock(ctx, "gone")
+	if err != nil {
+		t.Fatalf("TryLock() = %v", err)
+	}
+	cl.Del(ctx, "{redlock:gone}")
+	if err := a.Extend(ctx, time.Second); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("Extend() of deleted key = %v, want ErrNotHeld", err)
+	}
+	if n := cl.Exists(ctx, "{redlock:gone}").Val(); n != 0 {
+		t.Errorf("EXISTS after Extend = %d, want 0 (not re-created)", n)
+	}
+	if err := a.Err(); !errors.Is(err, ErrLost) {
+		t.Errorf("Err() after failed Extend = %v, want ErrLost", err)
+	}
+}
+
+// TestTokensMonotonic: tokens strictly increase across release, expiry,
+// SCRIPT FLUSH and a restart that loses every key, counter included.
+func TestTokensMonotonic(t *testing.T) {
+	srv := redistest.Start(t)
+	cl := srv.Client(t)
+	lk := newLocker(t, cl, WithAutoRenew(false), WithRetry(ConstantRetry(5*time.Millisecond)))
+	ctx := context.Background()
+	last := int64(0)
+	take := func(step string, opts ...Option) *Lock {
+		t.Helper()
+		l, err := lk.Lock(ctx, "tok", opts...)
+		if err != nil {
+			t.Fatalf("%s: Lock() = %v", step, err)
+		}
+		if l.Token() <= last {
+			t.Fatalf("%s: token %d, want > %d", step, l.Token(), last)
+		}
+		last = l.Token()
+		return l
+	}
+	for range 20 {
+		if err := take("release cycle").Unlock(ctx); err != nil {
+			t.Fatalf("Unlock() = %v", err)
+		}
+	}
+	for range 3 {
+		l := take("expiry cycle", WithTTL(50*time.Millisecond))
+		<-l.Done()
+	}
+	srv.Do(t, "SCRIPT", "FLUSH")
+	if err := take("after SCRIPT FLUSH").Unlock(ctx); err != nil {
+		t.Fatalf("Unlock() after SCRIPT FLUSH = %v", err)
+	}
+	held := take("before restart")
+	srv.Restart(t)
+	if n := cl.Exists(ctx, "{redlock:tok}", "{redlock:tok}:fence").Val(); n != 0 {
+		t.Fatalf("keys after restart = %d, want 0 (restarted empty)", n)
+	}
+	// The server lost the lock and the counter: a second holder gets in while
+	// the first still believes it holds. The token must still tell them apart.
+	after := take("after empty restart")
+	if after.Token() <= held.Token() {
+		t.Errorf("token after empty restart %d, want > %d of the holder before it", after.Token(), held.Token())
+	}
+}
+
+func TestLockContextEnd(t *testing.T) {
+	srv := redistest.Start(t)
+	cl := srv.Client(t)
+	lk := newLocker(t, cl)
+	ctx := context.Background()
+	holder, err := lk.TryLock(ctx, "busy")
+	if err != nil {
+		t.Fatalf("TryLock() = %v", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = lk.Lock(wctx, "busy")
+	if !errors.Is(err, ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock(ctx that ends) = %v, want ErrNotObtained and DeadlineExceeded", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("Lock returned %v after start, want soon after the 100ms deadline", d)
+	}
+	if got := get(t, cl, "{redlock:busy}"); got != holder.Owner() {
+		t.Errorf("lock key = %q, want only the holder's %q", got, holder.Owner())
+	}
+
+	// Unlock with a cancelled ctx still releases.
+	cctx, ccancel := context.WithCancel(ctx)
+	ccancel()
+	if err := holder.Unlock(cctx); err != nil {
+		t.Errorf("Unlock(cancelled ctx) = %v, want nil", err)
+	}
+	if n := cl.Exists(ctx, "{redlock:busy}").Val(); n != 0 {
+		t.Errorf("EXISTS after Unlock(cancelled) = %d, want 0", n)
+	}
+}
+
+func TestConcurrentUnlock(t *testing.T) {
+	cl, _ := miniClient(t)
+	lk := newLocker(t, cl)
+	l, err := lk.TryLock(context.Background(), "once")
+	if err != nil {
+		t.Fatalf("TryLock() = %v", err)
+	}
+	var wg sync.WaitGroup
+	results := make(chan error, 10)
+	for range 10 {
+		wg.Go(func() { results <- l.Unlock(context.Background()) })
+	}
+	wg.Wait()
+	close(results)
+	nils := 0
+	for err := range results {
+		switch {
+		case err == nil:
+			nils++
+		case !errors.Is(err, ErrNotHeld):
+			t.Errorf("Unlock() = %v, want nil or ErrNotHeld", err)
+		}
+	}
+	if nils != 1 {
+		t.Errorf("%d Unlock calls returned nil, want exactly 1", nils)
+	}
+}
+
+// TestPausedServer: every call is bounded by the library, not by go-redis's
+// read timeout, and the late grant of a paused server is cleaned up.
+func TestPausedServer(t *testing.T) {
+	srv := redistest.Start(t)
+	cl := srv.Client(t)
+	const nodeTimeout = 100 * time.Millisecond
+	lk := newLocker(t, cl, WithNodeTimeout(nodeTimeout), WithTTL(2*time.Second))
+	ctx := context.Background()
+
+	srv.Pause(t)
+	start := time.Now()
+	_, err := lk.TryLock(ctx, "paused")
+	took := time.Since(start)
+	if !errors.Is(err, ErrNotObtained) || !errors.Is(err, errNodeTimeout) {
+		t.Errorf("TryLock(paused) = %v, want ErrNotObtained with a node timeout", err)
+	}
+	// Bound: the node timeout, plus the cleanup release that is also bounded
+	// by it, plus scheduling slack.
+	if took > 2*nodeTimeout+200*time.Millisecond {
+		t.Errorf("TryLock(paused) took %v, want <= 2 x node timeout + slack", took)
+	}
+	srv.Resume(t)
+	// The queued SET NX may run after the pause: the attempt's own goroutine
+	// releases it when the grant arrives. Wait for the key to be gone.
+	if !eventually(2*time.Second, func() bool { return cl.Exists(ctx, "{redlock:paused}").Val() == 0 }) {
+		t.Errorf("late grant of the paused server still present; want it released")
+	}
+	l, err := lk.TryLock(ctx, "paused")
+	if err != nil {
+		t.Fatalf("TryLock() after resume = %v", err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Errorf("Unlock() = %v", err)
+	}
+}
+
+// eventually polls cond every few ms until it holds or d passes. It waits on
+// an external process (redis-server resuming work), not on our own code.
+func eventually(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return true
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return cond()
+}
