@@ -271,15 +271,17 @@ func (l *Lock) leaseTTL() time.Duration {
 	return l.ttl
 }
 
-// renewAt is when the watchdog should next renew a lease sent at t1.
-func (l *Lock) renewAt(t1 time.Time) time.Time {
+// renewEvery is the watchdog period for the current lease.
+func (l *Lock) renewEvery() time.Duration {
 	ttl := l.leaseTTL()
-	every := ttl / 3
 	if l.renewInterval > 0 && l.renewInterval < ttl {
-		every = l.renewInterval
+		return l.renewInterval
 	}
-	return t1.Add(every)
+	return ttl / 3
 }
+
+// renewAt is when the watchdog should next renew a lease sent at t1.
+func (l *Lock) renewAt(t1 time.Time) time.Time { return t1.Add(l.renewEvery()) }
 
 func (l *Lock) held() bool {
 	l.mu.Lock()

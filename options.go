@@ -124,14 +124,6 @@ func (c *config) validate() error {
 	return nil
 }
 
-// renewEvery is the watchdog period for a lease of ttl.
-func (c *config) renewEvery(ttl time.Duration) time.Duration {
-	if c.renewInterval > 0 && c.renewInterval < ttl {
-		return c.renewInterval
-	}
-	return ttl / 3
-}
-
 // timeout is the per-node call bound for a lease of ttl.
 func (c *config) timeout(ttl time.Duration) time.Duration {
 	if c.nodeTimeout > 0 {

@@ -99,21 +99,30 @@ func (w *watchdog) run() {
 }
 
 // due pops the locks whose renewal time has come, skipping those a manual
-// Extend is renewing right now (they are requeued shortly after).
+// Extend is renewing right now (they are requeued shortly after). Locks due
+// within an eighth of their renew interval ride along: renewing a little
+// early costs nothing, and it lets locks taken at scattered moments share a
+// pipeline instead of each costing a round trip of its own.
 func (w *watchdog) due(now time.Time) ([]*Lock, time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var out, busy []*Lock
-	for len(w.queue) > 0 && !w.queue[0].wdAt.After(now) {
-		l := heap.Pop(&w.queue).(*Lock)
-		if l.io.TryLock() {
+	for len(w.queue) > 0 {
+		head := w.queue[0]
+		if head.wdAt.After(now.Add(head.renewEvery() / 8)) {
+			break
+		}
+		heap.Pop(&w.queue)
+		if l := head; l.io.TryLock() {
 			out = append(out, l)
 		} else {
 			busy = append(busy, l)
 		}
 	}
 	for _, l := range busy {
-		l.wdAt = now.Add(time.Millisecond)
+		// Past the ride-along window, so the next pass does not pop it again
+		// at once while the Extend holding it is still on the wire.
+		l.wdAt = now.Add(l.renewEvery()/8 + time.Millisecond)
 		heap.Push(&w.queue, l)
 	}
 	var next time.Time

@@ -1,0 +1,336 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlockgo/redlock/internal/redistest"
+)
+
+// timerSlack is how late a Go timer may fire on a loaded 2-core machine
+// under -race; Done must close by Until + timerSlack.
+const timerSlack = 50 * time.Millisecond
+
+func TestWatchdogKeepsLockHeld(t *testing.T) {
+	srv := redistest.Start(t)
+	lk := newLocker(t, srv.Client(t), WithTTL(300*time.Millisecond))
+	other := newLocker(t, srv.Client(t))
+	ctx := context.Background()
+	l, err := lk.TryLock(ctx, "renewed")
+	if err != nil {
+		t.Fatalf("TryLock() = %v", err)
+	}
+	firstUntil := l.Until()
+	// 2s of "work", ~7 TTLs: the other client must be refused throughout.
+	end := time.Now().Add(2 * time.Second)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	tries := 0
+	for time.Now().Before(end) {
+		<-tick.C
+		tries++
+		if _, err := other.TryLock(ctx, "renewed"); !errors.Is(err, ErrNotObtained) {
+			t.Fatalf("other TryLock() during renewal = %v, want ErrNotObtained", err)
+		}
+		if err := l.Err(); err != nil {
+			t.Fatalf("Err() during renewal = %v, want nil", err)
+		}
+	}
+	if !l.Until().After(firstUntil.Add(time.Second)) {
+		t.Errorf("Until() = first + %v, want moved on by renewals (> 1s)", l.Until().Sub(firstUntil))
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Errorf("Unlock() = %v", err)
+	}
+	t.Logf("%d refused attempts over 2s; Until moved %v", tries, l.Until().Sub(firstUntil))
+}
+
+// TestWatchdogServerPaused: Redis stops answering while a lock is held. Done
+// must close by Until (plus timer slack), from the local timer, while the
+// renewal calls hang; after SIGCONT the lock stays lost.
+func TestWatchdogServerPaused(t *testing.T) {
+	srv := redistest.Start(t)
+	cl := srv.Client(t)
+	lk := newLocker(t, cl, WithTTL(time.Second))
+	ctx := context.Background()
+	l, err := lk.TryLock(ctx, "paused")
+	if err != nil {
+		t.Fatalf("TryLock() = %v", err)
+	}
+	srv.Pause(t)
+	paused := true
+	defer func() {
+		if paused {
+			srv.Resume(t)
+		}
+	}()
+	until := l.Until() // renewals cannot move it any more
+	select {
+	case <-l.Done():
+	case <-time.After(2 * time.Second):
+		t.Fatalf("Done not closed 2s after the server paused (Until was %v ahead)", time.Until(until))
+	}
+	closedAt := time.Now()
+	if late := closedAt.Sub(l.Until()); late > timerSlack {
+		t.Errorf("Done closed %v after Until, want <= %v", late, timerSlack)
+	}
+	if err := l.Err(); !errors.Is(err, ErrLost) {
+		t.Errorf("Err() = %v, want ErrLost", err)
+	}
+	t.Logf("Done closed %v after Until", closedAt.Sub(until))
+	srv.Resume(t)
+	paused = false
+	// Renewals queued during the pause may now run; none may revive the lock.
+	if err := l.Extend(ctx, time.Second); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("Extend() after loss = %v, want ErrNotHeld", err)
+	}
+	if err := l.Err(); !errors.Is(err, ErrLost) {
+		t.Errorf("Err() after resume = %v, want ErrLost", err)
+	}
+	other := newLocker(t, srv.Client(t), WithRetry(ConstantRetry(5*time.Millisecond)))
+	octx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if _, err := other.Lock(octx, "paused"); err != nil {
+		t.Errorf("other Lock() after the lost lock expired = %v", err)
+	}
+}
+
+// TestWatchdogDetectsTheft: the key is deleted, or overwritten with another
+// owner, behind the holder's back; loss is reported within one renewal.
+func TestWatchdogDetectsTheft(t *testing.T) {
+	srv := redistest.Start(t)
+	cl := srv.Client(t)
+	const renew = 100 * time.Millisecond
+	lk := newLocker(t, cl, WithTTL(3*time.Second), WithRenewInterval(renew))
+	ctx := context.Background()
+	for _, steal := range []struct {
+		name string
+		do   func(key string)
+	}{
+		{"deleted", func(key string) { cl.Del(ctx, key) }},
+		{"overwritten", func(key string) { cl.Set(ctx, key, "someone-else", 10*time.Second) }},
+	} {
+		t.Run(steal.name, func(t *testing.T) {
+			l, err := lk.TryLock(ctx, "theft-"+steal.name)
+			if err != nil {
+				t.Fatalf("TryLock() = %v", err)
+			}
+			steal.do("{redlock:theft-" + steal.name + "}")
+			start := time.Now()
+			select {
+			case <-l.Done():
+			case <-time.After(renew + 2*timerSlack + 100*time.Millisecond):
+				t.Fatalf("Done not closed within one renewal (%v) of the theft", renew)
+			}
+			if err := l.Err(); !errors.Is(err, ErrLost) {
+				t.Errorf("Err() = %v, want ErrLost", err)
+			}
+			if steal.name == "overwritten" {
+				if got := get(t, cl, "{redlock:theft-overwritten}"); got != "someone-else" {
+					t.Errorf("other owner's key = %q, want it untouched", got)
+				}
+			}
+			t.Logf("loss reported %v after the theft", time.Since(start))
+		})
+	}
+}
+
+func TestDoLoss(t *testing.T) {
+	srv := redistest.Start(t)
+	cl := srv.Client(t)
+	lk := newLocker(t, cl, WithTTL(2*time.Second), WithRenewInterval(50*time.Millisecond))
+	ctx := context.Background()
+	var cause error
+	err := lk.Do(ctx, "do-loss", func(fctx context.Context) error {
+		cl.Del(ctx, "{redlock:do-loss}") // someone breaks the lock
+		select {
+		case <-fctx.Done():
+			cause = context.Cause(fctx)
+		case <-time.After(3 * time.Second):
+			t.Errorf("fn's ctx not cancelled after the lock was lost")
+		}
+		return nil // fn "succeeds", Do must still report the loss
+	})
+	if !errors.Is(err, ErrLost) {
+		t.Errorf("Do() = %v, want ErrLost", err)
+	}
+	if !errors.Is(cause, ErrLost) {
+		t.Errorf("cause of fn's ctx = %v, want ErrLost", cause)
+	}
+
+	fnErr := errors.New("fn failed")
+	if err := lk.Do(ctx, "do-err", func(context.Context) error { return fnErr }); !errors.Is(err, fnErr) || errors.Is(err, ErrLost) {
+		t.Errorf("Do() = %v, want fn's error and no ErrLost", err)
+	}
+	if n := cl.Exists(ctx, "{redlock:do-err}").Val(); n != 0 {
+		t.Errorf("key after Do = %d, want released", n)
+	}
+}
+
+func TestDoPanicReleases(t *testing.T) {
+	cl, mr := miniClient(t)
+	lk := newLocker(t, cl)
+	defer func() {
+		if p := recover(); p != "boom" {
+			t.Errorf("recover() = %v, want the panic to go on after release", p)
+		}
+		if mr.Exists("{redlock:panics}") {
+			t.Errorf("key after panicking Do still held, want released")
+		}
+	}()
+	_ = lk.Do(context.Background(), "panics", func(context.Context) error { panic("boom") })
+}
+
+// countingHook counts what a client sends: single commands and pipelines,
+// each one round trip, and the commands inside pipelines.
+type countingHook struct{ single, pipelines, piped atomic.Int64 }
+
+func (h *countingHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *countingHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.single.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (h *countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.pipelines.Add(1)
+		h.piped.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+// TestWatchdogScale holds 10,000 locks under auto-renew for several renewal
+// periods: one scheduler goroutine, one pipelined round trip per period, none
+// lost; then Unlock stops all renewal traffic.
+func TestWatchdogScale(t *testing.T) {
+	if testing.Short() {
+		t.Skip("holds 10,000 locks for several seconds; skipped with -short")
+	}
+	srv := redistest.Start(t)
+	cl := srv.Client(t)
+	hook := &countingHook{}
+	cl.AddHook(hook)
+	const (
+		n      = 10000
+		ttl    = 3 * time.Second
+		renew  = 500 * time.Millisecond
+		period = 4 // renewal periods to hold for
+	)
+	lk := newLocker(t, cl, WithTTL(ttl), WithRenewInterval(renew))
+	ctx := context.Background()
+
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	baseGoroutines := runtime.NumGoroutine()
+
+	locks := make([]*Lock, n)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for w := range 8 {
+		wg.Go(func() {
+			for i := w; i < n; i += 8 {
+				l, err := lk.TryLock(ctx, fmt.Sprintf("scale-%d", i))
+				if err != nil {
+					errs <- err
+					return
+				}
+				locks[i] = l
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("TryLock() = %v", err)
+	}
+	runtime.GC()
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	heapPerLock := (int64(after.HeapAlloc) - int64(before.HeapAlloc)) / n
+	goroutines := runtime.NumGoroutine() - baseGoroutines
+
+	// Hold for several periods, then count the renewal traffic.
+	p0, c0 := hook.pipelines.Load(), hook.piped.Load()
+	time.Sleep(period * renew) // the duration under test, not a synchronisation
+	pipelines, piped := hook.pipelines.Load()-p0, hook.piped.Load()-c0
+	for i, l := range locks {
+		if err := l.Err(); err != nil {
+			t.Fatalf("lock %d: Err() = %v after %d renewal periods, want held", i, err, period)
+		}
+	}
+	if goroutines > 2 {
+		t.Errorf("goroutines while holding %d locks = baseline + %d, want the one scheduler at most (+ a transient I/O call)", n, goroutines)
+	}
+	if piped < int64(period-1)*n {
+		t.Errorf("renewals sent over %d periods = %d, want >= %d", period, piped, (period-1)*n)
+	}
+	t.Logf("%d locks: goroutines baseline+%d, heap %d B/lock, %d pipelined round trips (%.1f per period) carrying %d renewals over %d periods",
+		n, goroutines, heapPerLock, pipelines, float64(pipelines)/period, piped, period)
+
+	for _, l := range locks {
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock() = %v", err)
+		}
+	}
+	// After Unlock no renewal may be sent (a watchdog outliving unlock).
+	p1 := hook.piped.Load()
+	time.Sleep(2 * renew)
+	if extra := hook.piped.Load() - p1; extra != 0 {
+		t.Errorf("%d renewals sent after every lock was unlocked, want 0", extra)
+	}
+	if keys := cl.Keys(ctx, "{redlock:scale-*}").Val(); len(keys) != 0 {
+		t.Errorf("%d lock keys left after Unlock, want 0", len(keys))
+	}
+}
+
+// TestCloseReleases: Close releases held locks (Done closed, ErrReleased, keys
+// gone), stops the watchdog, and refuses new acquisitions.
+func TestCloseReleases(t *testing.T) {
+	srv := redistest.Start(t)
+	cl := srv.Client(t)
+	lk, err := NewLocker(cl)
+	if err != nil {
+		t.Fatalf("NewLocker() = %v", err)
+	}
+	ctx := context.Background()
+	var locks []*Lock
+	for i := range 100 {
+		l, err := lk.TryLock(ctx, fmt.Sprintf("close-%d", i), WithAutoRenew(i%2 == 0))
+		if err != nil {
+			t.Fatalf("TryLock() = %v", err)
+		}
+		locks = append(locks, l)
+	}
+	if err := lk.Close(); err != nil {
+		t.Fatalf("Close() = %v", err)
+	}
+	for i, l := range locks {
+		select {
+		case <-l.Done():
+		default:
+			t.Fatalf("lock %d: Done open after Close", i)
+		}
+		if err := l.Err(); !errors.Is(err, ErrReleased) {
+			t.Errorf("lock %d: Err() after Close = %v, want ErrReleased", i, err)
+		}
+	}
+	if keys := cl.Keys(ctx, "{redlock:close-*}").Val(); len(keys) != 0 {
+		t.Errorf("%d keys left after Close, want 0", len(keys))
+	}
+	if _, err := lk.TryLock(ctx, "after-close"); !errors.Is(err, ErrClosed) {
+		t.Errorf("TryLock() after Close = %v, want ErrClosed", err)
+	}
+	if err := lk.Close(); err != nil {
+		t.Errorf("second Close() = %v, want nil", err)
+	}
+}
