@@ -1,0 +1,44 @@
+-- fence_hset.lua: HSET one field of a hash only if the fencing token is not stale.
+--
+-- KEYS[1]  mark key: the highest token admitted for KEYS[2], stored as a
+--          decimal string; it never expires
+-- KEYS[2]  data key (a hash)
+-- ARGV[1]  token, a decimal string, 1 <= token <= 2^53
+-- ARGV[2]  field
+-- ARGV[3]  value
+--
+-- Returns {1} when token >= mark: the mark is raised to token and the field
+-- written. Returns {0, mark} when token < mark, changing nothing; mark is the
+-- stored decimal string. Errors, changing nothing, when the mark key holds
+-- something other than an integer or (WRONGTYPE) when KEYS[2] is not a hash.
+--
+-- Hash slots: both keys hash to one slot because the client names KEYS[1]
+-- after KEYS[2]'s hash tag, or after a tag of the same slot (see fenceMarkKey
+-- in fencing.go), so the script runs on Redis Cluster without CROSSSLOT.
+--
+-- Tokens are compared as Lua numbers (doubles), exact for integers up to 2^53,
+-- which the client enforces. The mark is stored as the caller's string, never
+-- through tostring(), which prints 1800000000000001 as "1.8e+15".
+local token = tonumber(ARGV[1])
+if not token or token < 1 then
+  return redis.error_reply('ERR redlock fence: invalid token ' .. tostring(ARGV[1]))
+end
+local mark = redis.call('GET', KEYS[1])
+local raise = true
+if mark then
+  local highest = tonumber(mark)
+  if not highest then
+    return redis.error_reply('ERR redlock fence: mark key ' .. KEYS[1] .. ' does not hold an integer')
+  end
+  if token < highest then
+    return {0, mark}
+  end
+  raise = token > highest
+end
+-- Write the data before raising the mark: if the write errors (WRONGTYPE),
+-- the script stops with nothing changed.
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
+if raise then
+  redis.call('SET', KEYS[1], ARGV[1])
+end
+return {1}

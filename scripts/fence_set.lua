@@ -1,0 +1,51 @@
+-- fence_set.lua: SET a string value only if the fencing token is not stale.
+--
+-- KEYS[1]  mark key: the highest token admitted for KEYS[2], stored as a
+--          decimal string; it never expires
+-- KEYS[2]  data key
+-- ARGV[1]  token, a decimal string, 1 <= token <= 2^53
+-- ARGV[2]  value
+-- ARGV[3]  expiry of the data key in milliseconds: "0" for none, "-1" to keep
+--          the current one (KEEPTTL), otherwise > 0
+--
+-- Returns {1} when token >= mark: the mark is raised to token and the value
+-- written. Returns {0, mark} when token < mark, changing nothing; mark is the
+-- stored decimal string. Errors when the mark key holds something other than
+-- an integer.
+--
+-- Hash slots: both keys hash to one slot because the client names KEYS[1]
+-- after KEYS[2]'s hash tag, or after a tag of the same slot (see fenceMarkKey
+-- in fencing.go), so the script runs on Redis Cluster without CROSSSLOT.
+--
+-- Tokens are compared as Lua numbers (doubles), exact for integers up to 2^53,
+-- which the client enforces. The mark is stored as the caller's string, never
+-- through tostring(), which prints 1800000000000001 as "1.8e+15".
+local token = tonumber(ARGV[1])
+if not token or token < 1 then
+  return redis.error_reply('ERR redlock fence: invalid token ' .. tostring(ARGV[1]))
+end
+local mark = redis.call('GET', KEYS[1])
+local raise = true
+if mark then
+  local highest = tonumber(mark)
+  if not highest then
+    return redis.error_reply('ERR redlock fence: mark key ' .. KEYS[1] .. ' does not hold an integer')
+  end
+  if token < highest then
+    return {0, mark}
+  end
+  raise = token > highest
+end
+-- Write the data before raising the mark: if the write errors (an invalid
+-- expiry), the script stops with nothing changed.
+if ARGV[3] == '0' then
+  redis.call('SET', KEYS[2], ARGV[2])
+elseif ARGV[3] == '-1' then
+  redis.call('SET', KEYS[2], ARGV[2], 'KEEPTTL')
+else
+  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+end
+if raise then
+  redis.call('SET', KEYS[1], ARGV[1])
+end
+return {1}
