@@ -52,7 +52,11 @@ type core struct {
 	closed  bool // no new goroutines may start; guarded by mu so wg.Add never races wg.Wait
 	isClose bool
 	held    map[*Lock]struct{}
-	wg      sync.WaitGroup // every I/O goroutine, including calls left behind on a paused node
+	// heldKeys counts held locks per lock key, so a waiter of this core does
+	// not waste an attempt on a name its own process holds.
+	heldKeys map[string]int
+	waits    waiters
+	wg       sync.WaitGroup // every I/O goroutine, including calls left behind on a paused node
 }
 
 // hooks let tests put a pause at an exact point of the protocol.
@@ -69,11 +73,13 @@ func newCore(clients []Client, opts []Option) (*core, error) {
 		return nil, err
 	}
 	c := &core{
-		quorum:  len(clients)/2 + 1,
-		cfg:     cfg,
-		closing: make(chan struct{}),
-		held:    make(map[*Lock]struct{}),
+		quorum:   len(clients)/2 + 1,
+		cfg:      cfg,
+		closing:  make(chan struct{}),
+		held:     make(map[*Lock]struct{}),
+		heldKeys: make(map[string]int),
 	}
+	c.waits = waiters{c: c, queues: make(map[string]*waitQueue)}
 	for i, cl := range clients {
 		if isNil(cl) {
 			return nil, fmt.Errorf("redlock: client %d is nil", i)
@@ -413,7 +419,7 @@ func (c *core) releaseOn(ctx context.Context, l *Lock, nodes []*node, timeout ti
 		return nil
 	}
 	ch, err := c.fanOut(ctx, nodes, timeout, func(ctx context.Context, n *node) reply {
-		v, err := scriptRelease.Run(ctx, n.client, l.keys[:1], l.owner).Int64()
+		v, err := scriptRelease.Run(ctx, n.client, l.keys[:1], l.owner, l.channel).Int64()
 		return reply{ok: v == 1, err: err}
 	})
 	if err != nil {
@@ -427,7 +433,7 @@ func (c *core) releaseOn(ctx context.Context, l *Lock, nodes []*node, timeout ti
 func (c *core) releaseNode(ctx context.Context, n *node, l *Lock) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.timeout)
 	defer cancel()
-	_ = scriptRelease.Run(ctx, n.client, l.keys[:1], l.owner).Err() // the key expires by itself if this fails
+	_ = scriptRelease.Run(ctx, n.client, l.keys[:1], l.owner, l.channel).Err() // the key expires by itself if this fails
 }
 
 // activate turns a granted attempt into a held lock and registers it with the
@@ -441,6 +447,7 @@ func (c *core) activate(l *Lock, token int64, until time.Time) error {
 		return ErrClosed
 	}
 	c.held[l] = struct{}{}
+	c.heldKeys[l.keys[0]]++
 	c.mu.Unlock()
 	l.hold(token, until)
 	if l.autoRenew {
@@ -453,7 +460,12 @@ func (c *core) activate(l *Lock, token int64, until time.Time) error {
 // watchdog. The lock's state changed first, so the watchdog cannot re-add it.
 func (c *core) forget(l *Lock) {
 	c.mu.Lock()
-	delete(c.held, l)
+	if _, ok := c.held[l]; ok {
+		delete(c.held, l)
+		if c.heldKeys[l.keys[0]]--; c.heldKeys[l.keys[0]] <= 0 {
+			delete(c.heldKeys, l.keys[0])
+		}
+	}
 	c.mu.Unlock()
 	c.wd.remove(l)
 }
@@ -473,33 +485,60 @@ func (c *core) lock(ctx context.Context, name string, opts []Option, wait bool) 
 	if c.isClosing() {
 		return nil, errors.Join(ErrNotObtained, ErrClosed)
 	}
+	if !wait {
+		l, _, _, err := c.acquire(ctx, name, &cfg)
+		return l, err
+	}
+	channel := releaseChannel(lockKey(cfg.prefix, name))
+	// FIFO within this core: behind waiters already queued, and no attempt
+	// while one of our own goroutines holds the name (see wait.go).
+	try := !c.waits.busy(channel) && !c.holds(lockKey(cfg.prefix, name))
+	w := c.waits.join(channel)
+	acquired := false
+	defer func() { c.waits.leave(channel, w, acquired) }()
+	lastErr := ErrNotObtained
+	hint := time.Duration(-1)
 	for attempt := 0; ; attempt++ {
-		l, hint, permanent, err := c.acquire(ctx, name, &cfg)
-		if err == nil {
-			return l, nil
-		}
-		if !wait || permanent || ctx.Err() != nil {
-			if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-				err = errors.Join(err, cerr)
+		if try {
+			l, h, permanent, err := c.acquire(ctx, name, &cfg)
+			if err == nil {
+				acquired = true
+				return l, nil
 			}
-			return nil, err
+			if permanent || ctx.Err() != nil {
+				if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+					err = errors.Join(err, cerr)
+				}
+				return nil, err
+			}
+			lastErr, hint = err, h
 		}
+		try = true
 		d := cfg.retry(attempt)
-		if hint >= 0 && hint+time.Millisecond < d {
-			// Never sleep past the moment the holder's lease runs out.
+		switch {
+		case hint < 0:
+		case attempt > 0 && c.waits.trusted():
+			// Release messages arrive: sleep until the holder's lease would
+			// run out (a crashed holder publishes nothing), not in polls.
+			d = hint + time.Millisecond
+		case hint+time.Millisecond < d:
+			// Polling: never sleep past the end of the holder's lease. The
+			// first wait polls too, as its SUBSCRIBE may not be active yet.
 			d = hint + time.Millisecond
 		}
-		t := time.NewTimer(d)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, errors.Join(err, ctx.Err())
-		case <-c.closing:
-			t.Stop()
-			return nil, errors.Join(err, ErrClosed)
+		if err := c.await(ctx, channel, w, d); err != nil {
+			return nil, errors.Join(lastErr, err)
 		}
 	}
+}
+
+func lockKey(prefix, name string) string { return "{" + prefix + name + "}" }
+
+// holds reports whether a lock of this core currently holds key.
+func (c *core) holds(key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.heldKeys[key] > 0
 }
 
 func (c *core) isClosing() bool {
@@ -563,6 +602,7 @@ func (c *core) close() error {
 		}
 	}
 	c.batch(context.Background(), live, nil, time.Now().Add(c.cfg.timeout(c.cfg.ttl)), nil)
+	c.waits.close()
 
 	c.mu.Lock()
 	c.closed = true

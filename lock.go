@@ -33,6 +33,7 @@ type Lock struct {
 	name          string
 	owner         string
 	keys          []string // lock key, fence counter key: one hash tag
+	channel       string   // where releases are published (wait.go)
 	fencing       bool
 	autoRenew     bool
 	driftFactor   float64
@@ -60,12 +61,13 @@ type Lock struct {
 }
 
 func (c *core) newLock(name string, cfg *config) *Lock {
-	tag := "{" + cfg.prefix + name + "}"
+	tag := lockKey(cfg.prefix, name)
 	return &Lock{
 		c:             c,
 		name:          name,
 		owner:         uuid.NewString(),
 		keys:          []string{tag, tag + ":fence"},
+		channel:       releaseChannel(tag),
 		fencing:       cfg.fencing,
 		autoRenew:     cfg.autoRenew,
 		driftFactor:   cfg.driftFactor,

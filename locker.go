@@ -30,7 +30,9 @@ func NewLocker(client Client, opts ...Option) (*Locker, error) {
 }
 
 // Lock acquires the lock name, waiting while another owner holds it until
-// the lock is free or ctx ends. Options override the Locker's defaults for
+// the lock is free or ctx ends. A waiter wakes on the holder's release
+// message (one per release per Locker, in FIFO order; see the README), or
+// when the holder's lease runs out. Options override the Locker's defaults for
 // this call. When ctx ends first, the error matches both ErrNotObtained and
 // ctx.Err(), and no key of this call is left behind. Other errors: an empty
 // name or invalid option, ErrClosed after Close, and an error matching

@@ -75,9 +75,11 @@ func WithKeyPrefix(p string) Option { return func(c *config) { c.prefix = p } }
 // retired). With fencing off no counter is written and [Lock.Token] is 0.
 func WithFencing(on bool) Option { return func(c *config) { c.fencing = on } }
 
-// WithRetry sets how long Lock waits between attempts on a contended lock.
-// Default ExponentialRetry(8ms, 512ms). Whatever the policy says, a waiter
-// never sleeps past the moment the holder's lease would expire.
+// WithRetry sets how long Lock waits between attempts on a contended lock
+// when it cannot rely on release messages: before its subscription is
+// confirmed and while the pub/sub connection is down. Default
+// ExponentialRetry(8ms, 512ms). Whatever the policy says, a waiter never
+// sleeps past the moment the holder's lease would expire.
 func WithRetry(f RetryFunc) Option { return func(c *config) { c.retry = f } }
 
 // WithLogger sets where renewal failures and lost locks are logged. Default:

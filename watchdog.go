@@ -237,7 +237,7 @@ func pipelineScript(ctx context.Context, cl Client, locks []*Lock, ttls []time.D
 		if ttls != nil {
 			return []any{locks[i].owner, ttlMillis(ttls[i])}
 		}
-		return []any{locks[i].owner}
+		return []any{locks[i].owner, locks[i].channel}
 	}
 	cmds := make([]*redis.Cmd, len(locks))
 	pipe := cl.Pipeline()

@@ -190,13 +190,17 @@ func TestDoPanicReleases(t *testing.T) {
 }
 
 // countingHook counts what a client sends: single commands and pipelines,
-// each one round trip, and the commands inside pipelines.
-type countingHook struct{ single, pipelines, piped atomic.Int64 }
+// each one round trip, the commands inside pipelines, and script calls
+// (EVAL/EVALSHA) sent on their own.
+type countingHook struct{ single, scripts, pipelines, piped atomic.Int64 }
 
 func (h *countingHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *countingHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		h.single.Add(1)
+		if n := cmd.Name(); n == "evalsha" || n == "eval" {
+			h.scripts.Add(1)
+		}
 		return next(ctx, cmd)
 	}
 }

@@ -1,0 +1,254 @@
+package redlock
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Waiting for a contended lock.
+//
+// Every release publishes the released owner on "<lock key>:rel" from inside
+// the release script. A core keeps ONE pub/sub connection per node, opened
+// with the first waiter and kept until Close, and subscribes a name's channel
+// while at least one goroutine waits for that name. Waiters of one core
+// queue per name in arrival order; a release message wakes only the head of
+// the queue, so a hand-off costs one acquire per process, not one per waiting
+// goroutine. A Redlock receives one copy per master; copies with an owner
+// already seen are dropped.
+//
+// Fairness (FIFO within a core): a Lock call does not try at once while the
+// name is held by this core or other goroutines already wait for it; it joins
+// the tail. So a goroutine that unlocks and locks again goes behind those
+// already waiting. Across processes there is no order: whoever's acquire
+// reaches Redis first after a release wins.
+//
+// Messages can be lost (the connection drops, a holder crashes without
+// releasing, a lock is lost rather than released). So the head waiter also
+// wakes on a timer: the retry policy's delay, capped at the moment the
+// holder's lease runs out (the PTTL its last attempt saw). While the pub/sub
+// connection is down, that timer is all there is.
+type waiters struct {
+	c      *core
+	mu     sync.Mutex
+	queues map[string]*waitQueue // by channel
+	subs   []*redis.PubSub       // one per node, nil until the first waiter
+	// up counts connections whose last read succeeded; while every node's
+	// is up, a head waiter trusts release messages and sleeps until the
+	// holder's lease ends instead of polling.
+	up atomic.Int32
+}
+
+type waitQueue struct {
+	list      []*waiter
+	lastOwner string // the release last dispatched; N copies from a Redlock wake once
+}
+
+type waiter struct {
+	wake chan struct{} // buffered 1: a release arrived while this waiter was head
+}
+
+func releaseChannel(lockKey string) string { return lockKey + ":rel" }
+
+// join queues a waiter for channel at the tail, subscribing the channel on
+// every node if it is the first. It subscribes before the caller's next
+// attempt, so a release right after that attempt is not missed.
+func (ws *waiters) join(channel string) *waiter {
+	w := &waiter{wake: make(chan struct{}, 1)}
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	q := ws.queues[channel]
+	if q == nil {
+		q = &waitQueue{}
+		ws.queues[channel] = q
+		ws.subscribe(channel)
+	}
+	q.list = append(q.list, w)
+	return w
+}
+
+// leave removes w. A waiter that leaves without the lock (ctx ended) hands a
+// wake-up it had not used yet to the new head; one that got the lock drops
+// it: that release came before its own acquisition.
+func (ws *waiters) leave(channel string, w *waiter, acquired bool) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	q := ws.queues[channel]
+	if q == nil {
+		return
+	}
+	for i, x := range q.list {
+		if x == w {
+			q.list = append(q.list[:i], q.list[i+1:]...)
+			break
+		}
+	}
+	if len(q.list) == 0 {
+		delete(ws.queues, channel)
+		ws.unsubscribe(channel)
+		return
+	}
+	select {
+	case <-w.wake:
+		if !acquired {
+			notify(q.list[0])
+		}
+	default:
+	}
+}
+
+// busy reports whether a new Lock call for channel should queue without
+// trying: others wait already, or this core holds the name.
+func (ws *waiters) busy(channel string) bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	q := ws.queues[channel]
+	return q != nil && len(q.list) > 0
+}
+
+func (ws *waiters) isHead(channel string, w *waiter) bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	q := ws.queues[channel]
+	return q != nil && len(q.list) > 0 && q.list[0] == w
+}
+
+// dispatch wakes the head waiter of channel for a release of owner.
+func (ws *waiters) dispatch(channel, owner string) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	q := ws.queues[channel]
+	if q == nil || len(q.list) == 0 || owner == q.lastOwner {
+		return
+	}
+	q.lastOwner = owner
+	notify(q.list[0])
+}
+
+func (ws *waiters) wakeHeads() {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	for _, q := range ws.queues {
+		if len(q.list) > 0 {
+			notify(q.list[0])
+		}
+	}
+}
+
+func notify(w *waiter) {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// subscribe runs under ws.mu, so SUBSCRIBE and UNSUBSCRIBE of one channel
+// reach each connection in the order the queue was created and emptied.
+func (ws *waiters) subscribe(channel string) {
+	if ws.subs == nil {
+		if !ws.c.goCount(len(ws.c.nodes)) {
+			return // closed: waiters give up on their own
+		}
+		ws.subs = make([]*redis.PubSub, len(ws.c.nodes))
+		for i, n := range ws.c.nodes {
+			ws.subs[i] = n.client.Subscribe(context.Background())
+			go ws.receive(ws.subs[i])
+		}
+	}
+	for _, ps := range ws.subs {
+		// An error means the connection is down; go-redis resubscribes every
+		// channel when it reconnects, and waiters have their timers meanwhile.
+		_ = ps.Subscribe(context.Background(), channel)
+	}
+}
+
+func (ws *waiters) unsubscribe(channel string) {
+	for _, ps := range ws.subs {
+		_ = ps.Unsubscribe(context.Background(), channel)
+	}
+}
+
+// receive reads one node's pub/sub connection until Close.
+func (ws *waiters) receive(ps *redis.PubSub) {
+	defer ws.c.wg.Done()
+	up := false
+	setUp := func(v bool) {
+		if v != up {
+			up = v
+			if v {
+				ws.up.Add(1)
+			} else {
+				ws.up.Add(-1)
+				// Heads sleeping until a lease ends, trusting messages that
+				// may now be lost, go back to polling.
+				ws.wakeHeads()
+			}
+		}
+	}
+	defer setUp(false)
+	for {
+		msg, err := ps.Receive(context.Background())
+		if err != nil {
+			setUp(false)
+			// go-redis reconnects (and resubscribes) on the next call. Pause
+			// briefly so a node that refuses connections is not dialled in a
+			// tight loop.
+			t := time.NewTimer(50 * time.Millisecond)
+			select {
+			case <-ws.c.closing:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			continue
+		}
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			setUp(true)
+		case *redis.Message:
+			setUp(true)
+			ws.dispatch(m.Channel, m.Payload)
+		}
+	}
+}
+
+// trusted reports whether release messages can be relied on: every node's
+// pub/sub connection is up.
+func (ws *waiters) trusted() bool { return int(ws.up.Load()) == len(ws.c.nodes) }
+
+// close closes the pub/sub connections, which ends the receive loops.
+func (ws *waiters) close() {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	for _, ps := range ws.subs {
+		_ = ps.Close()
+	}
+}
+
+// await blocks w until it should try again: woken by a release while head,
+// or, as head, when its timer (the retry delay, capped at the holder's
+// remaining lease) runs out. Waiters behind the head only re-check their
+// place when their timer fires.
+func (c *core) await(ctx context.Context, channel string, w *waiter, delay time.Duration) error {
+	for {
+		t := time.NewTimer(delay)
+		select {
+		case <-w.wake:
+			t.Stop()
+			return nil
+		case <-t.C:
+			if c.waits.isHead(channel, w) {
+				return nil
+			}
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-c.closing:
+			t.Stop()
+			return ErrClosed
+		}
+	}
+}
