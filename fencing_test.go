@@ -803,3 +803,94 @@ func TestRedisFenceAdmitConcurrent(t *testing.T) {
 	}
 	checkFenceHistory(t, calls, h)
 }
+
+// acquirer is what the paused-holder scenario needs of a Locker or Redlock.
+type acquirer interface {
+	Lock(ctx context.Context, name string, opts ...Option) (*Lock, error)
+}
+
+// TestFencePausedHolder is Kleppmann's scenario on real servers: A holds the
+// lock, reads the balance, and stalls (its goroutine blocked, as by a GC
+// pause) past its lease. B takes the lock, reads, writes. A wakes and writes
+// its stale computation. Unfenced, A's write lands and B's update is lost;
+// through the RedisFence it is rejected. Run with Locker and Redlock tokens.
+func TestFencePausedHolder(t *testing.T) {
+	storage := redistest.Start(t) // the resource: never one of the lock servers
+	store := storage.Client(t)
+	guard, err := NewRedisFence(store)
+	if err != nil {
+		t.Fatalf("NewRedisFence() = %v", err)
+	}
+	opts := []Option{WithTTL(300 * time.Millisecond), WithAutoRenew(false)}
+	single := redistest.Start(t)
+	lk := newLocker(t, single.Client(t), opts...)
+	var clients []Client
+	for _, s := range redistest.StartN(t, 3) {
+		clients = append(clients, s.Client(t))
+	}
+	rl, err := NewRedlock(clients, opts...)
+	if err != nil {
+		t.Fatalf("NewRedlock() = %v", err)
+	}
+	t.Cleanup(func() { rl.Close() })
+
+	for _, tc := range []struct {
+		name string
+		lk   acquirer
+	}{{"Locker", lk}, {"Redlock", rl}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			fenced, plain := "balance:fenced:"+tc.name, "balance:plain:"+tc.name
+			store.Set(ctx, fenced, 100, 0)
+			store.Set(ctx, plain, 100, 0)
+			read := func(key string) int {
+				n, err := store.Get(ctx, key).Int()
+				if err != nil {
+					t.Fatalf("GET %s = %v", key, err)
+				}
+				return n
+			}
+
+			a, err := tc.lk.Lock(ctx, "account-"+tc.name)
+			if err != nil {
+				t.Fatalf("A Lock() = %v", err)
+			}
+			if err := guard.Admit(ctx, fenced, a.Token()); err != nil {
+				t.Fatalf("A Admit() = %v", err)
+			}
+			aFenced, aPlain := read(fenced), read(plain)
+
+			// A stalls here. Its lease runs out; B gets the lock.
+			<-a.Done()
+			b, err := tc.lk.Lock(ctx, "account-"+tc.name)
+			if err != nil {
+				t.Fatalf("B Lock() = %v", err)
+			}
+			if b.Token() <= a.Token() {
+				t.Fatalf("B token %d, want > A token %d", b.Token(), a.Token())
+			}
+			if err := guard.Admit(ctx, fenced, b.Token()); err != nil {
+				t.Fatalf("B Admit() = %v", err)
+			}
+			if err := guard.Set(ctx, fenced, b.Token(), read(fenced)+10, 0); err != nil {
+				t.Fatalf("B fenced Set() = %v", err)
+			}
+			store.Set(ctx, plain, read(plain)+10, 0)
+
+			// A wakes up and writes what it computed before the stall.
+			store.Set(ctx, plain, aPlain-50, 0)
+			err = guard.Set(ctx, fenced, a.Token(), aFenced-50, 0)
+			var stale *StaleTokenError
+			if !errors.Is(err, ErrStaleToken) || !errors.As(err, &stale) || stale.Highest != b.Token() {
+				t.Errorf("A's stale fenced Set() = %v, want ErrStaleToken citing B's token %d", err, b.Token())
+			}
+			if got := read(plain); got != 50 {
+				t.Errorf("unfenced balance = %d, want 50: A's stale write lands and B's +10 is lost", got)
+			}
+			if got := read(fenced); got != 110 {
+				t.Errorf("fenced balance = %d, want 110 (B's write kept, A's rejected)", got)
+			}
+			b.Unlock(ctx)
+		})
+	}
+}

@@ -247,7 +247,11 @@ func (l *Lock) expire() {
 		l.mu.Unlock()
 		return
 	}
-	changed := l.transition(stateLost, "no renewal succeeded before the validity ran out")
+	why := "no renewal succeeded before the validity ran out"
+	if !l.autoRenew {
+		why = "lease ran out (auto-renew off)"
+	}
+	changed := l.transition(stateLost, why)
 	l.mu.Unlock()
 	if changed {
 		l.afterTransition(stateLost)
