@@ -227,8 +227,11 @@ func (c *core) impossible(no int) bool { return no > len(c.nodes)-c.quorum }
 // wrong key type, script error) from a failure that a retry may get past
 // (timeouts, dropped connections, a loading or failing-over server).
 func isPermanent(err error) bool {
+	if errors.Is(err, redis.ErrClosed) {
+		return true // the caller closed the client: no retry can succeed
+	}
 	if errors.Is(err, errNodeTimeout) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, redis.ErrClosed) {
+		errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
 	var ne net.Error

@@ -463,3 +463,18 @@ func eventually(d time.Duration, cond func() bool) bool {
 	}
 	return cond()
 }
+
+// TestLockClosedClient: Lock gives up at once on a closed client instead of
+// retrying until its ctx ends.
+func TestLockClosedClient(t *testing.T) {
+	mr := redistest.Start(t)
+	cl := mr.Client(t)
+	lk := newLocker(t, cl)
+	cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := lk.Lock(ctx, "closed-client")
+	if !errors.Is(err, ErrNotObtained) || !errors.Is(err, redis.ErrClosed) || ctx.Err() != nil {
+		t.Errorf("Lock(closed client) = %v (ctx %v), want ErrNotObtained and redis.ErrClosed before the ctx ends", err, ctx.Err())
+	}
+}

@@ -338,3 +338,41 @@ func TestCloseReleases(t *testing.T) {
 		t.Errorf("second Close() = %v, want nil", err)
 	}
 }
+
+// TestWatchdogScriptFlush: pipelined renewals get NOSCRIPT after SCRIPT
+// FLUSH (go-redis's EVAL fallback does not apply to pipelines); they must be
+// resent with EVAL, never read as "not held".
+func TestWatchdogScriptFlush(t *testing.T) {
+	srv := redistest.Start(t)
+	cl := srv.Client(t)
+	hook := &countingHook{}
+	cl.AddHook(hook)
+	lk := newLocker(t, cl, WithTTL(600*time.Millisecond), WithRenewInterval(100*time.Millisecond))
+	ctx := context.Background()
+	var locks []*Lock
+	for i := range 20 {
+		l, err := lk.TryLock(ctx, fmt.Sprintf("flush-%d", i))
+		if err != nil {
+			t.Fatalf("TryLock() = %v", err)
+		}
+		locks = append(locks, l)
+	}
+	// Flush between renewals for two TTLs: a lock whose renewals all failed
+	// would be lost by its own timer within one TTL.
+	end := time.Now().Add(1200 * time.Millisecond)
+	flushes := 0
+	for time.Now().Before(end) {
+		srv.Do(t, "SCRIPT", "FLUSH")
+		flushes++
+		p := hook.pipelines.Load()
+		if !eventually(2*time.Second, func() bool { return hook.pipelines.Load() >= p+2 }) {
+			t.Fatalf("no renewal pipeline after SCRIPT FLUSH")
+		}
+	}
+	t.Logf("%d flushes over 2 TTLs", flushes)
+	for i, l := range locks {
+		if err := l.Err(); err != nil {
+			t.Errorf("lock %d: Err() = %v after renewals across SCRIPT FLUSH, want held", i, err)
+		}
+	}
+}
