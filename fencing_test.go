@@ -488,18 +488,7 @@ func TestFenceMarkKeyClusterKeyslot(t *testing.T) {
 // owning all slots, which refuses a script whose keys are in two slots with
 // CROSSSLOT.
 func TestRedisFenceOnCluster(t *testing.T) {
-	srv := redistest.Start(t, "--cluster-enabled", "yes")
-	srv.Do(t, "CLUSTER", "ADDSLOTSRANGE", "0", "16383")
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(fmt.Sprint(srv.Do(t, "CLUSTER", "INFO")), "cluster_state:ok") {
-		if time.Now().After(deadline) {
-			t.Fatalf("cluster state not ok after 10s: %v", srv.Do(t, "CLUSTER", "INFO"))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.Addr()}, MaxRedirects: -1})
-	t.Cleanup(func() { _ = c.Close() })
-	g, err := NewRedisFence(c)
+	g, err := NewRedisFence(startCluster(t))
 	if err != nil {
 		t.Fatalf("NewRedisFence: %v", err)
 	}

@@ -454,14 +454,59 @@ func TestPausedServer(t *testing.T) {
 // eventually polls cond every few ms until it holds or d passes. It waits on
 // an external process (redis-server resuming work), not on our own code.
 func eventually(d time.Duration, cond func() bool) bool {
+	return eventuallyEvery(d, 5*time.Millisecond, cond)
+}
+
+func eventuallyEvery(d, every time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
 		if cond() {
 			return true
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(every)
 	}
 	return cond()
+}
+
+// TestLockerOnCluster: lock and counter keys share a hash tag whatever braces
+// the name has, so every script runs on Cluster without CROSSSLOT; waiting
+// (pub/sub) and the watchdog's pipelines work through a ClusterClient.
+func TestLockerOnCluster(t *testing.T) {
+	cl := startCluster(t)
+	lk := newLocker(t, cl, WithTTL(600*time.Millisecond), WithRenewInterval(100*time.Millisecond))
+	ctx := context.Background()
+	for _, name := range []string{"}x", "{}", "a{b}c", "{", "}", "plain", "user:{7}"} {
+		l, err := lk.TryLock(ctx, name)
+		if err != nil {
+			t.Fatalf("TryLock(%q) = %v", name, err)
+		}
+		if err := l.Extend(ctx, time.Second); err != nil {
+			t.Fatalf("Extend(%q) = %v", name, err)
+		}
+		got := make(chan error, 1)
+		go func() {
+			w, err := lk.Lock(ctx, name)
+			if err == nil {
+				err = w.Unlock(ctx)
+			}
+			got <- err
+		}()
+		waiting(t, lk.c, name)
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock(%q) = %v", name, err)
+		}
+		if err := <-got; err != nil {
+			t.Fatalf("waiter on %q: %v", name, err)
+		}
+	}
+	held, err := lk.TryLock(ctx, "renewed-on-cluster")
+	if err != nil {
+		t.Fatalf("TryLock() = %v", err)
+	}
+	time.Sleep(1200 * time.Millisecond) // two TTLs: the duration under test
+	if err := held.Err(); err != nil || !time.Now().Before(held.Until()) {
+		t.Errorf("lock on cluster after 2 TTLs: Err() = %v, Until in %v; want renewed", err, time.Until(held.Until()))
+	}
 }
 
 // TestLockClosedClient: Lock gives up at once on a closed client instead of

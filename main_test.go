@@ -2,11 +2,16 @@ package redlock
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
+
+	"github.com/redlockgo/redlock/internal/redistest"
 )
 
 // TestMain fails the run if any goroutine outlives the tests: every Locker
@@ -43,4 +48,22 @@ func get(t testing.TB, cl *redis.Client, key string) string {
 		t.Fatalf("GET %s = %v", key, err)
 	}
 	return v
+}
+
+// startCluster starts a one-node Redis Cluster owning every slot and returns
+// a ClusterClient to it. One node is enough to catch CROSSSLOT: cluster mode
+// refuses a script whose keys hash to different slots on any node count.
+func startCluster(t testing.TB) *redis.ClusterClient {
+	t.Helper()
+	srv := redistest.Start(t, "--cluster-enabled", "yes")
+	srv.Do(t, "CLUSTER", "ADDSLOTSRANGE", "0", "16383")
+	// Polls an external process until it reports the cluster ready.
+	if !eventuallyEvery(10*time.Second, 50*time.Millisecond, func() bool {
+		return strings.Contains(fmt.Sprint(srv.Do(t, "CLUSTER", "INFO")), "cluster_state:ok")
+	}) {
+		t.Fatalf("cluster state not ok after 10s: %v", srv.Do(t, "CLUSTER", "INFO"))
+	}
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.Addr()}, MaxRedirects: -1})
+	t.Cleanup(func() { c.Close() })
+	return c
 }
