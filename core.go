@@ -46,17 +46,21 @@ type core struct {
 	wd     *watchdog
 	hooks  hooks
 
+	waits waiters        // pub/sub wake-ups for Lock (wait.go)
+	wg    sync.WaitGroup // every goroutine of the core, including calls left behind on a paused node
+
 	closing chan struct{} // closed when Close starts: waiters give up
 
-	mu      sync.Mutex
-	closed  bool // no new goroutines may start; guarded by mu so wg.Add never races wg.Wait
-	isClose bool
-	held    map[*Lock]struct{}
+	mu sync.Mutex
+	// closeStarted: Close has begun; no new lock may be registered.
+	closeStarted bool
+	// ioStopped: Close has released what it could; no goroutine may start,
+	// so wg.Add never races the final wg.Wait.
+	ioStopped bool
+	held      map[*Lock]struct{}
 	// heldKeys counts held locks per lock key, so a waiter of this core does
 	// not waste an attempt on a name its own process holds.
 	heldKeys map[string]int
-	waits    waiters
-	wg       sync.WaitGroup // every I/O goroutine, including calls left behind on a paused node
 }
 
 // hooks let tests put a pause at an exact point of the protocol.
@@ -135,7 +139,7 @@ type reply struct {
 func (c *core) goCount(n int) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
+	if c.ioStopped {
 		return false
 	}
 	c.wg.Add(n)
@@ -443,7 +447,7 @@ func (c *core) releaseNode(ctx context.Context, n *node, l *Lock) {
 // core and, with auto-renew, the watchdog.
 func (c *core) activate(l *Lock, token int64, until time.Time) error {
 	c.mu.Lock()
-	if c.isClose {
+	if c.closeStarted {
 		c.mu.Unlock()
 		l.finish(stateFailed, "")
 		c.releaseOn(context.Background(), l, c.nodes, l.timeout, never)
@@ -585,11 +589,11 @@ func (c *core) do(ctx context.Context, name string, fn func(context.Context) err
 // goroutine the core started.
 func (c *core) close() error {
 	c.mu.Lock()
-	if c.isClose {
+	if c.closeStarted {
 		c.mu.Unlock()
 		return nil
 	}
-	c.isClose = true
+	c.closeStarted = true
 	close(c.closing)
 	held := make([]*Lock, 0, len(c.held))
 	for l := range c.held {
@@ -608,7 +612,7 @@ func (c *core) close() error {
 	c.waits.close()
 
 	c.mu.Lock()
-	c.closed = true
+	c.ioStopped = true
 	c.mu.Unlock()
 	c.wg.Wait()
 	return nil

@@ -36,6 +36,7 @@ type waiters struct {
 	mu     sync.Mutex
 	queues map[string]*waitQueue // by channel
 	subs   []*redis.PubSub       // one per node, nil until the first waiter
+	closed bool                  // set by close: no connection may open after it
 	// up counts connections whose last read succeeded; while every node's
 	// is up, a head waiter trusts release messages and sleeps until the
 	// holder's lease ends instead of polling.
@@ -148,9 +149,12 @@ func notify(w *waiter) {
 // subscribe runs under ws.mu, so SUBSCRIBE and UNSUBSCRIBE of one channel
 // reach each connection in the order the queue was created and emptied.
 func (ws *waiters) subscribe(channel string) {
+	if ws.closed {
+		return // waiters give up on their own: Close closed c.closing first
+	}
 	if ws.subs == nil {
 		if !ws.c.goCount(len(ws.c.nodes)) {
-			return // closed: waiters give up on their own
+			return
 		}
 		ws.subs = make([]*redis.PubSub, len(ws.c.nodes))
 		for i, n := range ws.c.nodes {
@@ -223,6 +227,7 @@ func (ws *waiters) trusted() bool { return int(ws.up.Load()) == len(ws.c.nodes) 
 func (ws *waiters) close() {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
+	ws.closed = true
 	for _, ps := range ws.subs {
 		_ = ps.Close()
 	}

@@ -307,3 +307,38 @@ func TestWaitPubSubDropped(t *testing.T) {
 		t.Fatalf("waiter did not get the lock within 3s of the release after its pub/sub connection died")
 	}
 }
+
+// TestCloseWhileWaiting: Close with goroutines waiting (and some about to
+// wait) returns, the waiters fail with ErrClosed, and no goroutine is left.
+func TestCloseWhileWaiting(t *testing.T) {
+	cl, _ := miniClient(t)
+	lk, err := NewLocker(cl)
+	if err != nil {
+		t.Fatalf("NewLocker() = %v", err)
+	}
+	other := newLocker(t, cl)
+	ctx := context.Background()
+	if _, err := other.TryLock(ctx, "busy"); err != nil {
+		t.Fatalf("TryLock() = %v", err)
+	}
+	errs := make(chan error, 20)
+	for range 20 {
+		go func() {
+			_, err := lk.Lock(ctx, "busy")
+			errs <- err
+		}()
+	}
+	waiting(t, lk.c, "busy")
+	closed := make(chan struct{})
+	go func() { lk.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("Close() did not return within 5s with waiters")
+	}
+	for range 20 {
+		if err := <-errs; !errors.Is(err, ErrClosed) && !errors.Is(err, ErrNotObtained) {
+			t.Errorf("waiter Lock() after Close = %v, want ErrClosed or ErrNotObtained", err)
+		}
+	}
+}
