@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -32,7 +33,8 @@ var (
 // independent masters of a Redlock.
 type node struct {
 	idx    int
-	addr   string
+	addr   string // the client's String(), for error messages
+	server string // network and address without the DB, to spot one server given twice
 	client Client
 }
 
@@ -92,8 +94,14 @@ func newCore(clients []Client, opts []Option) (*core, error) {
 		if s, ok := cl.(fmt.Stringer); ok {
 			n.addr = s.String()
 		}
+		n.server = n.addr
+		if o, ok := cl.(interface{ Options() *redis.Options }); ok {
+			// Two DB numbers of one server are one failure domain, not two
+			// masters: compare without the DB.
+			n.server = o.Options().Network + "/" + o.Options().Addr
+		}
 		for _, prev := range c.nodes {
-			if samePointer(prev.client, cl) || (n.addr != "" && prev.addr == n.addr) {
+			if samePointer(prev.client, cl) || (n.server != "" && prev.server == n.server) {
 				return nil, fmt.Errorf("redlock: clients %d and %d are the same node (%s); Redlock needs independent masters", prev.idx, i, n.addr)
 			}
 		}
@@ -262,16 +270,22 @@ func ttlMillis(ttl time.Duration) int64 { return max(ttl.Milliseconds(), 1) }
 func (c *core) acquire(ctx context.Context, name string, cfg *config) (*Lock, time.Duration, bool, error) {
 	l := c.newLock(name, cfg)
 	timeout := cfg.timeout(cfg.ttl)
-	fence := "0"
+	fence, floor := "0", ""
 	if cfg.fencing {
 		fence = "1"
+	}
+	if cfg.fencing && len(c.nodes) > 1 {
+		// One floor for all masters, so that they mint the same token and the
+		// write-back round of settleToken is needed only when a counter is
+		// already past it. A single node uses its own TIME.
+		floor = strconv.FormatInt(time.Now().UnixMicro(), 10)
 	}
 	// Redlock step 1: T1 before the first request; every key set by this
 	// attempt expires no earlier than T1+TTL on its server.
 	t1 := time.Now()
 	until := validUntil(t1, cfg.ttl, cfg.driftFactor)
 	ch, err := c.fanOut(ctx, c.nodes, timeout, func(ctx context.Context, n *node) reply {
-		res, err := scriptAcquire.Run(ctx, n.client, l.keys, l.owner, ttlMillis(cfg.ttl), fence).Int64Slice()
+		res, err := scriptAcquire.Run(ctx, n.client, l.keys, l.owner, ttlMillis(cfg.ttl), fence, floor).Int64Slice()
 		if err != nil {
 			return reply{err: err}
 		}
@@ -328,15 +342,32 @@ func (c *core) acquire(ctx context.Context, name string, cfg *config) (*Lock, ti
 	}
 	// Step 5: not obtained. Release wherever the outcome may be a grant: nodes
 	// that granted and nodes that failed or did not answer (the request may
-	// still run). Nodes that answered "taken" hold nothing of ours.
+	// still run). Nodes that answered "taken" hold nothing of ours. Wait only
+	// for the nodes known to hold our key: a node that failed or did not
+	// answer within the node timeout will not answer the release any sooner,
+	// and waiting for it would double the cost of a failed attempt. Its
+	// release still runs (the core owns that goroutine), and a grant that
+	// arrives late is released by the call that receives it.
 	l.finish(stateFailed, "")
 	var undo []*node
+	granted := make(map[int]bool)
 	for _, n := range c.nodes {
+		if r, ok := replyOf(rs, n.idx); ok && r.err == nil && r.ok {
+			granted[n.idx] = true
+		}
 		if !answeredNo(rs, n.idx) {
 			undo = append(undo, n)
 		}
 	}
-	c.releaseOn(ctx, l, undo, timeout, never)
+	c.releaseOn(ctx, l, undo, timeout, func(got []reply) bool {
+		n := 0
+		for _, r := range got {
+			if granted[r.node] {
+				n++
+			}
+		}
+		return n == len(granted)
+	})
 	errs := append([]error{ErrNotObtained}, t.errs...)
 	if interrupted {
 		errs = append(errs, ctx.Err())
@@ -467,7 +498,8 @@ func (c *core) activate(l *Lock, token int64, until time.Time) error {
 // watchdog. The lock's state changed first, so the watchdog cannot re-add it.
 func (c *core) forget(l *Lock) {
 	c.mu.Lock()
-	if _, ok := c.held[l]; ok {
+	_, was := c.held[l]
+	if was {
 		delete(c.held, l)
 		if c.heldKeys[l.keys[0]]--; c.heldKeys[l.keys[0]] <= 0 {
 			delete(c.heldKeys, l.keys[0])
@@ -475,6 +507,9 @@ func (c *core) forget(l *Lock) {
 	}
 	c.mu.Unlock()
 	c.wd.remove(l)
+	if was {
+		c.waits.idle(l.channel)
+	}
 }
 
 // lock is Lock (wait=true) and TryLock (wait=false).
@@ -496,13 +531,19 @@ func (c *core) lock(ctx context.Context, name string, opts []Option, wait bool) 
 		l, _, _, err := c.acquire(ctx, name, &cfg)
 		return l, err
 	}
-	channel := releaseChannel(lockKey(cfg.prefix, name))
-	// FIFO within this core: behind waiters already queued, and no attempt
-	// while one of our own goroutines holds the name (see wait.go).
-	try := !c.waits.busy(channel) && !c.holds(lockKey(cfg.prefix, name))
-	w := c.waits.join(channel)
+	key := lockKey(cfg.prefix, name)
+	channel := releaseChannel(key)
+	// FIFO within this core: no attempt while others of ours wait or hold the
+	// name; queue behind them instead (see wait.go). An uncontended Lock
+	// never touches pub/sub: it subscribes only after a failed attempt.
+	try := !c.waits.busy(channel) && !c.holds(key)
+	var w *waiter
 	acquired := false
-	defer func() { c.waits.leave(channel, w, acquired) }()
+	defer func() {
+		if w != nil {
+			c.waits.leave(channel, w, acquired)
+		}
+	}()
 	lastErr := ErrNotObtained
 	hint := time.Duration(-1)
 	for attempt := 0; ; attempt++ {
@@ -521,6 +562,11 @@ func (c *core) lock(ctx context.Context, name string, opts []Option, wait bool) 
 			lastErr, hint = err, h
 		}
 		try = true
+		if w == nil {
+			var sent <-chan struct{}
+			w, sent = c.waits.join(channel)
+			subscribed(ctx, sent, c.quorum, cfg.timeout(cfg.ttl))
+		}
 		d := cfg.retry(attempt)
 		switch {
 		case hint < 0:
@@ -530,7 +576,8 @@ func (c *core) lock(ctx context.Context, name string, opts []Option, wait bool) 
 			d = hint + time.Millisecond
 		case hint+time.Millisecond < d:
 			// Polling: never sleep past the end of the holder's lease. The
-			// first wait polls too, as its SUBSCRIBE may not be active yet.
+			// first wait polls too: a release may have come between the
+			// failed attempt and the SUBSCRIBE.
 			d = hint + time.Millisecond
 		}
 		if err := c.await(ctx, channel, w, d); err != nil {

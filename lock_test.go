@@ -431,17 +431,22 @@ func TestPausedServer(t *testing.T) {
 	if !errors.Is(err, ErrNotObtained) || !errors.Is(err, errNodeTimeout) {
 		t.Errorf("TryLock(paused) = %v, want ErrNotObtained with a node timeout", err)
 	}
-	// Bound: the node timeout, plus the cleanup release that is also bounded
-	// by it, plus scheduling slack.
-	if took > 2*nodeTimeout+200*time.Millisecond {
-		t.Errorf("TryLock(paused) took %v, want <= 2 x node timeout + slack", took)
+	// Bound: the node timeout plus scheduling slack. The cleanup release to
+	// the silent node is not waited for: it would not answer any sooner.
+	if took > nodeTimeout+100*time.Millisecond {
+		t.Errorf("TryLock(paused) took %v, want <= node timeout %v + slack", took, nodeTimeout)
 	}
 	srv.Resume(t)
-	// The queued SET NX may run after the pause: the attempt's own goroutine
-	// releases it when the grant arrives. Wait for the key to be gone.
-	if !eventually(2*time.Second, func() bool { return cl.Exists(ctx, "{redlock:paused}").Val() == 0 }) {
-		t.Errorf("late grant of the paused server still present; want it released")
+	// The queued SET NX runs after the pause; the attempt's own goroutine
+	// releases it when the grant arrives. Close waits for that goroutine, so
+	// afterwards the key must be gone.
+	if err := lk.Close(); err != nil {
+		t.Fatalf("Close() = %v", err)
 	}
+	if n := cl.Exists(ctx, "{redlock:paused}").Val(); n != 0 {
+		t.Errorf("late grant of the paused server still present after Close; want it released")
+	}
+	lk = newLocker(t, cl)
 	l, err := lk.TryLock(ctx, "paused")
 	if err != nil {
 		t.Fatalf("TryLock() after resume = %v", err)

@@ -54,7 +54,7 @@ func WithRenewInterval(d time.Duration) Option { return func(c *config) { c.rene
 
 // WithNodeTimeout bounds every call to one Redis node (acquire, extend,
 // release), enforced by the library whatever the client's own timeouts. Default
-// TTL/50, kept between 20ms and 500ms and below TTL/2. A Redlock treats a node
+// TTL/50, kept between 50ms and 500ms and at most TTL/3. A Redlock treats a node
 // that has not answered by then as failed for that call.
 func WithNodeTimeout(d time.Duration) Option { return func(c *config) { c.nodeTimeout = d } }
 
@@ -131,6 +131,6 @@ func (c *config) timeout(ttl time.Duration) time.Duration {
 	if c.nodeTimeout > 0 {
 		return c.nodeTimeout
 	}
-	d := min(max(ttl/50, 20*time.Millisecond), 500*time.Millisecond)
-	return min(d, ttl/2)
+	d := min(max(ttl/50, 50*time.Millisecond), 500*time.Millisecond)
+	return min(d, ttl/3)
 }

@@ -15,17 +15,21 @@ import "context"
 // that may have granted it, and a grant that arrives after its attempt was
 // given up is released by the call that received it.
 //
-// Fencing tokens: every master mints max(counter+1, its server time in µs).
-// The lock's token is the largest minted by the granting quorum, and when the
-// masters disagree it is written back (raise-only) to the others until a
-// majority holds a counter at least that large, before the final validity
-// check. Any later quorum intersects that majority, so tokens strictly
-// increase. This holds while at most a minority of masters lose their
-// counters (restart without persistence) at once; the time floor covers a
-// restarted master as long as its clock is not behind by more than the time
-// since the last grant. Run masters with AOF (appendfsync always) or restart
-// a crashed master only after the longest TTL in use, as the Redlock spec
-// advises.
+// Fencing tokens: every master mints max(counter+1, floor), where the floor
+// is this client's clock in µs, the same for all masters of one attempt, so
+// that they normally mint the same token. The lock's token is the largest
+// minted by the granting quorum; when the masters disagree (a counter was
+// already past the floor) it is first written back (raise-only) to the other
+// masters until a majority holds a counter at least that large, before the
+// final validity check. Any later quorum intersects that majority, so tokens
+// strictly increase while the masters of that majority keep their counters.
+// When one of them loses its counter (restart without persistence), the time
+// floor still keeps the next token larger, provided the last token did not
+// run ahead of the acquiring client's clock: a counter pushed far ahead (a
+// client with a fast clock, a manual INCRBY) plus a lost counter can let a
+// token go backwards. Run masters with AOF (appendfsync always), or restart a
+// crashed master only after the longest TTL in use, as the Redlock spec
+// advises, and keep clocks synchronised (NTP).
 type Redlock struct{ c *core }
 
 // NewRedlock returns a Redlock over clients, one per independent master, with

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,7 +15,9 @@ import (
 // Every release publishes the released owner on "<lock key>:rel" from inside
 // the release script. A core keeps ONE pub/sub connection per node, opened
 // with the first waiter and kept until Close, and subscribes a name's channel
-// while at least one goroutine waits for that name. Waiters of one core
+// while at least one goroutine waits for that name (and, once contended,
+// while this core holds it). A Lock that gets the lock at its first attempt
+// never touches pub/sub. Waiters of one core
 // queue per name in arrival order; a release message wakes only the head of
 // the queue, so a hand-off costs one acquire per process, not one per waiting
 // goroutine. A Redlock receives one copy per master; copies with an owner
@@ -35,12 +38,40 @@ type waiters struct {
 	c      *core
 	mu     sync.Mutex
 	queues map[string]*waitQueue // by channel
-	subs   []*redis.PubSub       // one per node, nil until the first waiter
+	subs   []*nodeSubs           // one per node, nil until the first waiter
 	closed bool                  // set by close: no connection may open after it
 	// up counts connections whose last read succeeded; while every node's
 	// is up, a head waiter trusts release messages and sleeps until the
 	// holder's lease ends instead of polling.
 	up atomic.Int32
+}
+
+// nodeSubs is one node's pub/sub connection and the SUBSCRIBE/UNSUBSCRIBE
+// calls waiting to be sent on it. A goroutine of its own sends them, in the
+// order they were asked for: go-redis holds the PubSub's mutex while it dials
+// and handshakes, which on an unresponsive node lasts the client's read
+// timeout, and neither a Lock call nor ws.mu may wait for that.
+type nodeSubs struct {
+	ps   *redis.PubSub
+	mu   sync.Mutex
+	ops  []subOp
+	kick chan struct{} // buffered 1: ops were added
+}
+
+type subOp struct {
+	channel string
+	on      bool
+	ack     chan<- struct{} // receives once sent (or failed); buffered to the node count
+}
+
+func (s *nodeSubs) push(op subOp) {
+	s.mu.Lock()
+	s.ops = append(s.ops, op)
+	s.mu.Unlock()
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
 }
 
 type waitQueue struct {
@@ -52,23 +83,49 @@ type waiter struct {
 	wake chan struct{} // buffered 1: a release arrived while this waiter was head
 }
 
-func releaseChannel(lockKey string) string { return lockKey + ":rel" }
+const channelSuffix = ":rel"
+
+func releaseChannel(lockKey string) string { return lockKey + channelSuffix }
 
 // join queues a waiter for channel at the tail, subscribing the channel on
-// every node if it is the first. It subscribes before the caller's next
-// attempt, so a release right after that attempt is not missed.
-func (ws *waiters) join(channel string) *waiter {
+// every node if it is the first. It returns a channel that receives once per
+// node whose SUBSCRIBE was sent (nil when nothing was sent): the caller waits
+// for a quorum of them, bounded by the node timeout and its ctx, before its
+// next attempt, so that a release right after that attempt is not missed,
+// and a hung node delays nothing.
+func (ws *waiters) join(channel string) (*waiter, <-chan struct{}) {
 	w := &waiter{wake: make(chan struct{}, 1)}
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	q := ws.queues[channel]
+	var sent <-chan struct{}
 	if q == nil {
 		q = &waitQueue{}
 		ws.queues[channel] = q
-		ws.subscribe(channel)
+		sent = ws.subscribe(channel)
 	}
 	q.list = append(q.list, w)
-	return w
+	return w, sent
+}
+
+// subscribed waits until need nodes acknowledged on ack that their
+// SUBSCRIBE was sent, timeout passes or ctx ends. A release reaches a quorum
+// of nodes, so it is seen once a quorum of them has the subscription.
+func subscribed(ctx context.Context, ack <-chan struct{}, need int, timeout time.Duration) {
+	if ack == nil {
+		return
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for range need {
+		select {
+		case <-ack:
+		case <-t.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // leave removes w. A waiter that leaves without the lock (ctx ended) hands a
@@ -88,8 +145,7 @@ func (ws *waiters) leave(channel string, w *waiter, acquired bool) {
 		}
 	}
 	if len(q.list) == 0 {
-		delete(ws.queues, channel)
-		ws.unsubscribe(channel)
+		ws.dropIfIdle(channel, q)
 		return
 	}
 	select {
@@ -99,6 +155,28 @@ func (ws *waiters) leave(channel string, w *waiter, acquired bool) {
 		}
 	default:
 	}
+}
+
+// idle is called when this core stops holding the lock of channel.
+func (ws *waiters) idle(channel string) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if q := ws.queues[channel]; q != nil && len(q.list) == 0 {
+		ws.dropIfIdle(channel, q)
+	}
+}
+
+// dropIfIdle unsubscribes a channel nobody waits on, unless this core holds
+// the name: then a goroutine of ours is likely to want it next (one that just
+// got it, or unlocks and locks again), and a subscription kept costs nothing,
+// while dropping it would cost an UNSUBSCRIBE and a SUBSCRIBE per hand-off.
+// Called under ws.mu (lock order: ws.mu, then c.mu).
+func (ws *waiters) dropIfIdle(channel string, q *waitQueue) {
+	if ws.c.holds(strings.TrimSuffix(channel, channelSuffix)) {
+		return
+	}
+	delete(ws.queues, channel)
+	ws.unsubscribe(channel)
 }
 
 // busy reports whether a new Lock call for channel should queue without
@@ -147,31 +225,67 @@ func notify(w *waiter) {
 }
 
 // subscribe runs under ws.mu, so SUBSCRIBE and UNSUBSCRIBE of one channel
-// reach each connection in the order the queue was created and emptied.
-func (ws *waiters) subscribe(channel string) {
+// are queued for each connection in the order the queue was created and
+// emptied. It sends nothing itself (see nodeSubs).
+func (ws *waiters) subscribe(channel string) <-chan struct{} {
 	if ws.closed {
-		return // waiters give up on their own: Close closed c.closing first
+		return nil // waiters give up on their own: Close closed c.closing first
 	}
 	if ws.subs == nil {
-		if !ws.c.goCount(len(ws.c.nodes)) {
-			return
+		if !ws.c.goCount(2 * len(ws.c.nodes)) {
+			return nil
 		}
-		ws.subs = make([]*redis.PubSub, len(ws.c.nodes))
+		ws.subs = make([]*nodeSubs, len(ws.c.nodes))
 		for i, n := range ws.c.nodes {
-			ws.subs[i] = n.client.Subscribe(context.Background())
-			go ws.receive(ws.subs[i])
+			s := &nodeSubs{ps: n.client.Subscribe(context.Background()), kick: make(chan struct{}, 1)}
+			ws.subs[i] = s
+			go ws.receive(s.ps)
+			go ws.send(s)
 		}
 	}
-	for _, ps := range ws.subs {
-		// An error means the connection is down; go-redis resubscribes every
-		// channel when it reconnects, and waiters have their timers meanwhile.
-		_ = ps.Subscribe(context.Background(), channel)
+	ack := make(chan struct{}, len(ws.subs))
+	for _, s := range ws.subs {
+		s.push(subOp{channel: channel, on: true, ack: ack})
 	}
+	return ack
 }
 
 func (ws *waiters) unsubscribe(channel string) {
-	for _, ps := range ws.subs {
-		_ = ps.Unsubscribe(context.Background(), channel)
+	for _, s := range ws.subs {
+		s.push(subOp{channel: channel})
+	}
+}
+
+// send sends one node's queued SUBSCRIBE and UNSUBSCRIBE calls until Close.
+func (ws *waiters) send(s *nodeSubs) {
+	defer ws.c.wg.Done()
+	for {
+		select {
+		case <-ws.c.closing:
+			return
+		case <-s.kick:
+		}
+		for {
+			s.mu.Lock()
+			if len(s.ops) == 0 {
+				s.mu.Unlock()
+				break
+			}
+			op := s.ops[0]
+			s.ops = s.ops[1:]
+			s.mu.Unlock()
+			// An error means the connection is down; go-redis resubscribes
+			// every channel when it reconnects, and waiters have their
+			// timers meanwhile.
+			if op.on {
+				_ = s.ps.Subscribe(context.Background(), op.channel)
+			} else {
+				_ = s.ps.Unsubscribe(context.Background(), op.channel)
+			}
+			if op.ack != nil {
+				op.ack <- struct{}{}
+			}
+		}
 	}
 }
 
@@ -228,8 +342,8 @@ func (ws *waiters) close() {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	ws.closed = true
-	for _, ps := range ws.subs {
-		_ = ps.Close()
+	for _, s := range ws.subs {
+		_ = s.ps.Close()
 	}
 }
 

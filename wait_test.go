@@ -22,6 +22,39 @@ func pubsubClients(t testing.TB, srv *redistest.Server) int {
 	return strings.Count(list, "\n")
 }
 
+// commandCalls reads how often the server ran cmd (INFO commandstats).
+func commandCalls(t testing.TB, srv *redistest.Server, cmd string) int {
+	t.Helper()
+	info, _ := srv.Do(t, "INFO", "commandstats").(string)
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls="); ok {
+			n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+			return n
+		}
+	}
+	return 0
+}
+
+// TestUncontendedLockSkipsPubSub: a Lock that gets the lock at once opens no
+// pub/sub connection and subscribes nothing.
+func TestUncontendedLockSkipsPubSub(t *testing.T) {
+	srv := redistest.Start(t)
+	lk := newLocker(t, srv.Client(t))
+	ctx := context.Background()
+	for range 100 {
+		l, err := lk.Lock(ctx, "alone")
+		if err != nil {
+			t.Fatalf("Lock() = %v", err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock() = %v", err)
+		}
+	}
+	if n := commandCalls(t, srv, "subscribe"); n != 0 {
+		t.Errorf("%d SUBSCRIBE calls for 100 uncontended Lock calls, want 0", n)
+	}
+}
+
 // waiting blocks until a Lock call of c is queued on name.
 func waiting(t testing.TB, c *core, name string) {
 	t.Helper()
@@ -111,6 +144,11 @@ func TestWaitContention(t *testing.T) {
 	slices.Sort(waits)
 	if longest := waits[len(waits)-1]; longest > maxWaitBound {
 		t.Errorf("longest Lock wait = %v, want <= %v", longest, maxWaitBound)
+	}
+	// The channel stays subscribed while a goroutine of ours holds the name,
+	// so hand-offs do not churn SUBSCRIBE/UNSUBSCRIBE.
+	if subs := commandCalls(t, srv, "subscribe"); subs > 20 {
+		t.Errorf("%d SUBSCRIBE calls for %d critical sections, want a handful", subs, workers*iters)
 	}
 	// Redis stops counting a connection as pub/sub once it has no channel
 	// left, so the count is taken while waiters exist.

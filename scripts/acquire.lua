@@ -5,6 +5,9 @@
 -- ARGV[1]  owner value (a fresh UUID per attempt)
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3]  "1" to mint a fencing token, "0" to skip it
+-- ARGV[4]  time floor of the token in microseconds, or "" to use this
+--          server's TIME (Redlock proposes one floor to all masters so that
+--          they mint the same token and need no write-back round)
 --
 -- Returns {1, token} when the lock is ours (token 0 with fencing off), or
 -- {0, pttl} when another owner holds it (pttl: its remaining lease in ms).
@@ -25,13 +28,16 @@ end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 local tok = 0
 if ARGV[3] == '1' then
-  -- token = max(counter + 1, server time in microseconds). The counter alone
+  -- token = max(counter + 1, time in microseconds). The counter alone
   -- goes backwards when Redis loses it together with the lock (restart without
   -- persistence, failover to a replica that missed the write); the time floor
-  -- keeps the next token above every earlier one as long as the serving node's
-  -- clock is not behind by more than the time since the last grant.
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  -- keeps the next token above every earlier one as long as the clock that
+  -- gives the floor is not behind by more than the time since the last grant.
+  local now = tonumber(ARGV[4])
+  if not now then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
   tok = tonumber(redis.call('GET', KEYS[2]) or '0') + 1
   if now > tok then tok = now end
   -- %.0f: tostring() would print 1.8e+15 and lose digits of a µs timestamp.
