@@ -1,0 +1,171 @@
+package bench
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/go-redsync/redsync/v4"
+	rsredis "github.com/go-redsync/redsync/v4/redis"
+	goredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redlockgo/redlock"
+)
+
+// BenchmarkInterleaved times the same uncontended acquire + release as
+// BenchmarkUncontended and BenchmarkRedlock5, but op by op in rotation: each
+// iteration runs one PING and one acquire + release of every library, in an
+// order that rotates with the iteration, and each op is timed on its own. On a
+// machine shared with other work, load then hits every library alike, and the
+// per-op medians (metrics "<lib>-median-us") are far steadier than the means of
+// separate benchmarks. ns/op is the time of one whole rotation.
+func BenchmarkInterleaved(b *testing.B) {
+	b.Run("servers=1", func(b *testing.B) {
+		srvs := getServers(b, "single", 1)
+		loopbackOnly(b, srvs[0].Addr)
+		ops := []namedOp{pingOp(b, srvs[0].Addr)}
+		ops = append(ops,
+			redlockOp(b, "redlock", srvs),
+			redlockOp(b, "redlock-norenew", srvs, redlock.WithAutoRenew(false)),
+			redlockOp(b, "redlock-norenew-nofence", srvs, redlock.WithAutoRenew(false), redlock.WithFencing(false)),
+			redsyncOp(b, srvs),
+			redislockOp(b, srvs[0].Addr),
+			rueidislockOp(b, srvs[0].Addr),
+		)
+		interleave(b, ops)
+	})
+	b.Run("servers=5", func(b *testing.B) {
+		srvs := getServers(b, "five", 5)
+		loopbackOnly(b, addrs(srvs)...)
+		ops := []namedOp{pingOp(b, srvs[0].Addr)}
+		ops = append(ops,
+			redlockOp(b, "redlock", srvs),
+			redlockOp(b, "redlock-norenew", srvs, redlock.WithAutoRenew(false)),
+			redlockOp(b, "redlock-norenew-nofence", srvs, redlock.WithAutoRenew(false), redlock.WithFencing(false)),
+			redsyncOp(b, srvs),
+		)
+		interleave(b, ops)
+	})
+}
+
+// namedOp is one timed operation of the rotation; it fails tb itself.
+type namedOp struct {
+	name string
+	do   func()
+}
+
+func interleave(b *testing.B, ops []namedOp) {
+	for range warmups {
+		for _, o := range ops {
+			o.do()
+		}
+	}
+	lat := make([][]time.Duration, len(ops))
+	for i := range lat {
+		lat[i] = make([]time.Duration, 0, b.N)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for j := range ops {
+			k := (i + j) % len(ops)
+			t := time.Now()
+			ops[k].do()
+			lat[k] = append(lat[k], time.Since(t))
+		}
+	}
+	b.StopTimer()
+	for k, o := range ops {
+		b.ReportMetric(float64(median(lat[k]).Nanoseconds())/1e3, o.name+"-median-us")
+	}
+}
+
+func pingOp(b *testing.B, addr string) namedOp {
+	c := newGoRedis(b, addr, nil)
+	return namedOp{"ping", func() {
+		if err := c.Ping(context.Background()).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}}
+}
+
+func redlockOp(b *testing.B, name string, srvs []*server, opts ...redlock.Option) namedOp {
+	var clients []redlock.Client
+	for _, s := range srvs {
+		clients = append(clients, newGoRedis(b, s.Addr, nil))
+	}
+	var lock func(context.Context, string, ...redlock.Option) (*redlock.Lock, error)
+	if len(clients) == 1 {
+		lk, err := redlock.NewLocker(clients[0], opts...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { lk.Close() })
+		lock = lk.Lock
+	} else {
+		rl, err := redlock.NewRedlock(clients, opts...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { rl.Close() })
+		lock = rl.Lock
+	}
+	key := lockName("interleaved-" + name)
+	ctx := context.Background()
+	return namedOp{name, func() {
+		l, err := lock(ctx, key)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}}
+}
+
+func redsyncOp(b *testing.B, srvs []*server) namedOp {
+	var pools []rsredis.Pool
+	for _, s := range srvs {
+		pools = append(pools, goredis.NewPool(newGoRedis(b, s.Addr, nil)))
+	}
+	rs := redsync.New(pools...)
+	key := lockName("interleaved-redsync")
+	ctx := context.Background()
+	return namedOp{"redsync", func() {
+		m := rs.NewMutex(key, redsync.WithExpiry(lockTTL))
+		if err := m.LockContext(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if ok, err := m.UnlockContext(ctx); err != nil || !ok {
+			b.Fatalf("redsync unlock = %v, %v", ok, err)
+		}
+	}}
+}
+
+func redislockOp(b *testing.B, addr string) namedOp {
+	c := redislock.New(newGoRedis(b, addr, nil))
+	key := lockName("interleaved-redislock")
+	ctx := context.Background()
+	return namedOp{"redislock", func() {
+		l, err := c.Obtain(ctx, key, lockTTL, redislockOpts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}}
+}
+
+func rueidislockOp(b *testing.B, addr string) namedOp {
+	lk := newRueidisLocker(b, addr, nil)
+	b.Cleanup(lk.Close)
+	key := lockName("interleaved-rueidislock")
+	ctx := context.Background()
+	return namedOp{"rueidislock", func() {
+		_, cancel, err := lk.WithContext(ctx, key)
+		if err != nil {
+			b.Fatal(err)
+		}
+		cancel()
+	}}
+}
