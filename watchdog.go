@@ -20,9 +20,14 @@ type watchdog struct {
 	c     *core
 	mu    sync.Mutex
 	queue lockQueue
-	wake  chan struct{}
-	quit  chan struct{}
-	done  chan struct{}
+	// lookAt is when the scheduler next looks at the queue; the zero time
+	// means it is busy and looks again at once. schedule wakes it only for a
+	// renewal due before then, so taking a lock rarely costs a goroutine
+	// switch.
+	lookAt time.Time
+	wake   chan struct{}
+	quit   chan struct{}
+	done   chan struct{}
 }
 
 func newWatchdog(c *core) *watchdog {
@@ -51,9 +56,9 @@ func (w *watchdog) schedule(l *Lock, at time.Time) {
 	} else {
 		heap.Push(&w.queue, l)
 	}
-	first := w.queue[0] == l
+	early := !w.lookAt.IsZero() && at.Before(w.lookAt)
 	w.mu.Unlock()
-	if first {
+	if early {
 		select {
 		case w.wake <- struct{}{}:
 		default:
@@ -126,8 +131,14 @@ func (w *watchdog) due(now time.Time) ([]*Lock, time.Time) {
 		heap.Push(&w.queue, l)
 	}
 	var next time.Time
-	if len(w.queue) > 0 {
+	switch {
+	case len(out) > 0:
+		w.lookAt = time.Time{} // busy renewing; looks again right after
+	case len(w.queue) > 0:
 		next = w.queue[0].wdAt
+		w.lookAt = next
+	default:
+		w.lookAt = farFuture
 	}
 	return out, next
 }
@@ -172,6 +183,9 @@ func (w *watchdog) renew(due []*Lock) {
 		}
 	}
 }
+
+// farFuture stands for "no renewal planned": any schedule wakes the scheduler.
+var farFuture = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func latest(a, b time.Time) time.Time {
 	if a.After(b) {
