@@ -66,12 +66,14 @@
 // no matter how late it arrives. Register the token when the critical section
 // starts ([Fence.Admit] or [RedisFence.Admit]), then send it with every write.
 //
-// Tokens are minted as max(counter+1, server time in microseconds). A plain
-// counter would be lost together with the lock (the two failures above) and
-// the next token would go backwards; the time floor keeps it ahead as long as
-// the server's clock is not behind by more than the time since the last
-// grant. The counter lives in one key per lock name that never expires; turn
-// fencing off with [WithFencing] to save it.
+// Tokens are minted as max(counter+1, time in microseconds), with the Redis
+// server's clock for a [Locker] and the client's for a [Redlock] (one floor
+// for all masters, so they agree). A plain counter would be lost together
+// with the lock (the two failures above) and the next token would go
+// backwards; the time floor keeps it ahead as long as that clock is not
+// behind by more than the time since the last grant. The counter lives in one
+// key per lock name that never expires; turn fencing off with [WithFencing]
+// to save it. See [Redlock] for what holds across masters.
 //
 // # Keys
 //
