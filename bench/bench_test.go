@@ -207,8 +207,8 @@ func BenchmarkContended(b *testing.B) {
 					ws := newWorkers(b, l, srvs[0].Addr, g, &cmds)
 					m := startMeter(b, &cmds, srvs)
 					res := contend(b, ws, lockName("contended-"+l.name), b.N)
-					m.stop(b.N, "cs")
-					res.report(b)
+					ping := m.stop(b.N, "cs")
+					res.report(b, ping)
 				})
 			}
 		})
@@ -336,7 +336,9 @@ func contend(tb testing.TB, ws []worker, name string, n int) *contention {
 	return c
 }
 
-func (c *contention) report(b *testing.B) {
+// report reports the contention metrics; ping is the run's median PING
+// round trip, the unit of gap-pings (the median handoff gap in round trips).
+func (c *contention) report(b *testing.B, ping time.Duration) {
 	if c.overlaps > 0 {
 		b.Errorf("%d critical sections overlapped another holder", c.overlaps)
 	}
@@ -347,7 +349,11 @@ func (c *contention) report(b *testing.B) {
 		b.Logf("%d Lock calls gave up and were retried", c.lockErrs)
 	}
 	if len(c.gaps) > 0 {
-		b.ReportMetric(float64(median(c.gaps).Nanoseconds())/1e3, "gap-p50-us")
+		gap := median(c.gaps)
+		b.ReportMetric(float64(gap.Nanoseconds())/1e3, "gap-p50-us")
+		if ping > 0 {
+			b.ReportMetric(float64(gap)/float64(ping), "gap-pings")
+		}
 	}
 	b.ReportMetric(float64(percentile(c.waits, 99).Nanoseconds())/1e6, "wait-p99-ms")
 	if c.span > 0 {

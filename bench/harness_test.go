@@ -119,6 +119,54 @@ func percentile(d []time.Duration, p float64) time.Duration {
 	return d[i]
 }
 
+// serverCalls sums, over the servers, the calls of every command named in
+// INFO commandstats (lower case: "evalsha", "subscribe"). Commands that
+// scripts run inside Redis count there too (GET, SET, PUBLISH of a release
+// script), but scripts and pub/sub (un)subscriptions never run inside a
+// script, so their counts are top-level calls: what a client sent, pub/sub
+// connections included, which the client hooks do not see.
+func serverCalls(tb testing.TB, srvs []*server) map[string]int64 {
+	tb.Helper()
+	calls := map[string]int64{}
+	for _, s := range srvs {
+		info, err := s.rawInfo("commandstats", 2*time.Second)
+		if err != nil {
+			tb.Fatalf("INFO commandstats on %s: %v", s.Addr, err)
+		}
+		for l := range strings.Lines(info) {
+			// cmdstat_evalsha:calls=12,usec=34,usec_per_call=2.83,...
+			name, rest, ok := strings.Cut(strings.TrimSpace(l), ":")
+			name, isCmd := strings.CutPrefix(name, "cmdstat_")
+			if !ok || !isCmd {
+				continue
+			}
+			for f := range strings.SplitSeq(rest, ",") {
+				if v, ok := strings.CutPrefix(f, "calls="); ok {
+					n, err := strconv.ParseInt(v, 10, 64)
+					if err != nil {
+						tb.Fatalf("INFO commandstats %s: %v", l, err)
+					}
+					calls[name] += n
+				}
+			}
+		}
+	}
+	return calls
+}
+
+// Commands counted together by the meter from INFO commandstats.
+var (
+	scriptCmds = []string{"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"}
+	subCmds    = []string{"subscribe", "unsubscribe", "psubscribe", "punsubscribe", "ssubscribe", "sunsubscribe"}
+)
+
+func sumCalls(m map[string]int64, names []string) (n int64) {
+	for _, c := range names {
+		n += m[c]
+	}
+	return n
+}
+
 // serverCPU is the CPU time (user + system) the servers have used so far.
 func serverCPU(tb testing.TB, srvs []*server) time.Duration {
 	tb.Helper()
@@ -151,7 +199,9 @@ type meter struct {
 	srvs []*server
 	ping *pinger
 	cpu0 time.Duration
-	t0   time.Time
+	// calls0: INFO commandstats calls when the timed section started.
+	calls0 map[string]int64
+	t0     time.Time
 }
 
 // startMeter samples the PING round trip, resets the counters and the
@@ -166,29 +216,40 @@ func startMeter(b *testing.B, cmds *atomic.Int64, srvs []*server) *meter {
 		cmds.Store(0)
 	}
 	m.cpu0 = serverCPU(b, srvs)
+	m.calls0 = serverCalls(b, srvs)
 	b.ResetTimer()
 	m.t0 = time.Now()
 	return m
 }
 
 // stop stops the timer and reports the per-op metrics for ops operations
-// (critical sections), unit names ending in unit ("op" or "cs").
-func (m *meter) stop(ops int, unit string) {
+// (critical sections), unit names ending in unit ("op" or "cs"). It returns
+// the median PING round trip of the run (0 when ops is 0).
+//
+// cmds/<unit> is what the client hooks counted; scripts/<unit> and
+// subs/<unit> come from the servers' INFO commandstats: script calls
+// (EVAL, EVALSHA, FCALL and their _RO forms) and pub/sub (un)subscriptions
+// (SUBSCRIBE, UNSUBSCRIBE and the P/S forms), summed over the servers.
+func (m *meter) stop(ops int, unit string) time.Duration {
 	elapsed := time.Since(m.t0)
 	m.b.StopTimer()
 	if ops == 0 {
-		return
+		return 0
 	}
 	cpu := serverCPU(m.b, m.srvs) - m.cpu0
+	calls := serverCalls(m.b, m.srvs)
 	m.ping.sample(m.b)
 	ping := m.ping.median()
 	n := float64(ops)
 	if m.cmds != nil {
 		m.b.ReportMetric(float64(m.cmds.Load())/n, "cmds/"+unit)
 	}
+	m.b.ReportMetric(float64(sumCalls(calls, scriptCmds)-sumCalls(m.calls0, scriptCmds))/n, "scripts/"+unit)
+	m.b.ReportMetric(float64(sumCalls(calls, subCmds)-sumCalls(m.calls0, subCmds))/n, "subs/"+unit)
 	m.b.ReportMetric(float64(cpu.Microseconds())/n, "srv-cpu-us/"+unit)
 	m.b.ReportMetric(float64(ping.Nanoseconds())/1e3, "ping-us")
 	m.b.ReportMetric(float64(elapsed.Nanoseconds())/n/float64(ping.Nanoseconds()), "pings/"+unit)
+	return ping
 }
 
 // addrs lists the servers' addresses.

@@ -23,9 +23,10 @@ const base = "redlock"
 // unitOrder puts the metrics in a readable order; others follow sorted.
 var unitOrder = []string{
 	"p50-us", "ns/op", "ns/cs", "B/op", "allocs/op",
-	"cmds/op", "cmds/cs", "pings/op", "pings/cs", "ping-us",
+	"cmds/op", "cmds/cs", "scripts/op", "scripts/cs", "subs/op", "subs/cs",
+	"pings/op", "pings/cs", "ping-us",
 	"srv-cpu-us/op", "srv-cpu-us/cs",
-	"gap-p50-us", "busy-pct", "wait-p99-ms", "top-share-pct",
+	"gap-p50-us", "gap-pings", "busy-pct", "wait-p99-ms", "top-share-pct",
 }
 
 var procSuffix = regexp.MustCompile(`-\d+$`)
