@@ -286,15 +286,17 @@ func (c *core) acquire(ctx context.Context, name string, cfg *config) (*Lock, ti
 	until := validUntil(t1, cfg.ttl, cfg.driftFactor)
 	ch, err := c.fanOut(ctx, c.nodes, timeout, func(ctx context.Context, n *node) reply {
 		res, err := scriptAcquire.Run(ctx, n.client, l.keys, l.owner, ttlMillis(cfg.ttl), fence, floor).Int64Slice()
-		if err != nil {
-			return reply{err: err}
+		var r reply
+		switch {
+		case err != nil:
+			r = reply{err: err}
+		case len(res) != 2:
+			r = reply{err: fmt.Errorf("%w: %v", errBadReply, res)}
+		default:
+			r = reply{ok: res[0] == 1, val: res[1]}
 		}
-		if len(res) != 2 {
-			return reply{err: fmt.Errorf("%w: %v", errBadReply, res)}
-		}
-		r := reply{ok: res[0] == 1, val: res[1]}
-		if r.ok && !l.keepGrant() {
-			// The grant arrived after the attempt was abandoned or the lock
+		if l.settle(n.idx, r.ok || r.err != nil) {
+			// The reply arrived after the attempt was given up or the lock
 			// released or lost: nobody else will delete this key, so we do.
 			c.releaseNode(ctx, n, l)
 		}
@@ -348,25 +350,31 @@ func (c *core) acquire(ctx context.Context, name string, cfg *config) (*Lock, ti
 	// and waiting for it would double the cost of a failed attempt. Its
 	// release still runs (the core owns that goroutine), and a grant that
 	// arrives late is released by the call that receives it.
-	l.finish(stateFailed, "")
+	// Nodes still in flight release their own grant when it arrives (see
+	// Lock.settle); of the settled ones, those that answered "taken" hold
+	// nothing of ours. Wait only for the nodes known to hold our key: one
+	// that failed will not answer the release any sooner.
+	l.mu.Lock()
+	l.transition(stateFailed, "")
+	settled := l.settled()
+	l.mu.Unlock()
 	var undo []*node
 	granted := make(map[int]bool)
-	for _, n := range c.nodes {
-		if r, ok := replyOf(rs, n.idx); ok && r.err == nil && r.ok {
-			granted[n.idx] = true
+	for _, n := range settled {
+		r, ok := replyOf(rs, n.idx)
+		if ok && r.err == nil && !r.ok {
+			continue
 		}
-		if !answeredNo(rs, n.idx) {
-			undo = append(undo, n)
-		}
+		granted[n.idx] = ok && r.err == nil && r.ok
+		undo = append(undo, n)
 	}
 	c.releaseOn(ctx, l, undo, timeout, func(got []reply) bool {
-		n := 0
-		for _, r := range got {
-			if granted[r.node] {
-				n++
+		for idx, g := range granted {
+			if g && !answered(got, idx) {
+				return false
 			}
 		}
-		return n == len(granted)
+		return true
 	})
 	errs := append([]error{ErrNotObtained}, t.errs...)
 	if interrupted {
@@ -379,13 +387,9 @@ func (c *core) acquire(ctx context.Context, name string, cfg *config) (*Lock, ti
 // never is a gather stop function that waits for every node.
 func never([]reply) bool { return false }
 
-func answeredNo(rs []reply, idx int) bool {
-	for _, r := range rs {
-		if r.node == idx {
-			return r.err == nil && !r.ok
-		}
-	}
-	return false
+func answered(rs []reply, idx int) bool {
+	_, ok := replyOf(rs, idx)
+	return ok
 }
 
 func earliest(a, b time.Time) time.Time {

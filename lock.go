@@ -47,13 +47,17 @@ type Lock struct {
 	// validity recorded locally always belongs to the last lease sent.
 	io sync.Mutex
 
-	mu     sync.Mutex
-	state  lockState
-	why    string
-	ttl    time.Duration
-	until  time.Time
-	timer  *time.Timer
-	onLost []func()
+	mu    sync.Mutex
+	state lockState
+	// inflight[i] is true while node i's acquire call has not returned. Its
+	// goroutine releases its own grant if the lock is no longer live by
+	// then, so Unlock and a failed attempt release only on settled nodes.
+	inflight []bool
+	why      string
+	ttl      time.Duration
+	until    time.Time
+	timer    *time.Timer
+	onLost   []func()
 
 	// Guarded by the watchdog's mutex.
 	wdIndex int
@@ -76,8 +80,17 @@ func (c *core) newLock(name string, cfg *config) *Lock {
 		logger:        cfg.logger,
 		done:          make(chan struct{}),
 		ttl:           cfg.ttl,
+		inflight:      inflightAll(len(c.nodes)),
 		wdIndex:       -1,
 	}
+}
+
+func inflightAll(n int) []bool {
+	b := make([]bool, n)
+	for i := range b {
+		b[i] = true
+	}
+	return b
 }
 
 // Name returns the lock's name as given to the acquire call.
@@ -137,6 +150,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	l.mu.Lock()
 	prev := l.state
 	changed := l.transition(stateReleased, "")
+	targets := l.settled()
 	l.mu.Unlock()
 	if changed {
 		l.afterTransition(stateReleased)
@@ -144,7 +158,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		return fmt.Errorf("%w: already released", ErrNotHeld)
 	}
 	c := l.c
-	rs := c.releaseOn(ctx, l, c.nodes, l.timeout, func(rs []reply) bool {
+	rs := c.releaseOn(ctx, l, targets, l.timeout, func(rs []reply) bool {
 		t := c.count(rs)
 		return t.ok >= c.quorum || c.impossible(t.no+t.failed)
 	})
@@ -214,14 +228,28 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	return errors.Join(errs...)
 }
 
-// keepGrant reports whether a grant that has just arrived belongs to a live
-// attempt or lock. Unlock and failed attempts change the state before they
-// send releases, so a grant seen here as unwanted is always cleaned up by the
-// caller, and one seen as wanted is covered by a later release.
-func (l *Lock) keepGrant() bool {
+// settle records that node's acquire call returned, and reports whether its
+// goroutine must release what it may have set: a grant, or an error whose
+// outcome is unknown, that arrived after the lock stopped being live.
+// Unlock and failed attempts change the state and read the in-flight set in
+// one critical section, so every node is released exactly once: by them if
+// it had settled, by its own goroutine if not.
+func (l *Lock) settle(node int, mayHold bool) (release bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.state == stateAcquiring || l.state == stateHeld
+	l.inflight[node] = false
+	return mayHold && l.state != stateAcquiring && l.state != stateHeld
+}
+
+// settled returns the nodes whose acquire call has returned; l.mu held.
+func (l *Lock) settled() []*node {
+	var out []*node
+	for _, n := range l.c.nodes {
+		if !l.inflight[n.idx] {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // hold makes a granted attempt a held lock and arms the loss timer.

@@ -16,8 +16,8 @@ import (
 // the release script. A core keeps ONE pub/sub connection per node, opened
 // with the first waiter and kept until Close, and subscribes a name's channel
 // while at least one goroutine waits for that name (and, once contended,
-// while this core holds it). A Lock that gets the lock at its first attempt
-// never touches pub/sub. Waiters of one core
+// while this core holds it, and for idleGrace after). A Lock that gets the
+// lock at its first attempt never touches pub/sub. Waiters of one core
 // queue per name in arrival order; a release message wakes only the head of
 // the queue, so a hand-off costs one acquire per process, not one per waiting
 // goroutine. A Redlock receives one copy per master; copies with an owner
@@ -40,6 +40,7 @@ type waiters struct {
 	queues map[string]*waitQueue // by channel
 	subs   []*nodeSubs           // one per node, nil until the first waiter
 	closed bool                  // set by close: no connection may open after it
+	sweep  *time.Timer           // unsubscribes idle channels; nil when none are idle
 	// up counts connections whose last read succeeded; while every node's
 	// is up, a head waiter trusts release messages and sleeps until the
 	// holder's lease ends instead of polling.
@@ -76,7 +77,8 @@ func (s *nodeSubs) push(op subOp) {
 
 type waitQueue struct {
 	list      []*waiter
-	lastOwner string // the release last dispatched; N copies from a Redlock wake once
+	idleSince time.Time // zero while waited on or held; else when that stopped
+	lastOwner string    // the release last dispatched; N copies from a Redlock wake once
 }
 
 type waiter struct {
@@ -104,6 +106,7 @@ func (ws *waiters) join(channel string) (*waiter, <-chan struct{}) {
 		ws.queues[channel] = q
 		sent = ws.subscribe(channel)
 	}
+	q.idleSince = time.Time{}
 	q.list = append(q.list, w)
 	return w, sent
 }
@@ -166,17 +169,57 @@ func (ws *waiters) idle(channel string) {
 	}
 }
 
-// dropIfIdle unsubscribes a channel nobody waits on, unless this core holds
-// the name: then a goroutine of ours is likely to want it next (one that just
-// got it, or unlocks and locks again), and a subscription kept costs nothing,
-// while dropping it would cost an UNSUBSCRIBE and a SUBSCRIBE per hand-off.
-// Called under ws.mu (lock order: ws.mu, then c.mu).
+// idleGrace is how long a channel stays subscribed after nobody of this core
+// waits for or holds its name. A process that takes the same lock again soon
+// (a worker loop) would otherwise pay an UNSUBSCRIBE and a SUBSCRIBE per
+// critical section.
+const idleGrace = 2 * time.Second
+
+// dropIfIdle marks a channel nobody waits on as idle, unless this core holds
+// the name (a goroutine of ours is likely to want it next); the sweep
+// unsubscribes it once idle for idleGrace. Called under ws.mu (lock order:
+// ws.mu, then c.mu).
 func (ws *waiters) dropIfIdle(channel string, q *waitQueue) {
 	if ws.c.holds(strings.TrimSuffix(channel, channelSuffix)) {
 		return
 	}
-	delete(ws.queues, channel)
-	ws.unsubscribe(channel)
+	q.idleSince = time.Now()
+	if ws.sweep == nil && !ws.closed {
+		ws.sweep = time.AfterFunc(idleGrace, ws.sweepIdle)
+	}
+}
+
+// sweepIdle unsubscribes the channels idle for idleGrace, and re-arms itself
+// for the next one.
+func (ws *waiters) sweepIdle() {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	ws.sweep = nil
+	if ws.closed {
+		return
+	}
+	now := time.Now()
+	var next time.Duration
+	for channel, q := range ws.queues {
+		if len(q.list) > 0 || q.idleSince.IsZero() {
+			continue
+		}
+		if left := idleGrace - now.Sub(q.idleSince); left > 0 {
+			if next == 0 || left < next {
+				next = left
+			}
+			continue
+		}
+		if ws.c.holds(strings.TrimSuffix(channel, channelSuffix)) {
+			q.idleSince = time.Time{}
+			continue
+		}
+		delete(ws.queues, channel)
+		ws.unsubscribe(channel)
+	}
+	if next > 0 {
+		ws.sweep = time.AfterFunc(next, ws.sweepIdle)
+	}
 }
 
 // busy reports whether a new Lock call for channel should queue without
@@ -342,6 +385,10 @@ func (ws *waiters) close() {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	ws.closed = true
+	if ws.sweep != nil {
+		ws.sweep.Stop()
+		ws.sweep = nil
+	}
 	for _, s := range ws.subs {
 		_ = s.ps.Close()
 	}

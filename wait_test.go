@@ -263,10 +263,13 @@ func TestWaitCancel(t *testing.T) {
 		t.Errorf("Lock(cancelled) = %v, want ErrNotObtained and Canceled", err)
 	}
 	channel := releaseChannel(lockKey("redlock:", "cancel"))
-	if !eventually(time.Second, func() bool {
+	if n := cl.PubSubNumSub(ctx, channel).Val()[channel]; n != 1 {
+		t.Errorf("channel %s has %d subscribers right after the waiter left, want 1 (kept for idleGrace)", channel, n)
+	}
+	if !eventually(idleGrace+2*time.Second, func() bool {
 		return cl.PubSubNumSub(ctx, channel).Val()[channel] == 0
 	}) {
-		t.Errorf("channel %s still subscribed after the only waiter left", channel)
+		t.Errorf("channel %s still subscribed %v after the only waiter left", channel, idleGrace+2*time.Second)
 	}
 	if got := get(t, cl, "{redlock:cancel}"); got != h.Owner() {
 		t.Errorf("lock key = %q, want the holder's only", got)
@@ -378,5 +381,40 @@ func TestCloseWhileWaiting(t *testing.T) {
 		if err := <-errs; !errors.Is(err, ErrClosed) && !errors.Is(err, ErrNotObtained) {
 			t.Errorf("waiter Lock() after Close = %v, want ErrClosed or ErrNotObtained", err)
 		}
+	}
+}
+
+// TestWaitTwoProcesses: two Lockers (two processes) trade one lock in a
+// loop. The channel stays subscribed across hand-offs (idleGrace), so
+// SUBSCRIBE is not paid per critical section.
+func TestWaitTwoProcesses(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	const iters = 100
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	for range 2 {
+		lk := newLocker(t, srv.Client(t))
+		wg.Go(func() {
+			for range iters {
+				l, err := lk.Lock(ctx, "traded")
+				if err != nil {
+					errs <- err
+					return
+				}
+				if err := l.Unlock(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("Lock/Unlock: %v", err)
+	}
+	if n := commandCalls(t, srv, "subscribe"); n > 10 {
+		t.Errorf("%d SUBSCRIBE calls for %d critical sections by two processes, want a handful", n, 2*iters)
 	}
 }
