@@ -36,6 +36,10 @@ type node struct {
 	addr   string // the client's String(), for error messages
 	server string // network and address without the DB, to spot one server given twice
 	client Client
+	// deadlines: the client applies ctx deadlines to its sockets
+	// (ContextTimeoutEnabled), so a call on it is bounded without a
+	// goroutine of ours watching it.
+	deadlines bool
 }
 
 // core is the engine shared by Locker (one node) and Redlock (N nodes): the
@@ -90,7 +94,7 @@ func newCore(clients []Client, opts []Option) (*core, error) {
 		if isNil(cl) {
 			return nil, fmt.Errorf("redlock: client %d is nil", i)
 		}
-		n := &node{idx: i, client: cl}
+		n := &node{idx: i, client: cl, deadlines: honorsDeadlines(cl)}
 		if s, ok := cl.(fmt.Stringer); ok {
 			n.addr = s.String()
 		}
@@ -109,6 +113,18 @@ func newCore(clients []Client, opts []Option) (*core, error) {
 	}
 	c.wd = newWatchdog(c)
 	return c, nil
+}
+
+func honorsDeadlines(cl Client) bool {
+	switch c := cl.(type) {
+	case interface{ Options() *redis.Options }:
+		return c.Options().ContextTimeoutEnabled
+	case interface{ Options() *redis.ClusterOptions }:
+		return c.Options().ContextTimeoutEnabled
+	case interface{ Options() *redis.RingOptions }:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
 }
 
 func isNil(cl Client) bool {
@@ -154,6 +170,12 @@ func (c *core) goCount(n int) bool {
 	return true
 }
 
+func (c *core) isStopped() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ioStopped
+}
+
 // fanOut calls every node in nodes concurrently. go-redis applies ctx
 // deadlines to sockets only when the client enables it, so the bound is the
 // caller's: it stops reading the channel at its deadline. The channel is
@@ -163,10 +185,29 @@ func (c *core) goCount(n int) bool {
 // worse than one that completes and is then cleaned up.
 func (c *core) fanOut(ctx context.Context, nodes []*node, timeout time.Duration, call func(context.Context, *node) reply) (<-chan reply, error) {
 	ch := make(chan reply, len(nodes))
+	base := context.WithoutCancel(ctx)
+	if len(nodes) == 1 && nodes[0].deadlines {
+		// The client itself cuts the call at the deadline: run it here and
+		// save two goroutine switches on every call of a single node.
+		if c.isStopped() {
+			return nil, ErrClosed
+		}
+		n := nodes[0]
+		cctx, cancel := context.WithTimeout(base, timeout)
+		r := call(cctx, n)
+		if dl, _ := cctx.Deadline(); r.err != nil && !time.Now().Before(dl) {
+			// The socket deadline can fire before the context's own timer,
+			// so compare with the clock. Same error as the goroutine path.
+			r.err = fmt.Errorf("%w (%v)", errNodeTimeout, r.err)
+		}
+		cancel()
+		r.node = n.idx
+		ch <- r
+		return ch, nil
+	}
 	if !c.goCount(len(nodes)) {
 		return nil, ErrClosed
 	}
-	base := context.WithoutCancel(ctx)
 	for _, n := range nodes {
 		go func() {
 			defer c.wg.Done()
@@ -342,40 +383,28 @@ func (c *core) acquire(ctx context.Context, name string, cfg *config) (*Lock, ti
 			t.errs = append(t.errs, fmt.Errorf("redlock: validity of %v used up before the grant completed", cfg.ttl))
 		}
 	}
-	// Step 5: not obtained. Release wherever the outcome may be a grant: nodes
-	// that granted and nodes that failed or did not answer (the request may
-	// still run). Nodes that answered "taken" hold nothing of ours. Wait only
-	// for the nodes known to hold our key: a node that failed or did not
-	// answer within the node timeout will not answer the release any sooner,
-	// and waiting for it would double the cost of a failed attempt. Its
-	// release still runs (the core owns that goroutine), and a grant that
-	// arrives late is released by the call that receives it.
+	// Step 5: not obtained. Release wherever the outcome may be a grant.
 	// Nodes still in flight release their own grant when it arrives (see
-	// Lock.settle); of the settled ones, those that answered "taken" hold
-	// nothing of ours. Wait only for the nodes known to hold our key: one
-	// that failed will not answer the release any sooner.
+	// Lock.settle). Of the settled ones, those that answered "taken" hold
+	// nothing of ours; those that granted are released and waited for; those
+	// that failed have an unknown outcome and are released in the background,
+	// since they will not answer the release any sooner than the attempt.
 	l.mu.Lock()
 	l.transition(stateFailed, "")
 	settled := l.settled()
 	l.mu.Unlock()
-	var undo []*node
-	granted := make(map[int]bool)
+	var granted, unknown []*node
 	for _, n := range settled {
 		r, ok := replyOf(rs, n.idx)
-		if ok && r.err == nil && !r.ok {
-			continue
+		switch {
+		case ok && r.err == nil && r.ok:
+			granted = append(granted, n)
+		case !ok || r.err != nil:
+			unknown = append(unknown, n)
 		}
-		granted[n.idx] = ok && r.err == nil && r.ok
-		undo = append(undo, n)
 	}
-	c.releaseOn(ctx, l, undo, timeout, func(got []reply) bool {
-		for idx, g := range granted {
-			if g && !answered(got, idx) {
-				return false
-			}
-		}
-		return true
-	})
+	c.releaseOn(ctx, l, granted, timeout, never)
+	c.releaseInBackground(ctx, l, unknown)
 	errs := append([]error{ErrNotObtained}, t.errs...)
 	if interrupted {
 		errs = append(errs, ctx.Err())
@@ -386,11 +415,6 @@ func (c *core) acquire(ctx context.Context, name string, cfg *config) (*Lock, ti
 
 // never is a gather stop function that waits for every node.
 func never([]reply) bool { return false }
-
-func answered(rs []reply, idx int) bool {
-	_, ok := replyOf(rs, idx)
-	return ok
-}
 
 func earliest(a, b time.Time) time.Time {
 	if a.Before(b) {
@@ -469,6 +493,21 @@ func (c *core) releaseOn(ctx context.Context, l *Lock, nodes []*node, timeout ti
 	}
 	rs, _ := gather(ch, nodes, time.Now().Add(timeout), nil, stop)
 	return rs
+}
+
+// releaseInBackground sends l's release to nodes from a goroutine of the
+// core, waiting for none: they failed or did not answer the attempt, so their
+// outcome is unknown, and they will not answer the release any sooner.
+func (c *core) releaseInBackground(ctx context.Context, l *Lock, nodes []*node) {
+	if len(nodes) == 0 || !c.goCount(1) {
+		return
+	}
+	go func() {
+		defer c.wg.Done()
+		for _, n := range nodes {
+			c.releaseNode(ctx, n, l)
+		}
+	}()
 }
 
 // releaseNode releases l on one node from a goroutine the core already owns.

@@ -101,6 +101,18 @@ func TestLockerBasics(t *testing.T) {
 	t.Run("redis-server", func(t *testing.T) {
 		testLockerBasics(t, redistest.Start(t).Client(t))
 	})
+	t.Run("redis-server, client enforces ctx deadlines", func(t *testing.T) {
+		testLockerBasics(t, deadlineClient(t, redistest.Start(t)))
+	})
+}
+
+// deadlineClient is a client with ContextTimeoutEnabled: the library then
+// calls it inline, relying on the client to cut calls at the deadline.
+func deadlineClient(t testing.TB, srv *redistest.Server) *redis.Client {
+	t.Helper()
+	cl := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { cl.Close() })
+	return cl
 }
 
 func testLockerBasics(t *testing.T, cl *redis.Client) {
@@ -418,8 +430,17 @@ func TestConcurrentUnlock(t *testing.T) {
 // TestPausedServer: every call is bounded by the library, not by go-redis's
 // read timeout, and the late grant of a paused server is cleaned up.
 func TestPausedServer(t *testing.T) {
-	srv := redistest.Start(t)
-	cl := srv.Client(t)
+	t.Run("library bounds the call", func(t *testing.T) {
+		srv := redistest.Start(t)
+		testPausedServer(t, srv, srv.Client(t))
+	})
+	t.Run("client enforces ctx deadlines", func(t *testing.T) {
+		srv := redistest.Start(t)
+		testPausedServer(t, srv, deadlineClient(t, srv))
+	})
+}
+
+func testPausedServer(t *testing.T, srv *redistest.Server, cl *redis.Client) {
 	const nodeTimeout = 100 * time.Millisecond
 	lk := newLocker(t, cl, WithNodeTimeout(nodeTimeout), WithTTL(2*time.Second))
 	ctx := context.Background()

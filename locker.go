@@ -18,6 +18,13 @@ type Locker struct{ c *core }
 // NewLocker returns a Locker on client with opts as defaults for every call.
 // It starts one watchdog goroutine; call Close to stop it. It returns an error
 // for a nil client or an invalid option.
+//
+// Every call to Redis is bounded by the node timeout ([WithNodeTimeout]).
+// go-redis applies ctx deadlines to its sockets only with
+// ContextTimeoutEnabled; without it, each call runs in a goroutine that the
+// Locker stops waiting for at the deadline. With it set on the client, calls
+// run inline in the caller's goroutine, which saves two goroutine switches
+// per call.
 func NewLocker(client Client, opts ...Option) (*Locker, error) {
 	if isNil(client) {
 		return nil, errors.New("redlock: nil client")

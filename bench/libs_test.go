@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"errors"
+	"github.com/redis/go-redis/v9"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -51,6 +52,9 @@ var contendedLibs = []lib{
 	{name: "redislock", newWorker: newRedislockWorker},
 	{name: "rueidislock", newWorker: newRueidislockWorker},
 	{name: "redlock-shared", newWorker: newRedlockWorker, shared: true},
+	// The client enforces ctx deadlines itself (ContextTimeoutEnabled), so
+	// the library calls it inline instead of from a goroutine per call.
+	{name: "redlock-ctxdl-shared", newWorker: newRedlockCtxDLWorker, shared: true},
 	{name: "rueidislock-shared", newWorker: newRueidislockWorker, shared: true},
 }
 
@@ -60,6 +64,21 @@ type redlockWorker struct{ lk *redlock.Locker }
 
 func newRedlockWorker(tb testing.TB, addr string, cmds *atomic.Int64) worker {
 	lk, err := redlock.NewLocker(newGoRedis(tb, addr, cmds))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return redlockWorker{lk}
+}
+
+func newRedlockCtxDLWorker(tb testing.TB, addr string, cmds *atomic.Int64) worker {
+	opt := goRedisOptions(addr)
+	opt.ContextTimeoutEnabled = true
+	c := redis.NewClient(opt)
+	if cmds != nil {
+		c.AddHook(countHook{cmds})
+	}
+	tb.Cleanup(func() { c.Close() })
+	lk, err := redlock.NewLocker(c)
 	if err != nil {
 		tb.Fatal(err)
 	}
