@@ -793,11 +793,6 @@ func TestRedisFenceAdmitConcurrent(t *testing.T) {
 	checkFenceHistory(t, calls, h)
 }
 
-// acquirer is what the paused-holder scenario needs of a Locker or Redlock.
-type acquirer interface {
-	Lock(ctx context.Context, name string, opts ...Option) (*Lock, error)
-}
-
 // TestFencePausedHolder is Kleppmann's scenario on real servers: A holds the
 // lock, reads the balance, and stalls (its goroutine blocked, as by a GC
 // pause) past its lease. B takes the lock, reads, writes. A wakes and writes

@@ -205,54 +205,7 @@ func TestMutualExclusion(t *testing.T) {
 	srv := redistest.Start(t)
 	cl := srv.Client(t)
 	lk := newLocker(t, cl, WithTTL(2*time.Second), WithRetry(ConstantRetry(time.Millisecond)))
-	const workers, iters = 8, 250
-	ctx := context.Background()
-	var (
-		mu     sync.Mutex
-		tokens []int64
-		wg     sync.WaitGroup
-		errs   = make(chan error, workers)
-	)
-	for range workers {
-		wg.Go(func() {
-			for range iters {
-				l, err := lk.Lock(ctx, "counter")
-				if err != nil {
-					errs <- err
-					return
-				}
-				mu.Lock()
-				tokens = append(tokens, l.Token())
-				mu.Unlock()
-				n, err := cl.Get(ctx, "me:counter").Int()
-				if err != nil && err != redis.Nil {
-					errs <- err
-					return
-				}
-				if err := cl.Set(ctx, "me:counter", n+1, 0).Err(); err != nil {
-					errs <- err
-					return
-				}
-				if err := l.Unlock(ctx); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatalf("worker: %v", err)
-	}
-	if got := get(t, cl, "me:counter"); got != strconv.Itoa(workers*iters) {
-		t.Errorf("counter = %s, want %d", got, workers*iters)
-	}
-	for i := 1; i < len(tokens); i++ {
-		if tokens[i] <= tokens[i-1] {
-			t.Fatalf("token %d = %d after %d, want strictly increasing in order of holding", i, tokens[i], tokens[i-1])
-		}
-	}
+	hammer(t, lk, cl, "counter", "me:counter", 8, 250)
 }
 
 // TestExpiryTakeover: A's lease runs out (no renewal), B takes the name, and

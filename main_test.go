@@ -2,8 +2,12 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,4 +70,85 @@ func startCluster(t testing.TB) *redis.ClusterClient {
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.Addr()}, MaxRedirects: -1})
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// acquirer is the acquire call of a Locker or a Redlock.
+type acquirer interface {
+	Lock(ctx context.Context, name string, opts ...Option) (*Lock, error)
+}
+
+// hammered is what hammer recorded.
+type hammered struct {
+	tokens []int64         // in order of holding
+	waits  []time.Duration // how long each Lock call waited
+}
+
+// hammer runs workers goroutines that each take the lock name iters times
+// and, while holding it, increment key on cl with a non-atomic GET then SET:
+// two holders at once would lose an update. It fails the test on any error,
+// on an overlap, on a wrong final count, and on tokens that do not strictly
+// increase in the order the lock was held.
+func hammer(t *testing.T, lk acquirer, cl *redis.Client, name, key string, workers, iters int) hammered {
+	t.Helper()
+	ctx := context.Background()
+	var (
+		mu       sync.Mutex
+		rec      hammered
+		inside   atomic.Int32
+		overlaps atomic.Int32
+		wg       sync.WaitGroup
+		errs     = make(chan error, workers)
+	)
+	for range workers {
+		wg.Go(func() {
+			for range iters {
+				lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				t0 := time.Now()
+				l, err := lk.Lock(lctx, name)
+				cancel()
+				if err != nil {
+					errs <- fmt.Errorf("Lock() = %w", err)
+					return
+				}
+				if inside.Add(1) != 1 {
+					overlaps.Add(1)
+				}
+				mu.Lock()
+				rec.tokens = append(rec.tokens, l.Token())
+				rec.waits = append(rec.waits, time.Since(t0))
+				mu.Unlock()
+				n, err := cl.Get(ctx, key).Int()
+				if err != nil && !errors.Is(err, redis.Nil) {
+					errs <- err
+					return
+				}
+				if err := cl.Set(ctx, key, n+1, 0).Err(); err != nil {
+					errs <- err
+					return
+				}
+				inside.Add(-1)
+				if err := l.Unlock(ctx); err != nil {
+					errs <- fmt.Errorf("Unlock() = %w", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("worker: %v", err)
+	}
+	if n := overlaps.Load(); n != 0 {
+		t.Errorf("%d times two holders were inside the critical section at once, want 0", n)
+	}
+	if got := get(t, cl, key); got != strconv.Itoa(workers*iters) {
+		t.Errorf("counter = %s, want %d", got, workers*iters)
+	}
+	for i := 1; i < len(rec.tokens); i++ {
+		if rec.tokens[i] <= rec.tokens[i-1] {
+			t.Fatalf("token %d = %d after %d, want strictly increasing in order of holding", i, rec.tokens[i], rec.tokens[i-1])
+		}
+	}
+	return rec
 }

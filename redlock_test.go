@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -588,71 +587,13 @@ func TestRedlockTokensSkewed(t *testing.T) {
 // non-atomic GET/SET inside a Redlock over five: any overlap of two holders
 // loses an update.
 func TestRedlockMutualExclusion(t *testing.T) {
-	const workers, iters = 8, 100
 	nodes := startRLNodes(t, 5, false, time.Second)
 	r := newRL(t, nodes, WithTTL(5*time.Second), WithNodeTimeout(250*time.Millisecond),
 		WithRetry(ExponentialRetry(time.Millisecond, 8*time.Millisecond)))
-	counter := redistest.Start(t).Client(t)
-	ctx := context.Background()
-	var (
-		mu       sync.Mutex
-		tokens   []int64
-		inside   atomic.Int32
-		overlaps atomic.Int32
-		wg       sync.WaitGroup
-		errs     = make(chan error, workers)
-	)
+	counter := redistest.Start(t).Client(t) // the resource: not one of the lock nodes
 	start := time.Now()
-	for range workers {
-		wg.Go(func() {
-			for range iters {
-				lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				l, err := r.Lock(lctx, "counter")
-				cancel()
-				if err != nil {
-					errs <- err
-					return
-				}
-				if inside.Add(1) != 1 {
-					overlaps.Add(1)
-				}
-				mu.Lock()
-				tokens = append(tokens, l.Token())
-				mu.Unlock()
-				v, err := counter.Get(ctx, "rl:counter").Int()
-				if err != nil && !errors.Is(err, redis.Nil) {
-					errs <- err
-					return
-				}
-				if err := counter.Set(ctx, "rl:counter", v+1, 0).Err(); err != nil {
-					errs <- err
-					return
-				}
-				inside.Add(-1)
-				if err := l.Unlock(ctx); err != nil {
-					errs <- fmt.Errorf("Unlock() = %w", err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatalf("worker: %v", err)
-	}
-	if n := overlaps.Load(); n != 0 {
-		t.Errorf("%d times two holders were inside the critical section at once, want 0", n)
-	}
-	if got := get(t, counter, "rl:counter"); got != strconv.Itoa(workers*iters) {
-		t.Errorf("counter = %s, want %d", got, workers*iters)
-	}
-	for i := 1; i < len(tokens); i++ {
-		if tokens[i] <= tokens[i-1] {
-			t.Fatalf("token %d = %d after %d, want strictly increasing in order of holding", i, tokens[i], tokens[i-1])
-		}
-	}
-	t.Logf("%d critical sections in %v, tokens %d .. %d", len(tokens), time.Since(start).Round(time.Millisecond), tokens[0], tokens[len(tokens)-1])
+	rec := hammer(t, r, counter, "counter", "rl:counter", 8, 100)
+	t.Logf("%d critical sections in %v, tokens %d .. %d", len(rec.tokens), time.Since(start).Round(time.Millisecond), rec.tokens[0], rec.tokens[len(rec.tokens)-1])
 }
 
 // TestRedlockExtend: Extend needs a quorum; without one it reports an error

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/redlockgo/redlock/internal/redistest"
 )
 
@@ -73,7 +71,6 @@ func TestWaitContention(t *testing.T) {
 	hook := &countingHook{}
 	cl.AddHook(hook)
 	lk := newLocker(t, cl, WithTTL(5*time.Second))
-	ctx := context.Background()
 	const workers, iters = 8, 200
 	// Bound on one Lock call: FIFO means at most 7 critical sections (a few
 	// round trips each) ahead of any waiter; 1s leaves room for -race on 2 cores.
@@ -96,51 +93,10 @@ func TestWaitContention(t *testing.T) {
 		}
 	}()
 
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		waits []time.Duration
-		errs  = make(chan error, workers)
-	)
 	start := hook.scripts.Load()
-	for range workers {
-		wg.Go(func() {
-			for range iters {
-				t0 := time.Now()
-				l, err := lk.Lock(ctx, "contended")
-				if err != nil {
-					errs <- err
-					return
-				}
-				mu.Lock()
-				waits = append(waits, time.Since(t0))
-				mu.Unlock()
-				n, err := cl.Get(ctx, "wait:counter").Int()
-				if err != nil && !errors.Is(err, redis.Nil) {
-					errs <- err
-					return
-				}
-				if err := cl.Set(ctx, "wait:counter", n+1, 0).Err(); err != nil {
-					errs <- err
-					return
-				}
-				if err := l.Unlock(ctx); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
+	waits := hammer(t, lk, cl, "contended", "wait:counter", workers, iters).waits
 	close(stop)
 	most := <-monitorDone
-	close(errs)
-	for err := range errs {
-		t.Fatalf("worker: %v", err)
-	}
-	if got := get(t, cl, "wait:counter"); got != strconv.Itoa(workers*iters) {
-		t.Errorf("counter = %s, want %d", got, workers*iters)
-	}
 	slices.Sort(waits)
 	if longest := waits[len(waits)-1]; longest > maxWaitBound {
 		t.Errorf("longest Lock wait = %v, want <= %v", longest, maxWaitBound)
