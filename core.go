@@ -178,12 +178,18 @@ func (c *core) isStopped() bool {
 
 // fanOut calls every node in nodes concurrently. go-redis applies ctx
 // deadlines to sockets only when the client enables it, so the bound is the
-// caller's: it stops reading the channel at its deadline. The channel is
-// buffered to len(nodes), so calls that finish late (a paused server resumes)
-// never block, and each call runs on a context detached from the caller's
-// cancellation: a write that is cut half-way has an unknown outcome, which is
-// worse than one that completes and is then cleaned up.
-func (c *core) fanOut(ctx context.Context, nodes []*node, timeout time.Duration, call func(context.Context, *node) reply) (<-chan reply, error) {
+// caller's: it stops reading the channel at its deadline (timeout). The
+// channel is buffered to len(nodes), so calls that finish late (a paused
+// server resumes) never block, and each call runs on a context detached from
+// the caller's cancellation: a write that is cut half-way has an unknown
+// outcome, which is worse than one that completes and is then cleaned up.
+//
+// callLimit bounds the call itself in the goroutine, when longer than timeout:
+// a release that reaches a resumed server late is still worth making, and
+// go-redis's EVALSHA-to-EVAL fallback after NOSCRIPT is a second command that
+// a spent context would stop. A client that cuts calls at the deadline itself
+// is called inline, bounded by timeout.
+func (c *core) fanOut(ctx context.Context, nodes []*node, timeout, callLimit time.Duration, call func(context.Context, *node) reply) (<-chan reply, error) {
 	ch := make(chan reply, len(nodes))
 	base := context.WithoutCancel(ctx)
 	if len(nodes) == 1 && nodes[0].deadlines {
@@ -211,7 +217,7 @@ func (c *core) fanOut(ctx context.Context, nodes []*node, timeout time.Duration,
 	for _, n := range nodes {
 		go func() {
 			defer c.wg.Done()
-			cctx, cancel := context.WithTimeout(base, timeout)
+			cctx, cancel := context.WithTimeout(base, max(timeout, callLimit))
 			r := call(cctx, n)
 			cancel()
 			r.node = n.idx
@@ -325,18 +331,21 @@ func (c *core) acquire(ctx context.Context, name string, cfg *config) (*Lock, ti
 	// attempt expires no earlier than T1+TTL on its server.
 	t1 := time.Now()
 	until := validUntil(t1, cfg.ttl, cfg.driftFactor)
-	ch, err := c.fanOut(ctx, c.nodes, timeout, func(ctx context.Context, n *node) reply {
+	ch, err := c.fanOut(ctx, c.nodes, timeout, timeout, func(ctx context.Context, n *node) reply {
 		res, err := scriptAcquire.Run(ctx, n.client, l.keys, l.owner, ttlMillis(cfg.ttl), fence, floor).Int64Slice()
 		var r reply
+		o := failed
 		switch {
 		case err != nil:
 			r = reply{err: err}
 		case len(res) != 2:
 			r = reply{err: fmt.Errorf("%w: %v", errBadReply, res)}
+		case res[0] == 1:
+			r, o = reply{ok: true, val: res[1]}, granted
 		default:
-			r = reply{ok: res[0] == 1, val: res[1]}
+			r, o = reply{val: res[1]}, taken
 		}
-		if l.settle(n.idx, r.ok || r.err != nil) {
+		if l.settle(n.idx, o) {
 			// The reply arrived after the attempt was given up or the lock
 			// released or lost: nobody else will delete this key, so we do.
 			c.releaseNode(ctx, n, l)
@@ -383,28 +392,18 @@ func (c *core) acquire(ctx context.Context, name string, cfg *config) (*Lock, ti
 			t.errs = append(t.errs, fmt.Errorf("redlock: validity of %v used up before the grant completed", cfg.ttl))
 		}
 	}
-	// Step 5: not obtained. Release wherever the outcome may be a grant.
-	// Nodes still in flight release their own grant when it arrives (see
-	// Lock.settle). Of the settled ones, those that answered "taken" hold
-	// nothing of ours; those that granted are released and waited for; those
-	// that failed have an unknown outcome and are released in the background,
-	// since they will not answer the release any sooner than the attempt.
+	// Step 5: not obtained. Release on every node that may hold our key:
+	// those that granted, released and waited for; those that failed or have
+	// not answered yet, released in the background, since they will not
+	// answer the release sooner than the attempt (a grant arriving after the
+	// release is released by its own call, see Lock.settle). Nodes that
+	// answered "taken" hold nothing of ours.
 	l.mu.Lock()
 	l.transition(stateFailed, "")
-	settled := l.settled()
+	grantedOn, unknownOn := l.settled(granted), l.settled(failed, pending)
 	l.mu.Unlock()
-	var granted, unknown []*node
-	for _, n := range settled {
-		r, ok := replyOf(rs, n.idx)
-		switch {
-		case ok && r.err == nil && r.ok:
-			granted = append(granted, n)
-		case !ok || r.err != nil:
-			unknown = append(unknown, n)
-		}
-	}
-	c.releaseOn(ctx, l, granted, timeout, never)
-	c.releaseInBackground(ctx, l, unknown)
+	c.releaseOn(ctx, l, grantedOn, timeout, never)
+	c.releaseInBackground(ctx, l, unknownOn)
 	errs := append([]error{ErrNotObtained}, t.errs...)
 	if interrupted {
 		errs = append(errs, ctx.Err())
@@ -451,7 +450,7 @@ func (c *core) settleToken(ctx context.Context, l *Lock, rs []reply, timeout tim
 		return token, nil
 	}
 	arg := fmt.Sprintf("%d", token)
-	ch, err := c.fanOut(ctx, behind, timeout, func(ctx context.Context, n *node) reply {
+	ch, err := c.fanOut(ctx, behind, timeout, timeout, func(ctx context.Context, n *node) reply {
 		v, err := scriptRaise.Run(ctx, n.client, l.keys[1:2], arg).Int64()
 		return reply{ok: err == nil && v >= token, val: v, err: err}
 	})
@@ -484,7 +483,7 @@ func (c *core) releaseOn(ctx context.Context, l *Lock, nodes []*node, timeout ti
 	if len(nodes) == 0 {
 		return nil
 	}
-	ch, err := c.fanOut(ctx, nodes, timeout, func(ctx context.Context, n *node) reply {
+	ch, err := c.fanOut(ctx, nodes, timeout, l.leaseTTL(), func(ctx context.Context, n *node) reply {
 		v, err := scriptRelease.Run(ctx, n.client, l.keys[:1], l.owner, l.channel).Int64()
 		return reply{ok: v == 1, err: err}
 	})
@@ -512,7 +511,8 @@ func (c *core) releaseInBackground(ctx context.Context, l *Lock, nodes []*node) 
 
 // releaseNode releases l on one node from a goroutine the core already owns.
 func (c *core) releaseNode(ctx context.Context, n *node, l *Lock) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.timeout)
+	// Until the lease would end anyway: a late release still frees the name.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.leaseTTL())
 	defer cancel()
 	_ = scriptRelease.Run(ctx, n.client, l.keys[:1], l.owner, l.channel).Err() // the key expires by itself if this fails
 }

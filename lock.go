@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -49,15 +50,15 @@ type Lock struct {
 
 	mu    sync.Mutex
 	state lockState
-	// inflight[i] is true while node i's acquire call has not returned. Its
-	// goroutine releases its own grant if the lock is no longer live by
-	// then, so Unlock and a failed attempt release only on settled nodes.
-	inflight []bool
-	why      string
-	ttl      time.Duration
-	until    time.Time
-	timer    *time.Timer
-	onLost   []func()
+	// outcome[i] is what node i's acquire call returned, or pending while it
+	// is in flight. A call that returns after the lock stopped being live
+	// releases its own grant (see settle).
+	outcome []outcome
+	why     string
+	ttl     time.Duration
+	until   time.Time
+	timer   *time.Timer
+	onLost  []func()
 
 	// Guarded by the watchdog's mutex.
 	wdIndex int
@@ -80,18 +81,20 @@ func (c *core) newLock(name string, cfg *config) *Lock {
 		logger:        cfg.logger,
 		done:          make(chan struct{}),
 		ttl:           cfg.ttl,
-		inflight:      inflightAll(len(c.nodes)),
+		outcome:       make([]outcome, len(c.nodes)),
 		wdIndex:       -1,
 	}
 }
 
-func inflightAll(n int) []bool {
-	b := make([]bool, n)
-	for i := range b {
-		b[i] = true
-	}
-	return b
-}
+// outcome is how one node answered a lock's acquire call.
+type outcome uint8
+
+const (
+	pending outcome = iota // no reply yet
+	granted
+	taken  // another owner holds it: nothing of ours there
+	failed // an error: the script may or may not have run
+)
 
 // Name returns the lock's name as given to the acquire call.
 func (l *Lock) Name() string { return l.name }
@@ -150,7 +153,6 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	l.mu.Lock()
 	prev := l.state
 	changed := l.transition(stateReleased, "")
-	targets := l.settled()
 	l.mu.Unlock()
 	if changed {
 		l.afterTransition(stateReleased)
@@ -158,7 +160,11 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		return fmt.Errorf("%w: already released", ErrNotHeld)
 	}
 	c := l.c
-	rs := c.releaseOn(ctx, l, targets, l.timeout, func(rs []reply) bool {
+	// Every node, the spec's rule: also those whose acquire has not answered
+	// yet. The release usually overtakes nothing and frees the name at once;
+	// if it does overtake the acquire, the acquire's call releases its own
+	// grant when it arrives (settle).
+	rs := c.releaseOn(ctx, l, c.nodes, l.timeout, func(rs []reply) bool {
 		t := c.count(rs)
 		return t.ok >= c.quorum || c.impossible(t.no+t.failed)
 	})
@@ -196,7 +202,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	c := l.c
 	t1 := time.Now()
 	until := validUntil(t1, ttl, l.driftFactor)
-	ch, err := c.fanOut(ctx, c.nodes, l.timeout, func(ctx context.Context, n *node) reply {
+	ch, err := c.fanOut(ctx, c.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node) reply {
 		v, err := scriptExtend.Run(ctx, n.client, l.keys[:1], l.owner, ttlMillis(ttl)).Int64()
 		return reply{ok: v == 1, err: err}
 	})
@@ -230,22 +236,22 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 
 // settle records that node's acquire call returned, and reports whether its
 // goroutine must release what it may have set: a grant, or an error whose
-// outcome is unknown, that arrived after the lock stopped being live.
-// Unlock and failed attempts change the state and read the in-flight set in
-// one critical section, so every node is released exactly once: by them if
-// it had settled, by its own goroutine if not.
-func (l *Lock) settle(node int, mayHold bool) (release bool) {
+// outcome is unknown, that arrived after the lock stopped being live. Unlock
+// and failed attempts change the state before they send their releases, so
+// a grant their release overtook is still released, by this call.
+func (l *Lock) settle(node int, o outcome) (release bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.inflight[node] = false
-	return mayHold && l.state != stateAcquiring && l.state != stateHeld
+	l.outcome[node] = o
+	return o != taken && l.state != stateAcquiring && l.state != stateHeld
 }
 
-// settled returns the nodes whose acquire call has returned; l.mu held.
-func (l *Lock) settled() []*node {
+// settled returns the nodes whose acquire call answered one of outcomes;
+// l.mu held.
+func (l *Lock) settled(outcomes ...outcome) []*node {
 	var out []*node
 	for _, n := range l.c.nodes {
-		if !l.inflight[n.idx] {
+		if slices.Contains(outcomes, l.outcome[n.idx]) {
 			out = append(out, n)
 		}
 	}

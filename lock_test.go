@@ -502,3 +502,43 @@ func TestLockClosedClient(t *testing.T) {
 		t.Errorf("Lock(closed client) = %v (ctx %v), want ErrNotObtained and redis.ErrClosed before the ctx ends", err, ctx.Err())
 	}
 }
+
+// TestUnlockServerPaused: Redis stops answering during Unlock. Unlock
+// returns within the node timeout with an error that is neither nil nor
+// ErrNotHeld (the outcome is unknown), Done is closed, and the key is gone
+// once the server resumes (the queued release runs) or expires.
+func TestUnlockServerPaused(t *testing.T) {
+	srv := redistest.Start(t)
+	cl := srv.Client(t)
+	const nodeTimeout = 100 * time.Millisecond
+	lk := newLocker(t, cl, WithNodeTimeout(nodeTimeout), WithTTL(2*time.Second))
+	ctx := context.Background()
+	l, err := lk.TryLock(ctx, "unlock-paused")
+	if err != nil {
+		t.Fatalf("TryLock() = %v", err)
+	}
+	srv.Pause(t)
+	start := time.Now()
+	err = l.Unlock(ctx)
+	took := time.Since(start)
+	srv.Resume(t)
+	if err == nil || errors.Is(err, ErrNotHeld) || !errors.Is(err, errNodeTimeout) {
+		t.Errorf("Unlock(paused) = %v, want a node-timeout error, not nil or ErrNotHeld", err)
+	}
+	if took > nodeTimeout+100*time.Millisecond {
+		t.Errorf("Unlock(paused) took %v, want <= node timeout %v + slack", took, nodeTimeout)
+	}
+	select {
+	case <-l.Done():
+	default:
+		t.Errorf("Done open after Unlock")
+	}
+	if err := l.Err(); !errors.Is(err, ErrReleased) {
+		t.Errorf("Err() = %v, want ErrReleased", err)
+	}
+	// Close waits for the release still in flight to the resumed server.
+	lk.Close()
+	if n := cl.Exists(ctx, "{redlock:unlock-paused}").Val(); n != 0 {
+		t.Errorf("key after the resumed server ran the release = %d, want 0", n)
+	}
+}

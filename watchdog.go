@@ -209,7 +209,7 @@ func (c *core) batch(ctx context.Context, locks []*Lock, ttls []time.Duration, d
 	if len(locks) == 0 {
 		return out
 	}
-	ch, err := c.fanOut(ctx, c.nodes, time.Until(deadline), func(ctx context.Context, n *node) reply {
+	ch, err := c.fanOut(ctx, c.nodes, time.Until(deadline), time.Until(deadline), func(ctx context.Context, n *node) reply {
 		codes, err := pipelineScript(ctx, n.client, locks, ttls)
 		return reply{codes: codes, err: err}
 	})
