@@ -656,7 +656,7 @@ func (c *core) do(ctx context.Context, name string, fn func(context.Context) err
 	if err != nil {
 		return err
 	}
-	fctx, cancel := context.WithCancelCause(ctx)
+	fctx, cancel := context.WithCancelCause(context.WithValue(ctx, lockKeyCtx{}, l))
 	defer cancel(nil)
 	l.onLoss(func() { cancel(ErrLost) })
 	defer func() {
@@ -672,6 +672,16 @@ func (c *core) do(ctx context.Context, name string, fn func(context.Context) err
 		}
 	}()
 	return fn(fctx)
+}
+
+type lockKeyCtx struct{}
+
+// FromContext returns the lock that Do holds while running its function,
+// from the context Do passes it, so the function can send the lock's fencing
+// token with its writes. It reports false for any other context.
+func FromContext(ctx context.Context) (*Lock, bool) {
+	l, ok := ctx.Value(lockKeyCtx{}).(*Lock)
+	return l, ok
 }
 
 // close stops the watchdog, releases every held lock (best effort, one

@@ -62,13 +62,15 @@ func ExampleLocker_Do() {
 	defer locker.Close()
 
 	err = locker.Do(context.Background(), "nightly-report", func(ctx context.Context) error {
-		// ctx is cancelled if the lock is lost while this runs.
-		fmt.Println("building the report under the lock")
+		// ctx is cancelled if the lock is lost while this runs, and carries
+		// the lock, whose token goes with every write to the resource.
+		lock, _ := redlock.FromContext(ctx)
+		fmt.Println("building the report under the lock, token > 0:", lock.Token() > 0)
 		return nil
 	})
 	fmt.Println("Do:", err)
 	// Output:
-	// building the report under the lock
+	// building the report under the lock, token > 0: true
 	// Do: <nil>
 }
 

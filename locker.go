@@ -60,7 +60,8 @@ func (lk *Locker) TryLock(ctx context.Context, name string, opts ...Option) (*Lo
 // Do acquires the lock name as Lock does, runs fn while holding it (renewed
 // by the watchdog unless WithAutoRenew(false)), and always releases it, even
 // when fn panics (release first, then the panic goes on). fn's context is
-// cancelled the moment the lock is lost. Do returns fn's error, joined with an
+// cancelled the moment the lock is lost, and carries the lock: [FromContext]
+// returns it, for its fencing token. Do returns fn's error, joined with an
 // error matching ErrLost if the lock was lost while fn ran, even when fn
 // returned nil.
 func (lk *Locker) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {

@@ -166,6 +166,19 @@ func TestDoLoss(t *testing.T) {
 		t.Errorf("cause of fn's ctx = %v, want ErrLost", cause)
 	}
 
+	if _, ok := FromContext(ctx); ok {
+		t.Errorf("FromContext(plain ctx) reported a lock")
+	}
+	if err := lk.Do(ctx, "do-from-ctx", func(fctx context.Context) error {
+		l, ok := FromContext(fctx)
+		if !ok || l.Name() != "do-from-ctx" || l.Err() != nil || get(t, cl, "{redlock:do-from-ctx}") != l.Owner() {
+			t.Errorf("FromContext(fn ctx) = %v, %v; want the held lock", l, ok)
+		}
+		return nil
+	}); err != nil {
+		t.Errorf("Do() = %v", err)
+	}
+
 	fnErr := errors.New("fn failed")
 	if err := lk.Do(ctx, "do-err", func(context.Context) error { return fnErr }); !errors.Is(err, fnErr) || errors.Is(err, ErrLost) {
 		t.Errorf("Do() = %v, want fn's error and no ErrLost", err)
