@@ -209,6 +209,14 @@ func TestWaitCancel(t *testing.T) {
 		done <- err
 	}()
 	waiting(t, lk.c, "cancel")
+	channel := releaseChannel(lockKey("redlock:", "cancel"))
+	// The SUBSCRIBE goes out from another goroutine; wait until the server
+	// has it, so the check after the cancel below is about the grace period.
+	if !eventually(2*time.Second, func() bool {
+		return cl.PubSubNumSub(ctx, channel).Val()[channel] == 1
+	}) {
+		t.Fatalf("channel %s never subscribed while a goroutine waited", channel)
+	}
 	cancelledAt = time.Now()
 	cancel()
 	err = <-done
@@ -218,7 +226,6 @@ func TestWaitCancel(t *testing.T) {
 	if !errors.Is(err, ErrNotObtained) || !errors.Is(err, context.Canceled) {
 		t.Errorf("Lock(cancelled) = %v, want ErrNotObtained and Canceled", err)
 	}
-	channel := releaseChannel(lockKey("redlock:", "cancel"))
 	if n := cl.PubSubNumSub(ctx, channel).Val()[channel]; n != 1 {
 		t.Errorf("channel %s has %d subscribers right after the waiter left, want 1 (kept for idleGrace)", channel, n)
 	}
