@@ -615,12 +615,22 @@ func TestRedlockExtend(t *testing.T) {
 	pttl := func(i int, name string) time.Duration {
 		return nodes[i].admin.PTTL(ctx, rlKey(name)).Val()
 	}
-
-	t.Run("2 of 5 down", func(t *testing.T) {
-		l, err := r.TryLock(ctx, "extend-2")
+	// takeEverywhere takes name and waits until every node holds it: TryLock
+	// returns at quorum, and these scenarios start from a lock on all nodes.
+	takeEverywhere := func(t *testing.T, name string) *Lock {
+		t.Helper()
+		l, err := r.TryLock(ctx, name)
 		if err != nil {
 			t.Fatalf("TryLock() = %v", err)
 		}
+		if !eventually(2*time.Second, func() bool { return ownedBy(t, nodes, name, l.Owner(), all...) == 5 }) {
+			t.Fatalf("lock never reached all 5 nodes")
+		}
+		return l
+	}
+
+	t.Run("2 of 5 down", func(t *testing.T) {
+		l := takeEverywhere(t, "extend-2")
 		defer l.Unlock(ctx)
 		blackhole(3, 4)
 		defer blackhole()
@@ -640,13 +650,10 @@ func TestRedlockExtend(t *testing.T) {
 	})
 
 	t.Run("3 of 5 down", func(t *testing.T) {
-		l, err := r.TryLock(ctx, "extend-3")
-		if err != nil {
-			t.Fatalf("TryLock() = %v", err)
-		}
+		l := takeEverywhere(t, "extend-3")
 		until := l.Until()
 		blackhole(2, 3, 4)
-		err = l.Extend(ctx, 5*time.Second)
+		err := l.Extend(ctx, 5*time.Second)
 		blackhole()
 		if err == nil {
 			t.Fatalf("Extend() with 3 of 5 down = nil, want an error")
@@ -674,10 +681,7 @@ func TestRedlockExtend(t *testing.T) {
 	})
 
 	t.Run("not ours on a minority", func(t *testing.T) {
-		l, err := r.TryLock(ctx, "extend-minority")
-		if err != nil {
-			t.Fatalf("TryLock() = %v", err)
-		}
+		l := takeEverywhere(t, "extend-minority")
 		eventually(time.Second, func() bool { return ownedBy(t, nodes, "extend-minority", l.Owner(), all...) == 5 })
 		for _, i := range []int{0, 1} {
 			nodes[i].admin.Del(ctx, rlKey("extend-minority"))
@@ -695,10 +699,7 @@ func TestRedlockExtend(t *testing.T) {
 	})
 
 	t.Run("not ours on a majority", func(t *testing.T) {
-		l, err := r.TryLock(ctx, "extend-majority")
-		if err != nil {
-			t.Fatalf("TryLock() = %v", err)
-		}
+		l := takeEverywhere(t, "extend-majority")
 		eventually(time.Second, func() bool { return ownedBy(t, nodes, "extend-majority", l.Owner(), all...) == 5 })
 		for _, i := range []int{0, 1, 2} {
 			nodes[i].admin.Del(ctx, rlKey("extend-majority"))
