@@ -120,9 +120,10 @@ func (l *Lock) Until() time.Time {
 }
 
 // Done returns a channel closed once the lock is no longer held: after
-// Unlock, or when it is lost. It closes no later than Until (by a local
-// timer, whatever a hung request is doing), so before any other client can
-// be granted the same name.
+// Unlock, or when it is lost. A local timer closes it at Until, whatever a
+// hung request is doing; timer latency (typically under a millisecond, a few
+// on a loaded machine) is covered by the drift allowance between Until and
+// the earliest moment the server can grant the name to anyone else.
 func (l *Lock) Done() <-chan struct{} { return l.done }
 
 // Err returns nil while the lock is held, an error matching ErrLost once it
