@@ -34,8 +34,8 @@
 // [Lock.Until] is the end of local validity: the instant before the request
 // was sent, plus the TTL, minus a drift allowance (TTL*0.01 + 2ms). The key
 // lives on the server at least until then, so no one else can be granted the
-// name before Until. [Lock.Done] closes at Until, driven by a local timer
-// whose latency the drift allowance covers. With auto-renew (the default) a single watchdog goroutine per Locker
+// name before Until. [Lock.Done] closes by Until, driven by a local timer
+// set 1ms ahead of it. With auto-renew (the default) a single watchdog goroutine per Locker
 // renews every held lock at TTL/3; a lock whose renewal does not succeed by
 // Until is lost: Done closes and [Lock.Err] returns [ErrLost].
 //

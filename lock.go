@@ -120,10 +120,11 @@ func (l *Lock) Until() time.Time {
 }
 
 // Done returns a channel closed once the lock is no longer held: after
-// Unlock, or when it is lost. A local timer closes it at Until, whatever a
-// hung request is doing; timer latency (typically under a millisecond, a few
-// on a loaded machine) is covered by the drift allowance between Until and
-// the earliest moment the server can grant the name to anyone else.
+// Unlock, or when it is lost. A local timer closes it 1ms before Until,
+// whatever a hung request is doing, so it closes by Until unless the timer
+// fires more than 1ms late (a heavily loaded machine); even then the drift
+// allowance lies between Until and the earliest moment the server can grant
+// the name to anyone else.
 func (l *Lock) Done() <-chan struct{} { return l.done }
 
 // Err returns nil while the lock is held, an error matching ErrLost once it
@@ -266,17 +267,24 @@ func (l *Lock) hold(token int64, until time.Time) {
 	l.token = token
 	l.state = stateHeld
 	l.until = until
-	l.timer = time.AfterFunc(time.Until(until), l.expire)
+	l.timer = time.AfterFunc(untilLoss(until), l.expire)
 }
 
-// expire runs from the loss timer at Until.
+// timerLead is how long before Until the loss timer is set to fire, so that
+// Done closes by Until although a timer fires a little late.
+const timerLead = time.Millisecond
+
+// untilLoss is how long from now the loss timer of a lock valid until u fires.
+func untilLoss(u time.Time) time.Duration { return time.Until(u) - timerLead }
+
+// expire runs from the loss timer, just before Until.
 func (l *Lock) expire() {
 	l.mu.Lock()
 	if l.state != stateHeld {
 		l.mu.Unlock()
 		return
 	}
-	if d := time.Until(l.until); d > 0 {
+	if d := untilLoss(l.until); d > 0 {
 		// A renewal moved Until while this call was on its way.
 		l.timer.Reset(d)
 		l.mu.Unlock()
@@ -302,7 +310,7 @@ func (l *Lock) renewed(ttl time.Duration, until time.Time) bool {
 	}
 	l.ttl = ttl
 	l.until = until
-	l.timer.Reset(time.Until(until))
+	l.timer.Reset(untilLoss(until))
 	return true
 }
 
