@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -22,18 +21,22 @@ const (
 	stateFailed // the attempt that made it did not obtain the lock
 )
 
+// whyClosed is the reason of a lock released by Close.
+const whyClosed = "closed"
+
 // Lock is a held lock: the handle one successful Lock, TryLock or Do returns.
 // Its identity (name, owner value, fencing token) never changes; a new
 // acquisition always returns a new Lock with a fresh owner value, so a stale
 // handle can never release or extend a later holder's lock.
 //
 // A Lock is safe for concurrent use by multiple goroutines. Exactly one of
-// several concurrent Unlock calls returns nil.
+// several concurrent Unlock calls returns nil. The methods of a nil *Lock
+// do not panic: it is not held.
 type Lock struct {
 	c             *core
 	name          string
 	owner         string
-	keys          []string // lock key, fence counter key: one hash tag
+	keys          []string // lock, fence counter, lock, released marker: one hash tag (see relKeys)
 	channel       string   // where releases are published (wait.go)
 	fencing       bool
 	autoRenew     bool
@@ -57,12 +60,14 @@ type Lock struct {
 	why     string
 	ttl     time.Duration
 	until   time.Time
-	timer   *time.Timer
-	onLost  []func()
+	onEnds  []func(cause error)
 
 	// Guarded by the watchdog's mutex.
 	wdIndex int
 	wdAt    time.Time
+	// Guarded by the loss clock's mutex.
+	expIndex int
+	expAt    time.Time
 }
 
 func (c *core) newLock(name string, cfg *config) *Lock {
@@ -71,7 +76,7 @@ func (c *core) newLock(name string, cfg *config) *Lock {
 		c:             c,
 		name:          name,
 		owner:         uuid.NewString(),
-		keys:          []string{tag, tag + ":fence"},
+		keys:          []string{tag, tag + ":fence", tag, tag + ":released"},
 		channel:       releaseChannel(tag),
 		fencing:       cfg.fencing,
 		autoRenew:     cfg.autoRenew,
@@ -83,8 +88,12 @@ func (c *core) newLock(name string, cfg *config) *Lock {
 		ttl:           cfg.ttl,
 		outcome:       make([]outcome, len(c.nodes)),
 		wdIndex:       -1,
+		expIndex:      -1,
 	}
 }
+
+// relKeys are release.lua's KEYS: the lock key and its released marker.
+func (l *Lock) relKeys() []string { return l.keys[2:4] }
 
 // outcome is how one node answered a lock's acquire call.
 type outcome uint8
@@ -96,17 +105,42 @@ const (
 	failed // an error: the script may or may not have run
 )
 
+// closedChan is the Done channel of a nil *Lock.
+var closedChan = func() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()
+
+// errNilLock is what the methods of a nil *Lock report.
+var errNilLock = fmt.Errorf("%w: nil *Lock", ErrNotHeld)
+
 // Name returns the lock's name as given to the acquire call.
-func (l *Lock) Name() string { return l.name }
+func (l *Lock) Name() string {
+	if l == nil {
+		return ""
+	}
+	return l.name
+}
 
 // Owner returns the random owner value (a UUID) stored in Redis under the
 // lock's key while it is held.
-func (l *Lock) Owner() string { return l.owner }
+func (l *Lock) Owner() string {
+	if l == nil {
+		return ""
+	}
+	return l.owner
+}
 
 // Token returns the lock's fencing token: strictly increasing across
 // acquisitions of one name, and >= 1. Pass it to a [Fence] or [RedisFence]
 // guarding the resource. It is 0 when fencing is off ([WithFencing]).
-func (l *Lock) Token() int64 { return l.token }
+func (l *Lock) Token() int64 {
+	if l == nil {
+		return 0
+	}
+	return l.token
+}
 
 // Until returns the end of the lock's local validity: the instant read before
 // the last successful acquire, extend or renewal was sent, plus its TTL,
@@ -114,126 +148,96 @@ func (l *Lock) Token() int64 { return l.token }
 // it. The value carries a monotonic clock reading; compare it with time.Now
 // or time.Until, not after serialising it.
 func (l *Lock) Until() time.Time {
+	if l == nil {
+		return time.Time{}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.until
 }
 
 // Done returns a channel closed once the lock is no longer held: after
-// Unlock, or when it is lost. A local timer closes it 1ms before Until,
-// whatever a hung request is doing, so it closes by Until unless the timer
-// fires more than 1ms late (a heavily loaded machine); even then the drift
-// allowance lies between Until and the earliest moment the server can grant
-// the name to anyone else.
-func (l *Lock) Done() <-chan struct{} { return l.done }
+// Unlock or Close, or when it is lost. Loss by time is signalled by one
+// timer per Locker that closes every due lock's Done 1ms before its Until,
+// whatever a hung request is doing; so Done closes by Until unless that
+// timer's goroutine runs more than 1ms late (a heavily loaded machine). Even
+// then the drift allowance lies between Until and the earliest moment the
+// server can grant the name to anyone else, and [Lock.Err] is exact: it
+// compares the clock with Until whenever it is called.
+func (l *Lock) Done() <-chan struct{} {
+	if l == nil {
+		return closedChan
+	}
+	return l.done
+}
 
 // Err returns nil while the lock is held, an error matching ErrLost once it
-// was lost, and ErrReleased after Unlock or Close.
+// was lost, and ErrReleased after Unlock; after Close the error matches both
+// ErrReleased and ErrClosed. It is exact by the clock: once Until has passed
+// without a renewal, it reports the loss even if the loss timer has not fired
+// yet (and closes Done then). A nil *Lock reports ErrNotHeld.
 func (l *Lock) Err() error {
+	if l == nil {
+		return errNilLock
+	}
 	l.mu.Lock()
+	if l.state == stateHeld && !time.Now().Before(l.until) {
+		l.mu.Unlock()
+		l.expire()
+		l.mu.Lock()
+	}
 	defer l.mu.Unlock()
+	return l.errLocked()
+}
+
+func (l *Lock) errLocked() error {
 	switch l.state {
 	case stateHeld, stateAcquiring:
 		return nil
 	case stateLost:
 		return fmt.Errorf("%w: %s", ErrLost, l.why)
-	default:
-		return ErrReleased
 	}
+	if l.why == whyClosed {
+		return fmt.Errorf("%w: %w", ErrReleased, ErrClosed)
+	}
+	return ErrReleased
 }
 
 // Unlock releases the lock on every node where it is still ours; another
 // owner's key is never touched. It stops renewal and closes Done before
 // sending anything. It returns nil once a quorum of nodes (the one node of a
-// Locker) released it, without waiting for nodes that do not answer. It
-// returns an error matching ErrNotHeld when the lock was already released,
-// was lost, or the nodes say it is no longer ours; any other error means the
-// outcome is unknown on too many nodes and the lock frees itself when its TTL
-// runs out. Cancelling ctx does not stop the release: it runs detached from
-// ctx, bounded by the node timeout, so a cancelled caller still unlocks.
+// Locker) released it, without waiting for nodes that do not answer; a
+// release that Redis carried out but whose reply was lost, and that go-redis
+// retried, still returns nil. It returns an error matching ErrNotHeld when
+// the lock was already released, was lost, or the nodes say it is no longer
+// ours; any other error means the outcome is unknown on too many nodes and
+// the lock frees itself when its TTL runs out. Cancelling ctx does not stop
+// the release: it runs detached from ctx, bounded by the node timeout, so a
+// cancelled caller still unlocks.
 func (l *Lock) Unlock(ctx context.Context) error {
-	l.mu.Lock()
-	prev := l.state
-	changed := l.transition(stateReleased, "")
-	l.mu.Unlock()
-	if changed {
-		l.afterTransition(stateReleased)
-	} else if prev != stateLost {
-		return fmt.Errorf("%w: already released", ErrNotHeld)
+	if l == nil {
+		return errNilLock
 	}
-	c := l.c
-	// Every node, the spec's rule: also those whose acquire has not answered
-	// yet. The release usually overtakes nothing and frees the name at once;
-	// if it does overtake the acquire, the acquire's call releases its own
-	// grant when it arrives (settle).
-	rs := c.releaseOn(ctx, l, c.nodes, l.timeout, func(rs []reply) bool {
-		t := c.count(rs)
-		return t.ok >= c.quorum || c.impossible(t.no+t.failed)
-	})
-	if !changed {
-		// A lost lock may still have our key on some node; the release above
-		// cleared it, but the lock was not held.
-		return fmt.Errorf("%w: %w", ErrNotHeld, ErrLost)
-	}
-	t := c.count(rs)
-	switch {
-	case t.ok >= c.quorum:
-		return nil
-	case c.impossible(t.no):
-		return ErrNotHeld
-	}
-	return errors.Join(append([]error{fmt.Errorf("redlock: release reached %d of %d nodes, need %d", t.ok, len(c.nodes), c.quorum)}, t.errs...)...)
+	return l.c.unlock(ctx, l)
 }
 
 // Extend sets the lock's lease to ttl from now on every node where it is
-// still ours, and moves Until accordingly; later renewals use ttl too. It
-// never re-creates an expired key. It succeeds only when a quorum of nodes
-// (the one node of a Locker) extended within the new validity. It returns an
-// error matching ErrNotHeld when the lock is no longer held (the lock is then
-// marked lost), and another error when too many nodes failed to answer, in
-// which case the lock stays held until its current Until.
+// still ours, and moves Until accordingly; later renewals use ttl too (and
+// come no later than halfway through its validity). It never re-creates an
+// expired key. It succeeds only when a quorum of nodes (the one node of a
+// Locker) extended within the new validity. It returns an error matching
+// ErrNotHeld when the lock is no longer held (the lock is then marked lost),
+// an error for a ttl out of range, and another error when too many nodes
+// failed to answer, in which case the lock stays held until its current
+// Until.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
-	if ttl <= 0 || drift(ttl, l.driftFactor) >= ttl {
-		return fmt.Errorf("redlock: Extend TTL %v leaves no validity after the drift allowance", ttl)
+	if l == nil {
+		return errNilLock
 	}
-	l.io.Lock()
-	defer l.io.Unlock()
-	if err := l.Err(); err != nil {
-		return fmt.Errorf("%w: %w", ErrNotHeld, err)
+	if err := checkTTL(ttl, l.driftFactor); err != nil {
+		return fmt.Errorf("redlock: Extend: %w", err)
 	}
-	c := l.c
-	t1 := time.Now()
-	until := validUntil(t1, ttl, l.driftFactor)
-	ch, err := c.fanOut(ctx, c.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node) reply {
-		v, err := scriptExtend.Run(ctx, n.client, l.keys[:1], l.owner, ttlMillis(ttl)).Int64()
-		return reply{ok: v == 1, err: err}
-	})
-	if err != nil {
-		return err
-	}
-	rs, interrupted := gather(ch, c.nodes, earliest(t1.Add(l.timeout), until), ctx.Done(), func(rs []reply) bool {
-		t := c.count(rs)
-		return t.ok >= c.quorum || c.impossible(t.no+t.failed)
-	})
-	t := c.count(rs)
-	switch {
-	case t.ok >= c.quorum && !interrupted && time.Now().Before(until):
-		if !l.renewed(ttl, until) {
-			return fmt.Errorf("%w: %w", ErrNotHeld, l.Err())
-		}
-		if l.autoRenew {
-			c.wd.schedule(l, l.renewAt(t1))
-		}
-		return nil
-	case c.impossible(t.no):
-		l.finish(stateLost, "extend found the key gone or owned by another owner")
-		return ErrNotHeld
-	}
-	errs := append([]error{fmt.Errorf("redlock: extend reached %d of %d nodes within validity, need %d", t.ok, len(c.nodes), c.quorum)}, t.errs...)
-	if interrupted {
-		errs = append(errs, ctx.Err())
-	}
-	return errors.Join(errs...)
+	return l.c.extend(ctx, l, ttl)
 }
 
 // settle records that node's acquire call returned, and reports whether its
@@ -248,9 +252,9 @@ func (l *Lock) settle(node int, o outcome) (release bool) {
 	return o != taken && l.state != stateAcquiring && l.state != stateHeld
 }
 
-// settled returns the nodes whose acquire call answered one of outcomes;
+// settledOn returns the nodes whose acquire call answered one of outcomes;
 // l.mu held.
-func (l *Lock) settled(outcomes ...outcome) []*node {
+func (l *Lock) settledOn(outcomes ...outcome) []*node {
 	var out []*node
 	for _, n := range l.c.nodes {
 		if slices.Contains(outcomes, l.outcome[n.idx]) {
@@ -260,57 +264,49 @@ func (l *Lock) settled(outcomes ...outcome) []*node {
 	return out
 }
 
-// hold makes a granted attempt a held lock and arms the loss timer.
+// hold makes a granted attempt a held lock and arms its loss.
 func (l *Lock) hold(token int64, until time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.token = token
 	l.state = stateHeld
 	l.until = until
-	l.timer = time.AfterFunc(untilLoss(until), l.expire)
+	l.c.exp.set(l, until)
 }
 
-// timerLead is how long before Until the loss timer is set to fire, so that
-// Done closes by Until although a timer fires a little late.
-const timerLead = time.Millisecond
-
-// untilLoss is how long from now the loss timer of a lock valid until u fires.
-func untilLoss(u time.Time) time.Duration { return time.Until(u) - timerLead }
-
-// expire runs from the loss timer, just before Until.
+// expire runs when the loss clock says Until is (nearly) here, and from Err
+// once it has passed.
 func (l *Lock) expire() {
-	l.mu.Lock()
-	if l.state != stateHeld {
-		l.mu.Unlock()
-		return
+	if l.expireLocked() {
+		l.afterTransition(stateLost)
 	}
-	if d := untilLoss(l.until); d > 0 {
-		// A renewal moved Until while this call was on its way.
-		l.timer.Reset(d)
-		l.mu.Unlock()
-		return
+}
+
+// expireLocked marks the lock lost if its Until has come (within timerLead),
+// closing Done; afterTransition must follow when it returns true.
+func (l *Lock) expireLocked() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != stateHeld || time.Until(l.until) > timerLead {
+		return false // released, or a renewal moved Until meanwhile
 	}
 	why := "no renewal succeeded before the validity ran out"
 	if !l.autoRenew {
 		why = "lease ran out (auto-renew off)"
 	}
-	changed := l.transition(stateLost, why)
-	l.mu.Unlock()
-	if changed {
-		l.afterTransition(stateLost)
-	}
+	return l.transition(stateLost, why)
 }
 
 // renewed records a successful extension; false if the lock is gone.
 func (l *Lock) renewed(ttl time.Duration, until time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.state != stateHeld {
-		return false
+	if l.state != stateHeld || !time.Now().Before(l.until) {
+		return false // lost meanwhile (or due to be: Err would say so)
 	}
 	l.ttl = ttl
 	l.until = until
-	l.timer.Reset(untilLoss(until))
+	l.c.exp.set(l, until)
 	return true
 }
 
@@ -320,13 +316,17 @@ func (l *Lock) leaseTTL() time.Duration {
 	return l.ttl
 }
 
-// renewEvery is the watchdog period for the current lease.
+// renewEvery is the watchdog period for the current lease: the renew
+// interval (TTL/3 by default), but never more than half the lease's
+// validity, so that a renewal, and a retry of it, always fit before Until
+// even after an Extend to a TTL shorter than the configured interval.
 func (l *Lock) renewEvery() time.Duration {
 	ttl := l.leaseTTL()
-	if l.renewInterval > 0 && l.renewInterval < ttl {
-		return l.renewInterval
+	every := ttl / 3
+	if l.renewInterval > 0 {
+		every = l.renewInterval
 	}
-	return ttl / 3
+	return max(min(every, (ttl-drift(ttl, l.driftFactor))/2), time.Millisecond)
 }
 
 // renewAt is when the watchdog should next renew a lease sent at t1.
@@ -349,47 +349,61 @@ func (l *Lock) finish(to lockState, why string) bool {
 	return changed
 }
 
-// transition changes the state under l.mu; afterTransition must follow
-// outside it when it returns true.
+// transition changes the state under l.mu and closes Done; afterTransition
+// must follow outside l.mu when it returns true.
 func (l *Lock) transition(to lockState, why string) bool {
 	if l.state != stateHeld && l.state != stateAcquiring {
 		return false
 	}
 	l.state = to
 	l.why = why
-	if l.timer != nil {
-		l.timer.Stop()
-	}
 	close(l.done)
 	return true
 }
 
+// afterTransition does what a lock that stopped being held owes the core,
+// the log and the Do waiting on it.
 func (l *Lock) afterTransition(to lockState) {
 	l.c.forget(l)
-	if to != stateLost {
+	l.mu.Lock()
+	fns := l.onEnds
+	l.onEnds = nil
+	cause := l.errLocked()
+	l.mu.Unlock()
+	if to == stateLost {
+		l.logger.Warn("redlock: lock lost", "name", l.name, "token", l.token, "reason", l.why)
+	}
+	if to == stateFailed {
 		return
 	}
-	l.logger.Warn("redlock: lock lost", "name", l.name, "token", l.token, "reason", l.why)
-	l.mu.Lock()
-	fns := l.onLost
-	l.onLost = nil
-	l.mu.Unlock()
 	for _, f := range fns {
-		f()
+		f(cause)
 	}
 }
 
-// onLoss runs f once if the lock is lost (at once if it already was).
-func (l *Lock) onLoss(f func()) {
+// onEnd runs f once when the lock stops being held, with the reason as
+// cause (at once if it already has).
+func (l *Lock) onEnd(f func(cause error)) {
 	l.mu.Lock()
-	switch l.state {
-	case stateHeld:
-		l.onLost = append(l.onLost, f)
+	if l.state == stateHeld {
+		l.onEnds = append(l.onEnds, f)
 		l.mu.Unlock()
-	case stateLost:
-		l.mu.Unlock()
-		f()
-	default:
-		l.mu.Unlock()
+		return
 	}
+	cause := l.errLocked()
+	l.mu.Unlock()
+	f(cause)
+}
+
+// checkTTL validates a lease length.
+func checkTTL(ttl time.Duration, factor float64) error {
+	switch {
+	case ttl < time.Millisecond:
+		return fmt.Errorf("TTL must be at least 1ms, got %v", ttl)
+	case ttl > maxTTL:
+		return fmt.Errorf("TTL must be at most %v, got %v", maxTTL, ttl)
+	case drift(ttl, factor) >= ttl.Truncate(time.Millisecond):
+		return fmt.Errorf("TTL %v leaves no validity after the drift allowance of %v", ttl, drift(ttl, factor))
+	}
+	return nil
 }

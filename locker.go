@@ -19,6 +19,11 @@ type Locker struct{ c *core }
 // It starts one watchdog goroutine; call Close to stop it. It returns an error
 // for a nil client or an invalid option.
 //
+// NewLocker warms the client up before it returns (a dial and the scripts
+// loaded into the server's cache, at most 1s or the node timeout, ignoring
+// failures), so that a first call with a short TTL is not judged by a budget
+// that a dial spent.
+//
 // Every call to Redis is bounded by the node timeout ([WithNodeTimeout]).
 // go-redis applies ctx deadlines to its sockets only with
 // ContextTimeoutEnabled; without it, each call runs in a goroutine that the
@@ -60,18 +65,26 @@ func (lk *Locker) TryLock(ctx context.Context, name string, opts ...Option) (*Lo
 // Do acquires the lock name as Lock does, runs fn while holding it (renewed
 // by the watchdog unless WithAutoRenew(false)), and always releases it, even
 // when fn panics (release first, then the panic goes on). fn's context is
-// cancelled the moment the lock is lost, and carries the lock: [FromContext]
-// returns it, for its fencing token. Do returns fn's error, joined with an
-// error matching ErrLost if the lock was lost while fn ran, even when fn
-// returned nil.
+// cancelled the moment the lock stops being held for any reason other than
+// Do's own release: lost (cause matches ErrLost), Close (cause matches
+// ErrClosed), or an Unlock of the lock through [FromContext]. It carries the
+// lock: [FromContext] returns it, for its fencing token. Do returns fn's
+// error, joined with an error matching ErrLost if the lock was lost while fn
+// ran (also when Close released it under fn, then matching ErrClosed too, or
+// when the release found the key no longer ours), even when fn returned nil.
 func (lk *Locker) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
 	return lk.c.do(ctx, name, fn, opts)
 }
 
-// Close stops the watchdog, releases the locks still held (one pipelined
-// round, bounded by the node timeout; their Done channels close and Err
-// returns ErrReleased) and waits for every goroutine the Locker started,
-// including calls left waiting on an unresponsive server, which end at the
-// client's read timeout. Acquire calls after Close fail with ErrClosed. It
-// does not close the client. Close is idempotent and returns nil.
+// Close marks every held lock released (their Done channels close, the
+// contexts of running Do calls are cancelled with cause ErrClosed, and Err
+// matches ErrReleased and ErrClosed), releases them on the server in one
+// pipelined round, stops the watchdog and pub/sub, and waits for the
+// Locker's goroutines; all of it within one node timeout. A call still stuck
+// on an unresponsive server after that (only possible when the client does
+// not apply ctx deadlines itself, see ContextTimeoutEnabled) ends by the
+// client's own read timeout. An acquisition whose grant arrives after Close
+// started releases it and fails with ErrClosed; acquire calls after Close
+// fail with ErrClosed. It does not close the client. Close is idempotent and
+// returns nil.
 func (lk *Locker) Close() error { return lk.c.close() }

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"fmt"
+	"math"
 	"log/slog"
 	"strings"
 	"time"
@@ -37,7 +38,9 @@ func defaultConfig() config {
 	}
 }
 
-// WithTTL sets the lease length of a lock on the server. Default 10s. With
+// WithTTL sets the lease length of a lock on the server. Default 10s; at
+// least 1ms plus the drift allowance, at most one year; sent in whole
+// milliseconds (validity is computed from the truncated value). With
 // auto-renew on, a crashed holder's lock is free again at most one TTL after
 // its last renewal; with it off, the lock is held for exactly one TTL unless
 // extended.
@@ -53,14 +56,20 @@ func WithAutoRenew(on bool) Option { return func(c *config) { c.autoRenew = on }
 func WithRenewInterval(d time.Duration) Option { return func(c *config) { c.renewInterval = d } }
 
 // WithNodeTimeout bounds every call to one Redis node (acquire, extend,
-// release), enforced by the library whatever the client's own timeouts. Default
-// TTL/50, kept between 50ms and 500ms and at most TTL/3. A Redlock treats a node
-// that has not answered by then as failed for that call.
+// release), enforced by the library whatever the client's own timeouts.
+// Default TTL/10, kept between 100ms and 1s and at most TTL/3. A Redlock
+// treats a node that has not answered by then as failed for that call, but
+// settles every call as soon as a quorum has answered, so a hung minority
+// costs nothing; the bound matters when no quorum has answered yet. It also
+// bounds how long Close waits. Keep it above go-redis's own retry span
+// (MaxRetries with backoff) so that a server's refusal (READONLY, LOADING),
+// which go-redis retries, reaches the caller instead of a timeout.
 func WithNodeTimeout(d time.Duration) Option { return func(c *config) { c.nodeTimeout = d } }
 
 // WithDriftFactor sets the share of the TTL subtracted from a lock's validity
 // for clock drift between processes; 2ms for Redis's expiry precision are
-// always subtracted on top. Default 0.01. It must be in [0, 0.5).
+// always subtracted on top. Default 0.01. It must be a finite number in
+// [0, 0.5) (negative zero, NaN and infinities are refused).
 func WithDriftFactor(f float64) Option { return func(c *config) { c.driftFactor = f } }
 
 // WithKeyPrefix sets the prefix of the keys the library writes. Default
@@ -104,20 +113,24 @@ func (c config) with(opts []Option) (config, error) {
 	return c, c.validate()
 }
 
+// maxTTL bounds every lease: far beyond any real critical section, and far
+// below where Until's arithmetic (now + TTL) could overflow.
+const maxTTL = 365 * 24 * time.Hour
+
 func (c *config) validate() error {
 	switch {
-	case c.ttl <= 0:
-		return fmt.Errorf("redlock: TTL must be positive, got %v", c.ttl)
-	case c.driftFactor < 0 || c.driftFactor >= 0.5:
+	case math.IsNaN(c.driftFactor) || math.IsInf(c.driftFactor, 0) || math.Signbit(c.driftFactor) || c.driftFactor >= 0.5:
 		return fmt.Errorf("redlock: drift factor must be in [0, 0.5), got %v", c.driftFactor)
-	case drift(c.ttl, c.driftFactor) >= c.ttl:
-		return fmt.Errorf("redlock: TTL %v leaves no validity after the drift allowance of %v", c.ttl, drift(c.ttl, c.driftFactor))
+	case checkTTL(c.ttl, c.driftFactor) != nil:
+		return fmt.Errorf("redlock: %w", checkTTL(c.ttl, c.driftFactor))
 	case c.renewInterval < 0:
 		return fmt.Errorf("redlock: renew interval must be positive, got %v", c.renewInterval)
 	case c.renewInterval > 0 && c.renewInterval >= c.ttl-drift(c.ttl, c.driftFactor):
 		return fmt.Errorf("redlock: renew interval %v must be shorter than TTL %v minus drift %v", c.renewInterval, c.ttl, drift(c.ttl, c.driftFactor))
 	case c.nodeTimeout < 0:
 		return fmt.Errorf("redlock: node timeout must be positive, got %v", c.nodeTimeout)
+	case c.nodeTimeout > maxTTL:
+		return fmt.Errorf("redlock: node timeout must be at most %v, got %v", maxTTL, c.nodeTimeout)
 	case c.prefix == "" || strings.ContainsAny(c.prefix, "{}"):
 		return fmt.Errorf("redlock: key prefix must be non-empty and free of '{' and '}', got %q", c.prefix)
 	case c.retry == nil:
@@ -131,6 +144,6 @@ func (c *config) timeout(ttl time.Duration) time.Duration {
 	if c.nodeTimeout > 0 {
 		return c.nodeTimeout
 	}
-	d := min(max(ttl/50, 50*time.Millisecond), 500*time.Millisecond)
+	d := min(max(ttl/10, 100*time.Millisecond), time.Second)
 	return min(d, ttl/3)
 }

@@ -36,8 +36,16 @@ type Redlock struct{ c *core }
 // opts as defaults for every call. The quorum is len(clients)/2+1. An even
 // number of masters is allowed but buys no extra fault tolerance over one
 // fewer. It returns an error for an empty list, a nil client, the same client
-// (or two clients with the same address) twice, or an invalid option. It
+// (or two clients with the same address) twice, two clients that reach the
+// same server under different addresses (127.0.0.1:P and localhost:P, a DNS
+// alias: found by the servers' INFO run_id), or an invalid option. It
 // starts one watchdog goroutine; call Close to stop it.
+//
+// NewRedlock warms every master up concurrently (dial, scripts, run_id), at
+// most 1s or the node timeout. A master that does not answer in time is
+// identified on its first contact, before its first vote counts; if it then
+// turns out to duplicate another, its votes never count (the Redlock works
+// on with the remaining masters and the same quorum).
 func NewRedlock(clients []Client, opts ...Option) (*Redlock, error) {
 	c, err := newCore(clients, opts)
 	if err != nil {

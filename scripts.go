@@ -6,6 +6,17 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+var (
+	scriptAcquire = newScript("acquire.lua")
+	scriptRelease = newScript("release.lua")
+	scriptExtend  = newScript("extend.lua")
+	scriptRaise   = newScript("raise.lua")
+
+	// allScripts are loaded into each node's cache when a Locker or Redlock
+	// is made, so the first call pays no NOSCRIPT round trip.
+	allScripts = []*redis.Script{scriptAcquire, scriptRelease, scriptExtend, scriptRaise}
+)
+
 //go:embed scripts/*.lua
 var scriptFS embed.FS
 

@@ -17,5 +17,7 @@ func drift(ttl time.Duration, factor float64) time.Duration {
 // and the caller checks time.Now() against it as the last step, after every
 // round trip, so a pause anywhere before the return is caught.
 func validUntil(t1 time.Time, ttl time.Duration, factor float64) time.Time {
+	// The server gets whole milliseconds (ttlMillis): count no more.
+	ttl = max(ttl.Truncate(time.Millisecond), time.Millisecond)
 	return t1.Add(ttl - drift(ttl, factor))
 }

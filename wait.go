@@ -2,7 +2,8 @@ package redlock
 
 import (
 	"context"
-	"strings"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,15 +14,16 @@ import (
 // Waiting for a contended lock.
 //
 // Every release publishes the released owner on "<lock key>:rel" from inside
-// the release script. A core keeps ONE pub/sub connection per node, opened
-// with the first waiter and kept until Close, and subscribes a name's channel
-// while at least one goroutine waits for that name (and, once contended,
-// while this core holds it, and for idleGrace after). A Lock that gets the
-// lock at its first attempt never touches pub/sub. Waiters of one core
-// queue per name in arrival order; a release message wakes only the head of
-// the queue, so a hand-off costs one acquire per process, not one per waiting
-// goroutine. A Redlock receives one copy per master; copies with an owner
-// already seen are dropped.
+// the release script. A core keeps ONE pub/sub connection per node (per
+// channel on a Ring, which shards channels like keys), opened with the first
+// waiter and kept until Close, and subscribes a name's channel while at
+// least one goroutine waits for that name (and, once contended, while this
+// core holds it, and for idleGrace after). A Lock that gets the lock at its
+// first attempt never touches pub/sub. Waiters of one core queue per name in
+// arrival order; a release message wakes only the head of the queue, so a
+// hand-off costs one acquire per process, not one per waiting goroutine. A
+// Redlock receives one copy per master; copies with an owner already seen
+// are dropped.
 //
 // Fairness (FIFO within a core): a Lock call does not try at once while the
 // name is held by this core or other goroutines already wait for it; it joins
@@ -30,10 +32,16 @@ import (
 // reaches Redis first after a release wins.
 //
 // Messages can be lost (the connection drops, a holder crashes without
-// releasing, a lock is lost rather than released). So the head waiter also
-// wakes on a timer: the retry policy's delay, capped at the moment the
-// holder's lease runs out (the PTTL its last attempt saw). While the pub/sub
-// connection is down, that timer is all there is.
+// releasing, a lock is lost rather than released), and a connection that
+// reads without error can still hear nothing: after a Sentinel failover
+// go-redis moves command connections to the new master but leaves pub/sub
+// connections on the old one. So the head waiter also wakes on a timer: the
+// retry policy's delay, capped at the moment the holder's lease runs out,
+// and, while it trusts messages, at maxTrustedSleep. A head that wakes by
+// that timer and then gets the lock before the holder's lease would have
+// ended has proof that a release went unheard: the core re-homes its pub/sub
+// connections (closes them and opens new ones, which go-redis dials to the
+// current master), at most once per rehomeGap.
 type waiters struct {
 	c      *core
 	mu     sync.Mutex
@@ -41,27 +49,59 @@ type waiters struct {
 	subs   []*nodeSubs           // one per node, nil until the first waiter
 	closed bool                  // set by close: no connection may open after it
 	sweep  *time.Timer           // unsubscribes idle channels; nil when none are idle
-	// up counts connections whose last read succeeded; while every node's
-	// is up, a head waiter trusts release messages and sleeps until the
-	// holder's lease ends instead of polling.
-	up atomic.Int32
+	// down counts pub/sub connections whose last read failed or that are
+	// not confirmed yet; while it is 0, a head waiter trusts release
+	// messages and sleeps until the holder's lease ends (capped) instead of
+	// polling.
+	down atomic.Int32
 }
 
-// nodeSubs is one node's pub/sub connection and the SUBSCRIBE/UNSUBSCRIBE
-// calls waiting to be sent on it. A goroutine of its own sends them, in the
-// order they were asked for: go-redis holds the PubSub's mutex while it dials
-// and handshakes, which on an unresponsive node lasts the client's read
-// timeout, and neither a Lock call nor ws.mu may wait for that.
+// rehomeGap is the least time between two re-homes of one node's pub/sub.
+const rehomeGap = time.Second
+
+// subTimeout bounds one SUBSCRIBE or UNSUBSCRIBE when the client applies
+// ctx deadlines (ContextTimeoutEnabled); otherwise the client's own timeouts
+// do.
+const subTimeout = 5 * time.Second
+
+// nodeSubs is one node's pub/sub connections and the SUBSCRIBE/UNSUBSCRIBE
+// calls waiting to be sent on them. A goroutine of its own (run) owns the
+// connections and sends the calls, in the order they were asked for: go-redis
+// holds the PubSub's mutex while it dials and handshakes, which on an
+// unresponsive node lasts the client's read timeout, and neither a Lock call,
+// ws.mu, nor Close may wait for that.
 type nodeSubs struct {
-	ps   *redis.PubSub
+	ws   *waiters
+	n    *node
 	mu   sync.Mutex
 	ops  []subOp
 	kick chan struct{} // buffered 1: ops were added
+
+	// Owned by run.
+	main     *subConn            // all channels, except on a Ring
+	perChan  map[string]*subConn // a Ring: one connection per channel
+	channels map[string]bool     // subscribed now
+	rehomed  time.Time
 }
 
+// subConn is one pub/sub connection and the goroutine reading it.
+type subConn struct {
+	ps   *redis.PubSub
+	stop chan struct{} // closed when the connection is retired
+	up   bool          // owned by the reading goroutine
+}
+
+type subOpKind uint8
+
+const (
+	opSubscribe subOpKind = iota
+	opUnsubscribe
+	opRehome
+)
+
 type subOp struct {
+	kind    subOpKind
 	channel string
-	on      bool
 	ack     chan<- struct{} // receives once sent (or failed); buffered to the node count
 }
 
@@ -180,7 +220,7 @@ const idleGrace = 2 * time.Second
 // unsubscribes it once idle for idleGrace. Called under ws.mu (lock order:
 // ws.mu, then c.mu).
 func (ws *waiters) dropIfIdle(channel string, q *waitQueue) {
-	if ws.c.holds(strings.TrimSuffix(channel, channelSuffix)) {
+	if ws.c.holds(heldKey(channel)) {
 		return
 	}
 	q.idleSince = time.Now()
@@ -210,7 +250,7 @@ func (ws *waiters) sweepIdle() {
 			}
 			continue
 		}
-		if ws.c.holds(strings.TrimSuffix(channel, channelSuffix)) {
+		if ws.c.holds(heldKey(channel)) {
 			q.idleSince = time.Time{}
 			continue
 		}
@@ -275,36 +315,50 @@ func (ws *waiters) subscribe(channel string) <-chan struct{} {
 		return nil // waiters give up on their own: Close closed c.closing first
 	}
 	if ws.subs == nil {
-		if !ws.c.goCount(2 * len(ws.c.nodes)) {
+		if !ws.c.goCount(len(ws.c.nodes)) {
 			return nil
 		}
 		ws.subs = make([]*nodeSubs, len(ws.c.nodes))
 		for i, n := range ws.c.nodes {
-			s := &nodeSubs{ps: n.client.Subscribe(context.Background()), kick: make(chan struct{}, 1)}
+			s := &nodeSubs{ws: ws, n: n, kick: make(chan struct{}, 1), perChan: map[string]*subConn{}, channels: map[string]bool{}}
 			ws.subs[i] = s
-			go ws.receive(s.ps)
-			go ws.send(s)
+			go s.run()
 		}
 	}
 	ack := make(chan struct{}, len(ws.subs))
 	for _, s := range ws.subs {
-		s.push(subOp{channel: channel, on: true, ack: ack})
+		s.push(subOp{kind: opSubscribe, channel: channel, ack: ack})
 	}
 	return ack
 }
 
 func (ws *waiters) unsubscribe(channel string) {
 	for _, s := range ws.subs {
-		s.push(subOp{channel: channel})
+		s.push(subOp{kind: opUnsubscribe, channel: channel})
 	}
 }
 
-// send sends one node's queued SUBSCRIBE and UNSUBSCRIBE calls until Close.
-func (ws *waiters) send(s *nodeSubs) {
-	defer ws.c.wg.Done()
+// suspect reports that a release on channel went unheard: every node's
+// pub/sub connections are re-homed (rate-limited per node).
+func (ws *waiters) suspect(channel string) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.closed {
+		return
+	}
+	for _, s := range ws.subs {
+		s.push(subOp{kind: opRehome, channel: channel})
+	}
+}
+
+// run sends one node's queued calls until Close, then closes its
+// connections.
+func (s *nodeSubs) run() {
+	defer s.ws.c.wg.Done()
+	defer s.closeAll()
 	for {
 		select {
-		case <-ws.c.closing:
+		case <-s.ws.c.closing:
 			return
 		case <-s.kick:
 		}
@@ -317,14 +371,10 @@ func (ws *waiters) send(s *nodeSubs) {
 			op := s.ops[0]
 			s.ops = s.ops[1:]
 			s.mu.Unlock()
-			// An error means the connection is down; go-redis resubscribes
-			// every channel when it reconnects, and waiters have their
-			// timers meanwhile.
-			if op.on {
-				_ = s.ps.Subscribe(context.Background(), op.channel)
-			} else {
-				_ = s.ps.Unsubscribe(context.Background(), op.channel)
+			if s.ws.c.isClosing() {
+				return
 			}
+			s.do(op)
 			if op.ack != nil {
 				op.ack <- struct{}{}
 			}
@@ -332,26 +382,110 @@ func (ws *waiters) send(s *nodeSubs) {
 	}
 }
 
-// receive reads one node's pub/sub connection until Close.
-func (ws *waiters) receive(ps *redis.PubSub) {
+// do carries out one call. An error means the connection is down; go-redis
+// resubscribes every channel when it reconnects, and waiters have their
+// timers meanwhile.
+func (s *nodeSubs) do(op subOp) {
+	ctx, cancel := context.WithTimeout(context.Background(), subTimeout)
+	defer cancel()
+	switch op.kind {
+	case opSubscribe:
+		s.channels[op.channel] = true
+		if s.n.ring {
+			if s.perChan[op.channel] == nil {
+				s.perChan[op.channel] = s.open(ctx, op.channel)
+			}
+			return
+		}
+		if s.main == nil {
+			s.main = s.open(ctx)
+		}
+		if s.main != nil {
+			_ = s.main.ps.Subscribe(ctx, op.channel)
+		}
+	case opUnsubscribe:
+		delete(s.channels, op.channel)
+		if sc := s.perChan[op.channel]; sc != nil {
+			delete(s.perChan, op.channel)
+			s.retire(sc)
+		}
+		if s.main != nil {
+			_ = s.main.ps.Unsubscribe(ctx, op.channel)
+		}
+	case opRehome:
+		if time.Since(s.rehomed) < rehomeGap {
+			return
+		}
+		s.rehomed = time.Now()
+		s.ws.c.cfg.logger.Info("redlock: a release went unheard; re-opening pub/sub", "node", s.n.idx, "channel", op.channel)
+		if s.main != nil {
+			s.retire(s.main)
+			s.main = nil
+			if len(s.channels) > 0 {
+				s.main = s.open(ctx, slices.Collect(maps.Keys(s.channels))...)
+			}
+		}
+		for ch, sc := range s.perChan {
+			s.retire(sc)
+			s.perChan[ch] = s.open(ctx, ch)
+		}
+	}
+}
+
+// open opens a pub/sub connection subscribed to channels and starts its
+// reader; nil once Close has stopped the core's goroutines.
+func (s *nodeSubs) open(ctx context.Context, channels ...string) *subConn {
+	if !s.ws.c.goCount(1) {
+		return nil
+	}
+	sc := &subConn{ps: s.n.client.Subscribe(ctx, channels...), stop: make(chan struct{})}
+	s.ws.down.Add(1) // until its first confirmed read
+	go s.ws.receive(sc)
+	return sc
+}
+
+// retire closes a connection and ends its reader.
+func (s *nodeSubs) retire(sc *subConn) {
+	if sc == nil {
+		return
+	}
+	close(sc.stop)
+	_ = sc.ps.Close()
+}
+
+func (s *nodeSubs) closeAll() {
+	s.retire(s.main)
+	s.main = nil
+	for ch, sc := range s.perChan {
+		s.retire(sc)
+		delete(s.perChan, ch)
+	}
+}
+
+// receive reads one pub/sub connection until it is retired or Close.
+func (ws *waiters) receive(sc *subConn) {
 	defer ws.c.wg.Done()
-	up := false
 	setUp := func(v bool) {
-		if v != up {
-			up = v
+		if v != sc.up {
+			sc.up = v
 			if v {
-				ws.up.Add(1)
+				ws.down.Add(-1)
 			} else {
-				ws.up.Add(-1)
+				ws.down.Add(1)
 				// Heads sleeping until a lease ends, trusting messages that
 				// may now be lost, go back to polling.
 				ws.wakeHeads()
 			}
 		}
 	}
-	defer setUp(false)
+	defer func() {
+		if sc.up {
+			setUp(false)
+		}
+		ws.down.Add(-1) // this connection no longer counts at all
+	}()
 	for {
-		msg, err := ps.Receive(context.Background())
+		msg, err := sc.ps.Receive(context.Background())
 		if err != nil {
 			setUp(false)
 			// go-redis reconnects (and resubscribes) on the next call. Pause
@@ -359,6 +493,9 @@ func (ws *waiters) receive(ps *redis.PubSub) {
 			// tight loop.
 			t := time.NewTimer(50 * time.Millisecond)
 			select {
+			case <-sc.stop:
+				t.Stop()
+				return
 			case <-ws.c.closing:
 				t.Stop()
 				return
@@ -376,11 +513,17 @@ func (ws *waiters) receive(ps *redis.PubSub) {
 	}
 }
 
-// trusted reports whether release messages can be relied on: every node's
-// pub/sub connection is up.
-func (ws *waiters) trusted() bool { return int(ws.up.Load()) == len(ws.c.nodes) }
+// trusted reports whether release messages can be relied on: every pub/sub
+// connection is up.
+func (ws *waiters) trusted() bool {
+	ws.mu.Lock()
+	opened := ws.subs != nil
+	ws.mu.Unlock()
+	return opened && ws.down.Load() == 0
+}
 
-// close closes the pub/sub connections, which ends the receive loops.
+// close ends the connections' goroutines, which close the connections; it
+// waits for none of them (Close bounds its wait).
 func (ws *waiters) close() {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
@@ -389,32 +532,38 @@ func (ws *waiters) close() {
 		ws.sweep.Stop()
 		ws.sweep = nil
 	}
-	for _, s := range ws.subs {
-		_ = s.ps.Close()
-	}
 }
+
+// How a waiter's wait ended.
+type wokeBy uint8
+
+const (
+	wokeNone    wokeBy = iota // no wait yet
+	wokeMessage               // a release message, as head
+	wokeTimer                 // its own timer, as head
+	wokeEarly                 // its timer, before the holder's lease would end (set by lock)
+)
 
 // await blocks w until it should try again: woken by a release while head,
 // or, as head, when its timer (the retry delay, capped at the holder's
 // remaining lease) runs out. Waiters behind the head only re-check their
 // place when their timer fires.
-func (c *core) await(ctx context.Context, channel string, w *waiter, delay time.Duration) error {
+func (c *core) await(ctx context.Context, channel string, w *waiter, delay time.Duration) (wokeBy, error) {
+	t := time.NewTimer(delay)
+	defer t.Stop()
 	for {
-		t := time.NewTimer(delay)
 		select {
 		case <-w.wake:
-			t.Stop()
-			return nil
+			return wokeMessage, nil
 		case <-t.C:
 			if c.waits.isHead(channel, w) {
-				return nil
+				return wokeTimer, nil
 			}
+			t.Reset(delay)
 		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
+			return wokeNone, ctx.Err()
 		case <-c.closing:
-			t.Stop()
-			return ErrClosed
+			return wokeNone, ErrClosed
 		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"container/heap"
 	"context"
 	"errors"
-	"strings"
 	"sync"
 	"time"
 
@@ -14,8 +13,9 @@ import (
 // watchdog renews every auto-renewed lock of one core from ONE goroutine. A
 // held lock costs a heap entry and a timer, not a goroutine: locks that come
 // due together are renewed together, through one pipeline per node (go-redis
-// splits a Cluster pipeline per shard). Loss is not the watchdog's job: each
-// lock's own timer closes Done at Until whatever a hung renewal is doing.
+// splits a Cluster pipeline per shard). Loss is not the watchdog's job: the
+// loss clock (expiry.go) closes Done at Until whatever a hung renewal is
+// doing.
 type watchdog struct {
 	c     *core
 	mu    sync.Mutex
@@ -145,7 +145,9 @@ func (w *watchdog) due(now time.Time) ([]*Lock, time.Time) {
 
 // renew extends every lock in due on every node, one pipeline per node, and
 // applies the Redlock rule per lock: renewed iff a quorum extended and the
-// new validity, measured from before the send, is still ahead.
+// new validity, measured from before the send, is still ahead. It returns as
+// soon as every lock's outcome is settled, so a hung minority of nodes costs
+// a Redlock nothing.
 func (w *watchdog) renew(due []*Lock) {
 	c := w.c
 	defer func() {
@@ -169,72 +171,114 @@ func (w *watchdog) renew(due []*Lock) {
 	now := time.Now()
 	for i, l := range due {
 		r := res[i]
+		until := validUntil(t1, ttls[i], l.driftFactor)
 		switch {
-		case r.ok >= c.quorum && now.Before(validUntil(t1, ttls[i], l.driftFactor)):
-			if l.renewed(ttls[i], validUntil(t1, ttls[i], l.driftFactor)) {
+		case r.ok >= c.quorum && now.Before(until):
+			if l.renewed(ttls[i], until) {
 				w.schedule(l, l.renewAt(t1))
 			}
 		case c.impossible(r.no):
 			l.finish(stateLost, "renewal found the key gone or owned by another owner")
 		default:
 			l.logger.Warn("redlock: renewal failed, retrying", "name", l.name, "extended", r.ok, "nodes", len(c.nodes), "err", r.err)
-			// Retry soon; the loss timer fires at Until if this keeps failing.
-			w.schedule(l, now.Add(max(l.renewAt(t1).Sub(t1)/4, time.Millisecond)))
+			// Retry soon; the loss clock fires at Until if this keeps failing.
+			w.schedule(l, now.Add(max(l.renewEvery()/4, time.Millisecond)))
 		}
 	}
 }
 
-// farFuture stands for "no renewal planned": any schedule wakes the scheduler.
+// farFuture stands for "nothing planned": any schedule wakes the loop.
 var farFuture = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
-
-func latest(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}
 
 // batchResult is the outcome of one pipelined script for one lock over all
 // nodes.
 type batchResult struct {
-	ok, no int
-	err    error
+	ok, no, failed int
+	err            error
 }
 
 // batch runs the extend script (ttls != nil) or the release script (ttls ==
-// nil) for every lock on every node, one pipeline per node, and waits for
-// the nodes until deadline or quit.
+// nil) for every lock on every node, one pipeline per node, and waits until
+// every lock's outcome is settled by quorum, the deadline passes, or quit
+// closes. A renewal skips a node whose previous renewal has not answered
+// yet (counted as failed), so a hung node ties up one goroutine, not one per
+// period.
 func (c *core) batch(ctx context.Context, locks []*Lock, ttls []time.Duration, deadline time.Time, quit <-chan struct{}) []batchResult {
 	out := make([]batchResult, len(locks))
 	if len(locks) == 0 {
 		return out
 	}
-	ch, err := c.fanOut(ctx, c.nodes, time.Until(deadline), time.Until(deadline), func(ctx context.Context, n *node) reply {
-		codes, err := pipelineScript(ctx, n.client, locks, ttls)
-		return reply{codes: codes, err: err}
-	})
-	if err != nil {
-		for i := range out {
-			out[i].err = err
+	renew := ttls != nil
+	nodes := make([]*node, 0, len(c.nodes))
+	var skipped []reply
+	for _, n := range c.nodes {
+		if renew && !n.renewing.CompareAndSwap(false, true) {
+			skipped = append(skipped, reply{node: n.idx, err: errNodeBusy})
+			continue
 		}
-		return out
+		nodes = append(nodes, n)
 	}
-	rs, _ := gather(ch, c.nodes, deadline, quit, never)
+	var rs []reply
+	if len(nodes) > 0 {
+		ch, err := c.fanOut(ctx, nodes, time.Until(deadline), time.Until(deadline), func(ctx context.Context, n *node) reply {
+			if renew {
+				defer n.renewing.Store(false)
+			}
+			codes, err := pipelineScript(ctx, n.client, locks, ttls)
+			return reply{codes: codes, err: err}
+		})
+		if err != nil {
+			for _, n := range nodes {
+				if renew {
+					n.renewing.Store(false)
+				}
+				rs = append(rs, reply{node: n.idx, err: err})
+			}
+		} else {
+			rs, _ = gather(ch, nodes, deadline, quit, func(rs []reply) bool {
+				return c.batchSettled(append(rs, skipped...), len(locks))
+			})
+		}
+	}
+	rs = append(rs, skipped...)
 	for _, r := range rs {
 		for i := range out {
-			switch {
-			case r.codes == nil:
-				out[i].err = errors.Join(out[i].err, c.nodeErr(r.node, r.err))
-			case r.codes[i] == 1:
-				out[i].ok++
-			case r.codes[i] == 0:
-				out[i].no++
-			default:
-				out[i].err = errors.Join(out[i].err, c.nodeErr(r.node, r.err))
-			}
+			c.tallyBatch(&out[i], r, i)
 		}
 	}
 	return out
+}
+
+// tallyBatch adds node reply r's answer for lock i to res.
+func (c *core) tallyBatch(res *batchResult, r reply, i int) {
+	switch {
+	case r.codes == nil || r.codes[i] < 0 || c.nodes[r.node].isDup():
+		res.failed++
+		err := r.err
+		if err == nil {
+			err = errDuplicate
+		}
+		res.err = errors.Join(res.err, c.nodeErr(r.node, err))
+	case r.codes[i] == 1:
+		res.ok++
+	default:
+		res.no++
+	}
+}
+
+// batchSettled reports that every one of n locks has a quorum of yes, or can
+// no longer get one, from the replies so far.
+func (c *core) batchSettled(rs []reply, n int) bool {
+	for i := range n {
+		var res batchResult
+		for _, r := range rs {
+			c.tallyBatch(&res, r, i)
+		}
+		if res.ok < c.quorum && !c.impossible(res.no+res.failed) {
+			return false
+		}
+	}
+	return true
 }
 
 // pipelineScript sends one script call per lock in one pipeline and returns
@@ -247,28 +291,34 @@ func pipelineScript(ctx context.Context, cl Client, locks []*Lock, ttls []time.D
 	if ttls != nil {
 		script = scriptExtend
 	}
+	keys := func(i int) []string {
+		if ttls != nil {
+			return locks[i].keys[:1]
+		}
+		return locks[i].relKeys()
+	}
 	args := func(i int) []any {
 		if ttls != nil {
 			return []any{locks[i].owner, ttlMillis(ttls[i])}
 		}
-		return []any{locks[i].owner, locks[i].channel}
+		return releaseArgs(locks[i])
 	}
 	cmds := make([]*redis.Cmd, len(locks))
 	pipe := cl.Pipeline()
-	for i, l := range locks {
-		cmds[i] = script.EvalSha(ctx, pipe, l.keys[:1], args(i)...)
+	for i := range locks {
+		cmds[i] = script.EvalSha(ctx, pipe, keys(i), args(i)...)
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command below
 	var again []int
 	for i, cmd := range cmds {
-		if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		if isNoScript(cmd.Err()) {
 			again = append(again, i)
 		}
 	}
 	if len(again) > 0 {
 		pipe = cl.Pipeline()
 		for _, i := range again {
-			cmds[i] = script.Eval(ctx, pipe, locks[i].keys[:1], args(i)...)
+			cmds[i] = script.Eval(ctx, pipe, keys(i), args(i)...)
 		}
 		_, _ = pipe.Exec(ctx)
 	}
@@ -281,6 +331,10 @@ func pipelineScript(ctx context.Context, cl Client, locks []*Lock, ttls []time.D
 			codes[i] = -1
 			if firstErr == nil {
 				firstErr = err
+			}
+		case ttls == nil:
+			if r := releaseReply(locks[i], v, nil); r.ok {
+				codes[i] = 1
 			}
 		case v == 1:
 			codes[i] = 1

@@ -9,8 +9,12 @@
 --          server's TIME (Redlock proposes one floor to all masters so that
 --          they mint the same token and need no write-back round)
 --
--- Returns {1, token} when the lock is ours (token 0 with fencing off), or
--- {0, pttl} when another owner holds it (pttl: its remaining lease in ms).
+-- Returns {1, token} when the lock is ours (token 0 with fencing off),
+-- {0, pttl} when another owner holds it (pttl: its remaining lease in ms),
+-- {-1, counter} when the counter reached 2^53-1, where a Lua double can no
+-- longer count up by one (the lock is not taken: a repeated token would let
+-- a fence admit two owners), or {-2, 0} when the fence key holds something
+-- that is not a number.
 --
 -- Hash slots: both keys carry the same hash tag, so on Redis Cluster they map
 -- to one slot and the script never fails with CROSSSLOT.
@@ -19,13 +23,12 @@ if cur == ARGV[1] then
   -- Our own earlier execution of this very attempt (a client-side retry after
   -- a lost reply): report the grant it made instead of a false "taken".
   local tok = 0
-  if ARGV[3] == '1' then tok = tonumber(redis.call('GET', KEYS[2]) or '0') end
+  if ARGV[3] == '1' then tok = tonumber(redis.call('GET', KEYS[2]) or '0') or 0 end
   return {1, tok}
 end
 if cur then
   return {0, redis.call('PTTL', KEYS[1])}
 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 local tok = 0
 if ARGV[3] == '1' then
   -- token = max(counter + 1, time in microseconds). The counter alone
@@ -33,14 +36,18 @@ if ARGV[3] == '1' then
   -- persistence, failover to a replica that missed the write); the time floor
   -- keeps the next token above every earlier one as long as the clock that
   -- gives the floor is not behind by more than the time since the last grant.
+  local last = tonumber(redis.call('GET', KEYS[2]) or '0')
+  if not last then return {-2, 0} end
+  if last >= 9007199254740991 then return {-1, last} end
   local now = tonumber(ARGV[4])
   if not now then
     local t = redis.call('TIME')
     now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   end
-  tok = tonumber(redis.call('GET', KEYS[2]) or '0') + 1
+  tok = last + 1
   if now > tok then tok = now end
   -- %.0f: tostring() would print 1.8e+15 and lose digits of a µs timestamp.
   redis.call('SET', KEYS[2], string.format('%.0f', tok))
 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return {1, tok}

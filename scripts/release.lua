@@ -1,18 +1,27 @@
 -- release.lua: delete the lock only if it is still ours, and tell waiters.
 --
 -- KEYS[1]  lock key
+-- KEYS[2]  released marker "<lock key>:released"
 -- ARGV[1]  owner value
 -- ARGV[2]  release channel "<lock key>:rel"
+-- ARGV[3]  lifetime of the marker in milliseconds (the lock's TTL)
 --
--- Returns 1 when our key was deleted (and the owner published on ARGV[2], so
--- waiters wake at once instead of polling), 0 when the key is gone or belongs
--- to another owner (which is then left untouched, and nothing is published).
+-- Returns 1 when our key was deleted and the owner published on ARGV[2] (so
+-- waiters wake at once instead of polling); 3 when it was deleted but the
+-- server refused the PUBLISH (a Redis 7 ACL user without channel rights):
+-- the release stands, waiters wake by their timers; 2 when this owner had
+-- already released it: a client-side retry of a release whose reply was
+-- lost must not read as "not held"; 0 when the key is gone or belongs to
+-- another owner (which is then left untouched, and nothing is published).
 --
 -- PUBLISH rather than SPUBLISH: it works on every server and on Cluster
--- (where it is broadcast over the cluster bus).
+-- (where it is broadcast over the cluster bus). Both keys share one hash tag.
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], ARGV[1])
+  redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[3])
+  local res = redis.pcall('PUBLISH', ARGV[2], ARGV[1])
+  if type(res) == 'table' and res.err then return 3 end
   return 1
 end
+if redis.call('GET', KEYS[2]) == ARGV[1] then return 2 end
 return 0

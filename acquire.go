@@ -1,0 +1,328 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// errTokenSpace: a name's fencing counter is where a Lua double can no longer
+// count up by one, so the next token would repeat the last.
+var errTokenSpace = errors.New("fencing counter exhausted: tokens would stop increasing at 2^53-1")
+
+// acquire.lua's status codes (the first element of its reply).
+const (
+	acqGranted   = 1
+	acqTaken     = 0
+	acqExhausted = -1 // the fence counter reached 2^53-1
+	acqBadFence  = -2 // the fence key holds something that is not a number
+)
+
+// acquire makes one attempt on all nodes. It returns the held lock, or an
+// error matching ErrNotObtained together with how long the current holder's
+// lease has left (negative when unknown) and whether retrying is pointless.
+func (c *core) acquire(ctx context.Context, name string, cfg *config) (*Lock, time.Duration, bool, error) {
+	if c.isClosing() {
+		return nil, -1, true, errors.Join(ErrNotObtained, ErrClosed)
+	}
+	l := c.newLock(name, cfg)
+	timeout := cfg.timeout(cfg.ttl)
+	fence, floor := "0", ""
+	if cfg.fencing {
+		fence = "1"
+	}
+	if cfg.fencing && len(c.nodes) > 1 {
+		// One floor for all masters, so that they mint the same token and the
+		// write-back round of settleToken is needed only when a counter is
+		// already past it. A single node uses its own TIME.
+		floor = strconv.FormatInt(time.Now().UnixMicro(), 10)
+	}
+	// Redlock step 1: T1 before the first request; every key set by this
+	// attempt expires no earlier than T1+TTL on its server.
+	t1 := time.Now()
+	until := validUntil(t1, cfg.ttl, cfg.driftFactor)
+	ch, err := c.fanOut(ctx, c.nodes, timeout, timeout, func(ctx context.Context, n *node) reply {
+		r, o := c.acquireOn(ctx, n, l, cfg, fence, floor)
+		if l.settle(n.idx, o) {
+			// The reply arrived after the attempt was given up or the lock
+			// released or lost: nobody else will delete this key, so we do.
+			c.releaseNode(ctx, n, l)
+		}
+		return r
+	})
+	if err != nil {
+		return nil, -1, true, errors.Join(ErrNotObtained, err)
+	}
+	// Step 2: wait for a quorum (returning without stragglers), for its
+	// impossibility, or for the per-node timeout, whichever is first.
+	rs, interrupted := gather(ch, c.nodes, earliest(t1.Add(timeout), until), ctx.Done(), c.settled)
+	t := c.count(rs)
+	hint := time.Duration(-1)
+	for _, r := range rs {
+		if r.err == nil && !r.ok {
+			t.errs = append(t.errs, c.nodeErr(r.node, errTaken))
+			if d := time.Duration(r.val) * time.Millisecond; r.val >= 0 && (hint < 0 || d < hint) {
+				hint = d
+			}
+		}
+	}
+	if t.ok >= c.quorum && !interrupted {
+		token, err := c.settleToken(ctx, l, rs, timeout, until)
+		if err != nil {
+			t.errs = append(t.errs, err)
+		} else {
+			if c.hooks.beforeFinalCheck != nil {
+				c.hooks.beforeFinalCheck()
+			}
+			// Step 3, last: the lock counts only if it is still valid now,
+			// after every round trip, so any pause before this line is caught.
+			if time.Now().Before(until) {
+				if err := c.activate(l, token, until); err != nil {
+					return nil, -1, true, errors.Join(ErrNotObtained, err)
+				}
+				return l, -1, false, nil
+			}
+			t.errs = append(t.errs, fmt.Errorf("redlock: validity of %v used up before the grant completed", cfg.ttl))
+		}
+	}
+	// Step 5: not obtained. Release on every node that may hold our key:
+	// those that granted, released and waited for; those that failed or have
+	// not answered yet, released in the background, since they will not
+	// answer the release sooner than the attempt (a grant arriving after the
+	// release is released by its own call, see Lock.settle). Nodes that
+	// answered "taken" hold nothing of ours.
+	l.mu.Lock()
+	l.transition(stateFailed, "")
+	grantedOn, unknownOn := l.settledOn(granted), l.settledOn(failed, pending)
+	l.mu.Unlock()
+	c.releaseOn(ctx, l, grantedOn, timeout, never)
+	c.releaseInBackground(ctx, l, unknownOn)
+	errs := append([]error{ErrNotObtained}, t.errs...)
+	if interrupted {
+		errs = append(errs, ctx.Err())
+	}
+	permanent := t.permanent > len(c.nodes)-c.quorum
+	return nil, hint, permanent, errors.Join(errs...)
+}
+
+// acquireOn runs acquire.lua on one node and says how it answered.
+func (c *core) acquireOn(ctx context.Context, n *node, l *Lock, cfg *config, fence, floor string) (reply, outcome) {
+	if err := c.identify(ctx, n); err != nil {
+		return reply{err: err}, taken // nothing was sent: nothing of ours there
+	}
+	res, err := scriptAcquire.Run(ctx, n.client, l.keys[:2], l.owner, ttlMillis(cfg.ttl), fence, floor).Int64Slice()
+	switch {
+	case err != nil:
+		return reply{err: err}, failed
+	case len(res) != 2:
+		return reply{err: fmt.Errorf("%w: %v", errBadReply, res)}, failed
+	case res[0] == acqGranted:
+		return reply{ok: true, val: res[1]}, granted
+	case res[0] == acqTaken:
+		return reply{val: res[1]}, taken
+	case res[0] == acqExhausted:
+		return reply{err: fmt.Errorf("%w (counter %s at %d)", errTokenSpace, l.keys[1], res[1])}, taken
+	case res[0] == acqBadFence:
+		return reply{err: fmt.Errorf("%w: fence key %s does not hold a number", errTokenSpace, l.keys[1])}, taken
+	}
+	return reply{err: fmt.Errorf("%w: %v", errBadReply, res)}, failed
+}
+
+func ttlMillis(ttl time.Duration) int64 { return max(ttl.Milliseconds(), 1) }
+
+// settleToken picks the fencing token of a granted attempt: the largest
+// minted by the granting nodes. When they disagree (N > 1), it first raises
+// the counters of the other nodes to it and waits until a majority holds a
+// counter >= token, so any later quorum, which intersects that majority,
+// mints a strictly larger token.
+func (c *core) settleToken(ctx context.Context, l *Lock, rs []reply, timeout time.Duration, until time.Time) (int64, error) {
+	if !l.fencing {
+		return 0, nil
+	}
+	var token int64
+	for _, r := range rs {
+		if r.err == nil && r.ok && !c.nodes[r.node].isDup() {
+			token = max(token, r.val)
+		}
+	}
+	var behind []*node
+	atToken := 0
+	for _, n := range c.nodes {
+		if r, ok := replyOf(rs, n.idx); ok && r.err == nil && r.ok && r.val == token && !n.isDup() {
+			atToken++
+		} else {
+			behind = append(behind, n)
+		}
+	}
+	if atToken >= c.quorum || len(behind) == 0 {
+		return token, nil
+	}
+	arg := strconv.FormatInt(token, 10)
+	ch, err := c.fanOut(ctx, behind, timeout, timeout, func(ctx context.Context, n *node) reply {
+		v, err := scriptRaise.Run(ctx, n.client, l.keys[1:2], arg).Int64()
+		return reply{ok: err == nil && v >= token, val: v, err: err}
+	})
+	if err != nil {
+		return 0, err
+	}
+	need := c.quorum - atToken
+	got, _ := gather(ch, behind, earliest(time.Now().Add(timeout), until), ctx.Done(), func(rs []reply) bool {
+		return c.count(rs).ok >= need
+	})
+	if t := c.count(got); t.ok < need {
+		return 0, errors.Join(append([]error{fmt.Errorf("redlock: fencing token %d reached %d of %d nodes, need a majority", token, atToken+t.ok, len(c.nodes))}, t.errs...)...)
+	}
+	return token, nil
+}
+
+// lock is Lock (wait=true) and TryLock (wait=false).
+func (c *core) lock(ctx context.Context, name string, opts []Option, wait bool) (*Lock, error) {
+	if name == "" {
+		return nil, errors.New("redlock: empty lock name")
+	}
+	cfg, err := c.cfg.with(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, errors.Join(ErrNotObtained, err)
+	}
+	if c.isClosing() {
+		return nil, errors.Join(ErrNotObtained, ErrClosed)
+	}
+	if !wait {
+		l, _, _, err := c.acquire(ctx, name, &cfg)
+		return l, err
+	}
+	key := lockKey(cfg.prefix, name)
+	channel := releaseChannel(key)
+	// FIFO within this core: no attempt while others of ours wait or hold the
+	// name; queue behind them instead (see wait.go). An uncontended Lock
+	// never touches pub/sub: it subscribes only after a failed attempt.
+	try := !c.waits.busy(channel) && !c.holds(key)
+	var w *waiter
+	acquired := false
+	defer func() {
+		if w != nil {
+			c.waits.leave(channel, w, acquired)
+		}
+	}()
+	lastErr := ErrNotObtained
+	hint := time.Duration(-1)
+	woke := wokeNone
+	for attempt := 0; ; attempt++ {
+		if try {
+			l, h, permanent, err := c.acquire(ctx, name, &cfg)
+			if err == nil {
+				acquired = true
+				if woke == wokeEarly {
+					// Our timer, not a message, found the name released
+					// before the holder's lease ended: the subscription did
+					// not hear that release (a failover moved the master, a
+					// connection that reads but hears nothing). Re-home it.
+					c.waits.suspect(channel)
+				}
+				return l, nil
+			}
+			if permanent || ctx.Err() != nil {
+				if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+					err = errors.Join(err, cerr)
+				}
+				return nil, err
+			}
+			lastErr, hint = err, h
+			if redis.IsReadOnlyError(err) {
+				// A failover demoted the master: pub/sub may sit on it.
+				c.waits.suspect(channel)
+			}
+		}
+		try = true
+		if w == nil {
+			var sent <-chan struct{}
+			w, sent = c.waits.join(channel)
+			subscribed(ctx, sent, c.quorum, cfg.timeout(cfg.ttl))
+		}
+		d := max(cfg.retry(attempt), 0)
+		trusted := attempt > 0 && c.waits.trusted()
+		switch {
+		case hint < 0:
+		case trusted:
+			// Release messages arrive: sleep until the holder's lease would
+			// run out (a crashed holder publishes nothing), not in polls, but
+			// no longer than maxTrustedSleep, so a subscription that hears
+			// nothing cannot cost a whole lease.
+			d = min(hint+time.Millisecond, maxTrustedSleep)
+		case hint+time.Millisecond < d:
+			// Polling: never sleep past the end of the holder's lease. The
+			// first wait polls too: a release may have come between the
+			// failed attempt and the SUBSCRIBE.
+			d = hint + time.Millisecond
+		}
+		woke, err = c.await(ctx, channel, w, d)
+		if err != nil {
+			return nil, errors.Join(lastErr, err)
+		}
+		if woke == wokeTimer && trusted && d < hint {
+			woke = wokeEarly
+		}
+	}
+}
+
+// maxTrustedSleep caps a waiter's sleep while it relies on release messages:
+// a subscription on a server that no longer gets the releases (a Sentinel
+// failover moved the master, and go-redis does not move pub/sub connections)
+// is found out within this time instead of a whole lease.
+const maxTrustedSleep = time.Second
+
+// do is Do: hold the lock while fn runs.
+func (c *core) do(ctx context.Context, name string, fn func(context.Context) error, opts []Option) (err error) {
+	if fn == nil {
+		return errors.New("redlock: nil function")
+	}
+	l, err := c.lock(ctx, name, opts, true)
+	if err != nil {
+		return err
+	}
+	fctx, cancel := context.WithCancelCause(context.WithValue(ctx, lockKeyCtx{}, l))
+	defer cancel(nil)
+	// fn's ctx ends the moment the lock stops being held for any reason
+	// other than Do's own Unlock below: lost, Close, an Unlock through
+	// FromContext.
+	l.onEnd(func(cause error) { cancel(cause) })
+	defer func() {
+		p := recover()
+		uerr := l.Unlock(context.WithoutCancel(ctx))
+		if p != nil {
+			panic(p) // released first, then the panic goes on
+		}
+		switch lerr := l.Err(); {
+		case errors.Is(lerr, ErrLost):
+			err = errors.Join(err, lerr)
+		case errors.Is(lerr, ErrClosed):
+			// Close released the lock while fn still ran: for fn, it was lost.
+			err = errors.Join(err, ErrLost, ErrClosed)
+		case errors.Is(uerr, errAlreadyReleased):
+			// fn released the lock itself, through FromContext.
+		case errors.Is(uerr, ErrNotHeld):
+			// The nodes no longer had our key: lost while fn ran.
+			err = errors.Join(err, fmt.Errorf("%w: %w", ErrLost, uerr))
+		case uerr != nil:
+			err = errors.Join(err, uerr)
+		}
+	}()
+	return fn(fctx)
+}
+
+type lockKeyCtx struct{}
+
+// FromContext returns the lock that Do holds while running its function,
+// from the context Do passes it, so the function can send the lock's fencing
+// token with its writes. It reports false for any other context.
+func FromContext(ctx context.Context) (*Lock, bool) {
+	l, ok := ctx.Value(lockKeyCtx{}).(*Lock)
+	return l, ok
+}

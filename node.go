@@ -1,0 +1,265 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Reasons a node did not grant or answer; they travel inside a NodeError.
+var (
+	errTaken       = errors.New("held by another owner")
+	errNodeTimeout = errors.New("no reply within the node timeout")
+	errNodeBusy    = errors.New("the previous renewal on this node has not answered yet")
+	errBadReply    = errors.New("unexpected script reply")
+	errDuplicate   = errors.New("same server as another node of this Redlock")
+)
+
+// node is one Redis deployment: the only one of a Locker, one of the N
+// independent masters of a Redlock.
+type node struct {
+	idx    int
+	addr   string // the client's String(), for error messages
+	client Client
+	// deadlines: the client applies ctx deadlines to its sockets
+	// (ContextTimeoutEnabled), so a call on it is bounded without a
+	// goroutine of ours watching it.
+	deadlines bool
+	// ring: a *redis.Ring, whose pub/sub must be opened per channel, since
+	// it shards channels like keys.
+	ring bool
+	// renewing is set while a renewal pipeline to this node is in flight,
+	// so a hung node holds one call of the watchdog, not one per period.
+	renewing atomic.Bool
+
+	// Identity of the server behind the client (its INFO run_id), so that
+	// one server given twice under two spellings never casts two votes.
+	idMu  sync.Mutex
+	runID string // "" until known
+	dup   int    // index of the node it duplicates, or -1
+}
+
+func newNode(idx int, cl Client) *node {
+	n := &node{idx: idx, client: cl, deadlines: honorsDeadlines(cl), dup: -1}
+	if s, ok := cl.(fmt.Stringer); ok {
+		n.addr = s.String()
+	}
+	_, n.ring = cl.(*redis.Ring)
+	return n
+}
+
+func honorsDeadlines(cl Client) bool {
+	switch c := cl.(type) {
+	case interface{ Options() *redis.Options }:
+		return c.Options().ContextTimeoutEnabled
+	case interface{ Options() *redis.ClusterOptions }:
+		return c.Options().ContextTimeoutEnabled
+	case interface{ Options() *redis.RingOptions }:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
+
+func isNil(cl Client) bool {
+	if cl == nil {
+		return true
+	}
+	v := reflect.ValueOf(cl)
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
+		return v.IsNil()
+	}
+	return false
+}
+
+func samePointer(a, b Client) bool {
+	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
+	return va.Kind() == reflect.Pointer && vb.Kind() == reflect.Pointer && va.Type() == vb.Type() && va.Pointer() == vb.Pointer()
+}
+
+// serverKey names the server a single-server client talks to, without the
+// DB (two DBs of one server are one failure domain), or "" when the client
+// is not of that kind.
+func serverKey(cl Client) string {
+	if o, ok := cl.(interface{ Options() *redis.Options }); ok && o.Options().Addr != "" {
+		return o.Options().Network + "/" + o.Options().Addr
+	}
+	return ""
+}
+
+// identifiable reports whether the client talks to one server whose INFO
+// names it: not a Cluster or Ring, where INFO reaches an arbitrary shard.
+func identifiable(cl Client) bool {
+	_, ok := cl.(interface{ Options() *redis.Options })
+	return ok
+}
+
+// warmUp dials the node and loads the scripts, so that a first call is not
+// judged by a budget that a dial and a NOSCRIPT round trip already spent.
+// With identify it also reads the server's run_id, and reports whether it
+// learnt it. Errors are ignored: a node that is down now is dialled again by
+// the first call that needs it.
+func (n *node) warmUp(ctx context.Context, identify bool) (identified bool) {
+	if identify {
+		if id, err := fetchRunID(ctx, n.client); err == nil {
+			n.setRunID(id)
+			identified = true
+		}
+	}
+	for _, s := range allScripts {
+		if err := s.Load(ctx, n.client).Err(); err != nil {
+			break
+		}
+	}
+	return identified
+}
+
+// fetchRunID reads INFO server's run_id through a one-command pipeline (the
+// Client interface asks for no more than that).
+func fetchRunID(ctx context.Context, cl Client) (string, error) {
+	pipe := cl.Pipeline()
+	cmd := pipe.Info(ctx, "server")
+	if _, err := pipe.Exec(ctx); err != nil {
+		if isServerError(err) {
+			// The server will not say who it is (an ACL user without
+			// +info, a server that does not implement INFO server): it
+			// cannot be told apart from the others, so it is taken as
+			// distinct rather than never allowed to vote.
+			return unidentified, nil
+		}
+		return "", err
+	}
+	for line := range strings.Lines(cmd.Val()) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok && v != "" {
+			return v, nil
+		}
+	}
+	return "", fmt.Errorf("%w: INFO server without run_id", errBadReply)
+}
+
+// unidentified stands for the run_id of a server that refuses INFO.
+const unidentified = "?"
+
+func (n *node) setRunID(id string) {
+	n.idMu.Lock()
+	n.runID = id
+	n.idMu.Unlock()
+}
+
+func (n *node) identity() (runID string, dup int) {
+	n.idMu.Lock()
+	defer n.idMu.Unlock()
+	return n.runID, n.dup
+}
+
+// reply is one node's answer to one script call.
+type reply struct {
+	node int
+	ok   bool  // the script said yes (granted, released, extended, raised)
+	code int64 // the script's status, by script
+	val  int64 // token or PTTL, by script
+	// codes holds per-lock results of a pipelined batch (see batch).
+	codes []int8
+	err   error
+}
+
+// fanOut calls every node in nodes concurrently. go-redis applies ctx
+// deadlines to sockets only when the client enables it, so the bound is the
+// caller's: it stops reading the channel at its deadline (gather). The
+// channel is buffered to len(nodes), so calls that finish late (a paused
+// server resumes) never block, and each call runs on a context detached from
+// the caller's cancellation: a write that is cut half-way has an unknown
+// outcome, which is worse than one that completes and is then cleaned up.
+//
+// callLimit bounds the call itself in the goroutine, when longer than timeout:
+// a release that reaches a resumed server late is still worth making, and
+// go-redis's EVALSHA-to-EVAL fallback after NOSCRIPT is a second command that
+// a spent context would stop. A single node whose client cuts calls at the
+// deadline itself is called inline, bounded by timeout.
+func (c *core) fanOut(ctx context.Context, nodes []*node, timeout, callLimit time.Duration, call func(context.Context, *node) reply) (<-chan reply, error) {
+	ch := make(chan reply, len(nodes))
+	base := context.WithoutCancel(ctx)
+	if len(nodes) == 1 && nodes[0].deadlines {
+		n := nodes[0]
+		cctx, cancel := context.WithTimeout(base, timeout)
+		r := call(cctx, n)
+		if dl, _ := cctx.Deadline(); r.err != nil && !time.Now().Before(dl) && !isServerError(r.err) {
+			// The socket deadline can fire before the context's own timer,
+			// so compare with the clock. Same error as the goroutine path.
+			r.err = fmt.Errorf("%w (%w)", errNodeTimeout, r.err)
+		}
+		cancel()
+		r.node = n.idx
+		ch <- r
+		return ch, nil
+	}
+	if !c.goCount(len(nodes)) {
+		return nil, ErrClosed
+	}
+	for _, n := range nodes {
+		go func() {
+			defer c.wg.Done()
+			cctx, cancel := context.WithTimeout(base, max(timeout, callLimit))
+			r := call(cctx, n)
+			cancel()
+			r.node = n.idx
+			ch <- r
+		}()
+	}
+	return ch, nil
+}
+
+// isServerError reports an error reply from Redis (as opposed to a network
+// failure or a timeout).
+func isServerError(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re)
+}
+
+// isPermanent tells a refusal that no retry can get past (wrong password,
+// missing permission, wrong key type, out of memory, a script error, a closed
+// client) from a failure that a retry may get past (timeouts, dropped
+// connections, a loading, read-only or failing-over server). Lock gives up at
+// once on a permanent one.
+func isPermanent(err error) bool {
+	switch {
+	case errors.Is(err, redis.ErrClosed), errors.Is(err, errTokenSpace), errors.Is(err, errDuplicate):
+		return true
+	case errors.Is(err, errNodeTimeout), errors.Is(err, errNodeBusy),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return false
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
+		return false
+	}
+	if !isServerError(err) {
+		return false
+	}
+	if _, moved := redis.IsMovedError(err); moved {
+		return false
+	}
+	if _, ask := redis.IsAskError(err); ask {
+		return false
+	}
+	transient := redis.IsLoadingError(err) || redis.IsReadOnlyError(err) || redis.IsClusterDownError(err) ||
+		redis.IsTryAgainError(err) || redis.IsMasterDownError(err) || redis.IsMaxClientsError(err) ||
+		redis.IsNoReplicasError(err) || redis.HasErrorPrefix(err, "BUSY")
+	return !transient
+}
+
+// isNoScript reports that a script is not in the server's cache, however a
+// hook wrapped the error.
+func isNoScript(err error) bool {
+	return errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")
+}

@@ -1,0 +1,96 @@
+package redlock
+
+import "time"
+
+// gather reads replies from ch until stop says enough, every node answered,
+// the deadline passed, or done closed. Nodes that did not answer get an
+// errNodeTimeout reply. It reports whether done ended the wait.
+func gather(ch <-chan reply, nodes []*node, deadline time.Time, done <-chan struct{}, stop func([]reply) bool) (got []reply, interrupted bool) {
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	got = make([]reply, 0, len(nodes))
+	for len(got) < len(nodes) && !stop(got) {
+		select {
+		case r := <-ch:
+			got = append(got, r)
+		case <-t.C:
+			for _, n := range nodes {
+				if _, ok := replyOf(got, n.idx); !ok {
+					got = append(got, reply{node: n.idx, err: errNodeTimeout})
+				}
+			}
+			return got, false
+		case <-done:
+			return got, true
+		}
+	}
+	return got, false
+}
+
+// never is a gather stop function that waits for every node.
+func never([]reply) bool { return false }
+
+func replyOf(rs []reply, idx int) (reply, bool) {
+	for _, r := range rs {
+		if r.node == idx {
+			return r, true
+		}
+	}
+	return reply{}, false
+}
+
+// tally counts the replies of one round.
+type tally struct {
+	ok, no, failed, permanent int
+	errs                      []error
+}
+
+// count tallies replies. A node found to be a second address of another
+// node's server never counts as a yes: one server must not cast two votes.
+func (c *core) count(rs []reply) tally {
+	var t tally
+	for _, r := range rs {
+		err := r.err
+		if err == nil && c.nodes[r.node].isDup() {
+			err = errDuplicate
+		}
+		switch {
+		case err != nil:
+			t.failed++
+			if isPermanent(err) {
+				t.permanent++
+			}
+			t.errs = append(t.errs, c.nodeErr(r.node, err))
+		case r.ok:
+			t.ok++
+		default:
+			t.no++
+		}
+	}
+	return t
+}
+
+// settled reports that the outcome of a round is decided: a quorum said yes,
+// or so many said no or failed that a quorum of yes is out of reach.
+func (c *core) settled(rs []reply) bool {
+	t := c.count(rs)
+	return t.ok >= c.quorum || c.impossible(t.no+t.failed)
+}
+
+// impossible reports that a quorum of yes can no longer be reached from the
+// nodes that said no (or failed) in this round.
+func (c *core) impossible(no int) bool { return no > len(c.nodes)-c.quorum }
+
+func earliest(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}

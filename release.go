@@ -1,0 +1,157 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// release.lua's replies.
+const (
+	relNotOurs      = 0 // gone or another owner's: left untouched
+	relReleased     = 1
+	relAlready      = 2 // this owner released it before: a retried call after a lost reply
+	relUnpublished  = 3 // released, but PUBLISH was refused (an ACL user without channel rights)
+)
+
+// releaseArgs are release.lua's ARGV for l.
+func releaseArgs(l *Lock) []any {
+	return []any{l.owner, l.channel, ttlMillis(l.leaseTTL())}
+}
+
+// releaseReply turns release.lua's reply into a node reply, logging a
+// release whose wake-up message the server refused to publish: the release
+// itself stands, and waiters fall back to their timers.
+func releaseReply(l *Lock, v int64, err error) reply {
+	if err == nil && v == relUnpublished {
+		l.logger.Warn("redlock: released, but the server refused to publish the release message; waiters wake by their timers", "name", l.name)
+	}
+	return reply{ok: err == nil && v != relNotOurs, code: v, err: err}
+}
+
+// unlock releases l on every node where it is still ours; see Lock.Unlock.
+func (c *core) unlock(ctx context.Context, l *Lock) error {
+	l.mu.Lock()
+	prev := l.state
+	changed := l.transition(stateReleased, "")
+	l.mu.Unlock()
+	if changed {
+		l.afterTransition(stateReleased)
+	} else if prev != stateLost {
+		return errAlreadyReleased
+	}
+	// Every node, the spec's rule: also those whose acquire has not answered
+	// yet. The release usually overtakes nothing and frees the name at once;
+	// if it does overtake the acquire, the acquire's call releases its own
+	// grant when it arrives (settle).
+	rs := c.releaseOn(ctx, l, c.nodes, l.timeout, c.settled)
+	if !changed {
+		// A lost lock may still have our key on some node; the release above
+		// cleared it, but the lock was not held.
+		return fmt.Errorf("%w: %w", ErrNotHeld, ErrLost)
+	}
+	t := c.count(rs)
+	switch {
+	case t.ok >= c.quorum:
+		return nil
+	case c.impossible(t.no):
+		return fmt.Errorf("%w: the key was gone or another owner's on %d of %d nodes", ErrNotHeld, t.no, len(c.nodes))
+	}
+	return errors.Join(append([]error{fmt.Errorf("redlock: release reached %d of %d nodes, need %d; the lock frees itself when its lease ends", t.ok, len(c.nodes), c.quorum)}, t.errs...)...)
+}
+
+// errAlreadyReleased is Unlock's answer on a lock released before.
+var errAlreadyReleased = fmt.Errorf("%w: already released", ErrNotHeld)
+
+// releaseOn sends the release script for l to nodes and waits for their
+// replies up to timeout, or until stop says enough. Callers use it for
+// cleanup, so it runs detached from the caller's cancellation: a cancelled
+// caller still releases. After Close, when the core may start no goroutine,
+// it releases node by node from the caller's goroutine: a grant that nobody
+// will own must not hold the name for a whole lease.
+func (c *core) releaseOn(ctx context.Context, l *Lock, nodes []*node, timeout time.Duration, stop func([]reply) bool) []reply {
+	if len(nodes) == 0 {
+		return nil
+	}
+	call := func(ctx context.Context, n *node) reply {
+		v, err := scriptRelease.Run(ctx, n.client, l.relKeys(), releaseArgs(l)...).Int64()
+		return releaseReply(l, v, err)
+	}
+	ch, err := c.fanOut(ctx, nodes, timeout, l.leaseTTL(), call)
+	if err != nil {
+		rs := make([]reply, 0, len(nodes))
+		for _, n := range nodes {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+			r := call(cctx, n)
+			cancel()
+			r.node = n.idx
+			rs = append(rs, r)
+		}
+		return rs
+	}
+	rs, _ := gather(ch, nodes, time.Now().Add(timeout), nil, stop)
+	return rs
+}
+
+// releaseInBackground sends l's release to nodes from a goroutine of the
+// core, waiting for none: they failed or did not answer the attempt, so their
+// outcome is unknown, and they will not answer the release any sooner.
+func (c *core) releaseInBackground(ctx context.Context, l *Lock, nodes []*node) {
+	if len(nodes) == 0 || !c.goCount(1) {
+		return
+	}
+	go func() {
+		defer c.wg.Done()
+		for _, n := range nodes {
+			c.releaseNode(ctx, n, l)
+		}
+	}()
+}
+
+// releaseNode releases l on one node from a goroutine the core already owns.
+func (c *core) releaseNode(ctx context.Context, n *node, l *Lock) {
+	// Until the lease would end anyway: a late release still frees the name.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.leaseTTL())
+	defer cancel()
+	v, err := scriptRelease.Run(ctx, n.client, l.relKeys(), releaseArgs(l)...).Int64()
+	releaseReply(l, v, err) // the key expires by itself if this fails
+}
+
+// extend moves l's lease to ttl on every node; see Lock.Extend.
+func (c *core) extend(ctx context.Context, l *Lock, ttl time.Duration) error {
+	l.io.Lock()
+	defer l.io.Unlock()
+	if err := l.Err(); err != nil {
+		return fmt.Errorf("%w: %w", ErrNotHeld, err)
+	}
+	t1 := time.Now()
+	until := validUntil(t1, ttl, l.driftFactor)
+	ch, err := c.fanOut(ctx, c.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node) reply {
+		v, err := scriptExtend.Run(ctx, n.client, l.keys[:1], l.owner, ttlMillis(ttl)).Int64()
+		return reply{ok: v == 1, err: err}
+	})
+	if err != nil {
+		return err
+	}
+	rs, interrupted := gather(ch, c.nodes, earliest(t1.Add(l.timeout), until), ctx.Done(), c.settled)
+	t := c.count(rs)
+	switch {
+	case t.ok >= c.quorum && !interrupted && time.Now().Before(until):
+		if !l.renewed(ttl, until) {
+			return fmt.Errorf("%w: %w", ErrNotHeld, l.Err())
+		}
+		if l.autoRenew {
+			c.wd.schedule(l, l.renewAt(t1))
+		}
+		return nil
+	case c.impossible(t.no):
+		l.finish(stateLost, "extend found the key gone or owned by another owner")
+		return fmt.Errorf("%w: %w", ErrNotHeld, l.Err())
+	}
+	errs := append([]error{fmt.Errorf("redlock: extend reached %d of %d nodes within validity, need %d; the lock stays held until its current Until", t.ok, len(c.nodes), c.quorum)}, t.errs...)
+	if interrupted {
+		errs = append(errs, ctx.Err())
+	}
+	return errors.Join(errs...)
+}
