@@ -2,8 +2,8 @@ package redlock
 
 import (
 	"fmt"
-	"math"
 	"log/slog"
+	"math"
 	"strings"
 	"time"
 )

@@ -9,10 +9,10 @@ import (
 
 // release.lua's replies.
 const (
-	relNotOurs      = 0 // gone or another owner's: left untouched
-	relReleased     = 1
-	relAlready      = 2 // this owner released it before: a retried call after a lost reply
-	relUnpublished  = 3 // released, but PUBLISH was refused (an ACL user without channel rights)
+	relNotOurs     = 0 // gone or another owner's: left untouched
+	relReleased    = 1
+	relAlready     = 2 // this owner released it before: a retried call after a lost reply
+	relUnpublished = 3 // released, but PUBLISH was refused (an ACL user without channel rights)
 )
 
 // releaseArgs are release.lua's ARGV for l.
