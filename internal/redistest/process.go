@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -56,9 +57,20 @@ type process struct {
 	waitErr    error // cmd.Wait's result, set before exited is cancelled
 }
 
+// configFileName is the name of the configuration file that startProcess
+// writes into the process's directory when given one.
+const configFileName = "redis.conf"
+
 // startProcess starts redis-server on port without waiting for it to be
 // ready. The caller must call stop.
-func startProcess(bin string, port int, extra []string) (*process, error) {
+//
+// If conf is not empty, it is written to a configuration file in the
+// process's directory, which is passed to redis-server as its first
+// argument, as redis-server requires; the default arguments and then
+// extra follow it and so override it. The file stays writable, which
+// redis-server needs in sentinel mode to save its state. An empty conf
+// starts redis-server without a configuration file.
+func startProcess(bin string, port int, conf string, extra []string) (*process, error) {
 	// Not t.TempDir: it is removed by a cleanup that may run before ours
 	// has killed the server, and a server whose directory vanished can
 	// misbehave while it is still running.
@@ -66,7 +78,21 @@ func startProcess(bin string, port int, extra []string) (*process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating directory for redis-server: %w", err)
 	}
-	args := []string{
+	var args []string
+	if conf != "" {
+		// Absolute, because the server changes to --dir before it
+		// rewrites the file.
+		path, err := filepath.Abs(filepath.Join(dir, configFileName))
+		if err == nil {
+			err = os.WriteFile(path, []byte(conf), 0o600)
+		}
+		if err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, fmt.Errorf("writing redis-server configuration: %w", err)
+		}
+		args = append(args, path)
+	}
+	args = append(args,
 		"--port", strconv.Itoa(port),
 		"--bind", loopbackHost,
 		"--save", "",
@@ -76,7 +102,7 @@ func startProcess(bin string, port int, extra []string) (*process, error) {
 		"--repl-diskless-sync-delay", "0",
 		"--daemonize", "no",
 		"--logfile", "",
-	}
+	)
 	p := &process{
 		cmd:    exec.Command(bin, append(args, extra...)...),
 		addr:   net.JoinHostPort(loopbackHost, strconv.Itoa(port)),

@@ -26,15 +26,18 @@ const (
 )
 
 // Proxy is a TCP proxy on 127.0.0.1 between clients and one server, to
-// inject latency and network partitions. Every accepted connection gets
-// its own connection to the target. Its methods are safe for concurrent
-// use.
+// inject latency, network partitions and lost replies. Every accepted
+// connection gets its own connection to the target. Its methods are safe
+// for concurrent use.
 type Proxy struct {
 	target string
 	ln     net.Listener
 
 	delay     atomic.Int64 // time.Duration added to server->client data
 	blackhole atomic.Bool
+
+	dropMu sync.Mutex
+	drops  int // replies still to drop, see DropReplies
 
 	// ctx is cancelled by Close, to abort dials to the target in flight.
 	ctx    context.Context
@@ -104,6 +107,52 @@ func (p *Proxy) Blackhole(on bool) {
 	p.blackhole.Store(on)
 }
 
+// DropReplies makes the proxy lose the next n replies after the server has
+// sent them, so that a test can check what a client does when a command
+// was executed but its reply never arrived, for example that a command
+// retried by the client is idempotent.
+//
+// Each of the next n times the proxy reads data from the server, on any
+// connection, it discards that data and closes the connection, on both
+// sides. Data read from the server is a chunk, what one read returned:
+// normally one reply, but it can be several pipelined replies or only the
+// beginning of a large one. Data that connection received from the server
+// earlier is delivered first (after its SetDelay delay, if any); data the
+// server sends after the chunk is discarded too, and does not count
+// towards n. What the client sent before the chunk has been forwarded to
+// the server, so the client sees its connection end (EOF) after the
+// server has executed its command. A client that retries on a new
+// connection sends the command again, and the new connection works
+// normally unless drops are still pending.
+//
+// A chunk counts when the proxy reads it, and not while a partition
+// (Blackhole) is on, since the partition drops it anyway. Every chunk
+// counts, including replies to the commands a client sends when it sets
+// up a connection (go-redis sends HELLO): to lose the reply to a
+// particular command, make sure the client has its connection first, for
+// example with a PING, and then call DropReplies. For the same reason,
+// with n > 1 a client that retries on a new connection loses the reply to
+// its handshake, not to the command, and does not send the command on
+// that connection. Each call replaces the number of drops pending;
+// DropReplies(0) cancels them.
+func (p *Proxy) DropReplies(n int) {
+	p.dropMu.Lock()
+	defer p.dropMu.Unlock()
+	p.drops = max(n, 0)
+}
+
+// takeDrop reports whether the chunk just read from a server must be
+// dropped, and if so uses up one of the drops pending.
+func (p *Proxy) takeDrop() bool {
+	p.dropMu.Lock()
+	defer p.dropMu.Unlock()
+	if p.drops == 0 {
+		return false
+	}
+	p.drops--
+	return true
+}
+
 // Close stops the proxy, closes every connection through it and returns
 // once all of its goroutines have ended. It is safe to call more than once.
 func (p *Proxy) Close() {
@@ -154,8 +203,10 @@ func (p *Proxy) serve(client net.Conn) {
 	defer p.untrack(l)
 
 	var wg sync.WaitGroup
-	wg.Go(func() { p.pipe(l, server, client, func() time.Duration { return 0 }) })
-	wg.Go(func() { p.pipe(l, client, server, func() time.Duration { return time.Duration(p.delay.Load()) }) })
+	wg.Go(func() { p.pipe(l, server, client, func() time.Duration { return 0 }, nil) })
+	wg.Go(func() {
+		p.pipe(l, client, server, func() time.Duration { return time.Duration(p.delay.Load()) }, p.takeDrop)
+	})
 	wg.Wait()
 }
 
@@ -163,10 +214,15 @@ func (p *Proxy) serve(client net.Conn) {
 // current when it was read. A reading and a writing goroutine are needed
 // so that the delay of one chunk does not postpone reading the next one:
 // each chunk must be held d, not d plus the delays of the chunks before it.
-func (p *Proxy) pipe(l *link, dst, src net.Conn, delay func() time.Duration) {
+//
+// If drop is not nil, it is called for each chunk read, and when it
+// reports true the chunk is not forwarded: the link is closed when the
+// chunk's turn comes, and nothing more is read from src (see DropReplies).
+func (p *Proxy) pipe(l *link, dst, src net.Conn, delay func() time.Duration, drop func() bool) {
 	type chunk struct {
 		data []byte
 		due  time.Time
+		drop bool // close the link instead of forwarding data
 	}
 	queue := make(chan chunk, proxyQueueLen)
 
@@ -179,9 +235,15 @@ func (p *Proxy) pipe(l *link, dst, src net.Conn, delay func() time.Duration) {
 			n, err := src.Read(buf)
 			if n > 0 && !p.blackhole.Load() {
 				c := chunk{data: bytes.Clone(buf[:n]), due: time.Now().Add(delay())}
+				c.drop = drop != nil && drop()
 				select {
 				case queue <- c:
 				case <-l.done:
+					return
+				}
+				if c.drop {
+					// Anything after the dropped chunk is lost with the
+					// link, and must not use up further drops.
 					return
 				}
 			}
@@ -199,7 +261,14 @@ func (p *Proxy) pipe(l *link, dst, src net.Conn, delay func() time.Duration) {
 	for c := range queue {
 		// After a teardown or during a partition the remaining chunks are
 		// dropped, but the queue is still drained so the reader can end.
-		if !l.waitUntil(c.due) || p.blackhole.Load() {
+		if !l.waitUntil(c.due) {
+			continue
+		}
+		if c.drop {
+			l.close()
+			continue
+		}
+		if p.blackhole.Load() {
 			continue
 		}
 		if _, err := dst.Write(c.data); err != nil {

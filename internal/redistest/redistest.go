@@ -1,5 +1,6 @@
 // Package redistest starts, breaks and restarts real redis-server processes
-// for tests, and provides a TCP proxy to inject latency and partitions.
+// for tests, including Sentinel-managed groups for failover tests, and
+// provides a TCP proxy to inject latency, partitions and lost replies.
 //
 // Every server listens on a free port of 127.0.0.1 only, runs without
 // persistence in its own temporary directory and is killed when the test
@@ -91,6 +92,7 @@ func requireBinary(t testing.TB, name string, ci bool) string {
 type Server struct {
 	bin   string
 	port  int
+	conf  string // configuration file contents, "" for none
 	extra []string
 
 	mu sync.Mutex
@@ -107,7 +109,15 @@ type Server struct {
 // server with SIGKILL and removes its directory.
 func Start(t testing.TB, extra ...string) *Server {
 	t.Helper()
-	s := &Server{bin: RequireRedisServer(t), extra: slices.Clone(extra)}
+	return startServer(t, "", extra)
+}
+
+// startServer is Start with the contents of a configuration file, passed
+// to startProcess, which a sentinel needs. Restart writes the same
+// configuration again.
+func startServer(t testing.TB, conf string, extra []string) *Server {
+	t.Helper()
+	s := &Server{bin: RequireRedisServer(t), conf: conf, extra: slices.Clone(extra)}
 
 	var failures []error
 	for attempt := 1; attempt <= maxStartAttempts; attempt++ {
@@ -115,7 +125,7 @@ func Start(t testing.TB, extra ...string) *Server {
 		if err != nil {
 			t.Fatalf("redistest: finding a free port: %v", err)
 		}
-		p, err := startProcess(s.bin, port, s.extra)
+		p, err := startProcess(s.bin, port, s.conf, s.extra)
 		if err != nil {
 			t.Fatalf("redistest: %v", err)
 		}
@@ -211,6 +221,23 @@ func (s *Server) Do(t testing.TB, args ...any) any {
 	return v
 }
 
+// ACLUser creates the ACL user name on the server, enabled and with
+// password, by running ACL SETUSER name on >password followed by rules,
+// such as "~*", "+@all" or "&channel". A new user starts with no keys, no
+// commands and, as Redis 7 defaults to acl-pubsub-default resetchannels,
+// no pub/sub channels, so the rules must grant everything the user needs.
+// If the user exists, ACL SETUSER adds to its rules, and a password
+// already set stays valid next to the new one. Users are lost on Restart.
+// ACLUser fails the test if the server rejects the command.
+func (s *Server) ACLUser(t testing.TB, name, password string, rules ...string) {
+	t.Helper()
+	args := []any{"ACL", "SETUSER", name, "on", ">" + password}
+	for _, r := range rules {
+		args = append(args, r)
+	}
+	s.Do(t, args...)
+}
+
 // Pause stops the server with SIGSTOP. It returns once the process is
 // stopped, so that a command sent afterwards is certain not to be
 // answered until Resume. Connections stay open: the kernel keeps
@@ -271,7 +298,7 @@ func (s *Server) Restart(t testing.TB) {
 	backoff := restartBackoff
 	var failures []error
 	for attempt := 1; attempt <= maxRestartAttempts; attempt++ {
-		p, err := startProcess(s.bin, s.port, s.extra)
+		p, err := startProcess(s.bin, s.port, s.conf, s.extra)
 		if err != nil {
 			t.Fatalf("redistest: %v", err)
 		}

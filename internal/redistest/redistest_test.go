@@ -271,6 +271,37 @@ func TestKill(t *testing.T) {
 	raw.expectLine("+PONG")
 }
 
+func TestACLUser(t *testing.T) {
+	t.Parallel()
+	s := Start(t)
+	s.ACLUser(t, "app", "secret", "~*", "+@all")
+	ctx := ctxT(t)
+
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), Username: "app", Password: "secret", MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatalf("SET as the new user: %v", err)
+	}
+	// Redis 7 gives new users no channels (acl-pubsub-default
+	// resetchannels), and "+@all" does not change that.
+	err := c.Publish(ctx, "ch", "m").Err()
+	if err == nil || !strings.HasPrefix(err.Error(), "NOPERM") {
+		t.Fatalf("PUBLISH without channel permission: %v, want a NOPERM error", err)
+	}
+
+	// Calling ACLUser again adds rules.
+	s.ACLUser(t, "app", "secret", "&ch")
+	if err := c.Publish(ctx, "ch", "m").Err(); err != nil {
+		t.Fatalf("PUBLISH after granting the channel: %v", err)
+	}
+
+	wrong := redis.NewClient(&redis.Options{Addr: s.Addr(), Username: "app", Password: "wrong", MaxRetries: -1})
+	t.Cleanup(func() { _ = wrong.Close() })
+	if err := wrong.Ping(ctx).Err(); err == nil || !strings.Contains(err.Error(), "WRONGPASS") {
+		t.Fatalf("PING with a wrong password: %v, want a WRONGPASS error", err)
+	}
+}
+
 func TestProxyForwards(t *testing.T) {
 	t.Parallel()
 	s := Start(t)
@@ -362,6 +393,109 @@ func TestProxyBlackholeDropsDelayedData(t *testing.T) {
 	c.send("ECHO after")
 	c.expectLine("$5")
 	c.expectLine("after")
+}
+
+// dropClient returns a client of p with a single connection, already
+// established, so that the next reply p drops is the reply to the next
+// command rather than to the connection handshake.
+func dropClient(t *testing.T, p *Proxy, maxRetries int) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), PoolSize: 1, MaxRetries: maxRetries})
+	t.Cleanup(func() { _ = c.Close() })
+	if err := c.Ping(ctxT(t)).Err(); err != nil {
+		t.Fatalf("PING through proxy: %v", err)
+	}
+	return c
+}
+
+func TestProxyDropRepliesRetried(t *testing.T) {
+	t.Parallel()
+	s := Start(t)
+	p := NewProxy(t, s.Addr())
+	c := dropClient(t, p, 0) // 0: go-redis's default of 3 retries
+	ctx := ctxT(t)
+
+	p.DropReplies(1)
+	// The first INCR is executed but its reply lost; go-redis sees the
+	// connection end and sends INCR again on a new connection.
+	if got, err := c.Incr(ctx, "k").Result(); err != nil || got != 2 {
+		t.Fatalf("INCR with one reply dropped = %d, %v; want 2 (executed twice)", got, err)
+	}
+	if got := s.Do(t, "GET", "k"); got != "2" {
+		t.Fatalf("GET k on the server = %#v, want \"2\"", got)
+	}
+
+	// The drop is used up.
+	if got, err := c.Incr(ctx, "k").Result(); err != nil || got != 3 {
+		t.Fatalf("INCR with no drops pending = %d, %v; want 3", got, err)
+	}
+}
+
+func TestProxyDropRepliesOnePerConnection(t *testing.T) {
+	t.Parallel()
+	s := Start(t)
+	p := NewProxy(t, s.Addr())
+	c1, c2 := dialRaw(t, p.Addr()), dialRaw(t, p.Addr())
+	for _, c := range []*rawConn{c1, c2} {
+		c.send("PING")
+		c.expectLine("+PONG")
+	}
+
+	p.DropReplies(2)
+	// Two replies in a row on one connection use up only one drop: the
+	// second never reaches the proxy's count, as the connection is gone.
+	c1.send("INCR k\r\nINCR k")
+	if got, err := c1.readLine(5 * time.Second); !errors.Is(err, io.EOF) {
+		t.Fatalf("read on the first connection = %q, %v; want EOF", got, err)
+	}
+	c2.send("INCR k")
+	if got, err := c2.readLine(5 * time.Second); !errors.Is(err, io.EOF) {
+		t.Fatalf("read on the second connection = %q, %v; want EOF", got, err)
+	}
+	// All three commands were executed, although no reply came back.
+	if got := s.Do(t, "GET", "k"); got != "3" {
+		t.Fatalf("GET k on the server = %#v, want \"3\"", got)
+	}
+	c3 := dialRaw(t, p.Addr())
+	c3.send("INCR k")
+	c3.expectLine(":4")
+}
+
+func TestProxyDropRepliesNoRetry(t *testing.T) {
+	t.Parallel()
+	s := Start(t)
+	p := NewProxy(t, s.Addr())
+	c := dropClient(t, p, -1)
+	ctx := ctxT(t)
+
+	p.DropReplies(1)
+	if got, err := c.Incr(ctx, "k").Result(); err == nil {
+		t.Fatalf("INCR with its reply dropped and no retries = %d, want an error", got)
+	} else if !errors.Is(err, io.EOF) {
+		t.Logf("INCR error is %v, not EOF", err)
+	}
+	if got := s.Do(t, "GET", "k"); got != "1" {
+		t.Fatalf("GET k on the server = %#v, want \"1\": the command must have been executed", got)
+	}
+	// The drop is used up: the next command gets a new connection that
+	// works.
+	if got, err := c.Incr(ctx, "k").Result(); err != nil || got != 2 {
+		t.Fatalf("INCR after the drop = %d, %v; want 2", got, err)
+	}
+}
+
+func TestProxyDropRepliesCancel(t *testing.T) {
+	t.Parallel()
+	s := Start(t)
+	p := NewProxy(t, s.Addr())
+	c := dropClient(t, p, -1)
+	ctx := ctxT(t)
+
+	p.DropReplies(3)
+	p.DropReplies(0)
+	if got, err := c.Incr(ctx, "k").Result(); err != nil || got != 1 {
+		t.Fatalf("INCR after DropReplies(0) = %d, %v; want 1", got, err)
+	}
 }
 
 func TestProxyToDeadServerClosesConnection(t *testing.T) {
