@@ -233,10 +233,12 @@ func (c *core) activate(l *Lock, token int64, until time.Time) error {
 		c.releaseOn(context.Background(), l, c.nodes, l.timeout, never)
 		return ErrClosed
 	}
+	// Registered and held in one step under c.mu, so Close either sees the
+	// lock held (and releases it) or refuses it above; never in between.
 	c.held[l] = struct{}{}
 	c.heldKeys[l.keys[0]]++
-	c.mu.Unlock()
 	l.hold(token, until)
+	c.mu.Unlock()
 	if l.autoRenew {
 		c.wd.schedule(l, l.renewAt(time.Now()))
 	}

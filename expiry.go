@@ -19,22 +19,44 @@ type expiry struct {
 	quit  chan struct{}
 	done  chan struct{}
 	next  time.Time // when the loop's timer fires; zero while it is busy
+	// cost is what declaring one lock lost took, on average (owned by run):
+	// locks due together are declared lost that much earlier per lock, so
+	// the last of a batch of thousands (renewed together, due together)
+	// still closes Done by its Until.
+	cost time.Duration
 }
 
-// timerLead is how long before Until a lock is declared lost, so that Done
-// closes by Until although the loop wakes a little late.
+// timerLead is the least time before Until that a lock is declared lost, so
+// that Done closes by Until although the loop wakes a little late; see
+// Lock.lossLead for the whole lead.
 const timerLead = time.Millisecond
 
 func newExpiry() *expiry {
-	e := &expiry{wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+	e := &expiry{wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}), cost: calibrate()}
 	go e.run()
 	return e
 }
 
-// set arms (or moves) l's loss at until. Called under l.mu (lock order:
-// l.mu, then e.mu).
-func (e *expiry) set(l *Lock, until time.Time) {
-	at := until.Add(-timerLead)
+// calibrate measures what declaring a lock lost costs on this machine and
+// build (the race detector makes it ten times dearer), so that the first
+// batch of losses is not late for want of an estimate.
+func calibrate() time.Duration {
+	const n = 32
+	locks := make([]Lock, n)
+	past := time.Now().Add(-time.Second)
+	for i := range locks {
+		locks[i] = Lock{state: stateHeld, until: past, done: make(chan struct{})}
+	}
+	start := time.Now()
+	for i := range locks {
+		locks[i].expireLocked(0)
+	}
+	return max(time.Since(start)/n, 100*time.Nanosecond)
+}
+
+// set arms (or moves) l's loss to at. Called under l.mu (lock order: l.mu,
+// then e.mu).
+func (e *expiry) set(l *Lock, at time.Time) {
 	e.mu.Lock()
 	l.expAt = at
 	if l.expIndex >= 0 {
@@ -69,35 +91,48 @@ func (e *expiry) run() {
 	defer close(e.done)
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
-	var due []*Lock
+	var due, pending []*Lock // pending: lost, bookkeeping not done yet
+	var lead time.Duration   // how much earlier a batch starts, for its size
 	for {
 		now := time.Now()
 		due = due[:0]
 		e.mu.Lock()
-		for len(e.queue) > 0 && !e.queue[0].expAt.After(now) {
+		for len(e.queue) > 0 && !e.queue[0].expAt.After(now.Add(lead)) {
 			due = append(due, heap.Pop(&e.queue).(*Lock))
 		}
-		if len(e.queue) > 0 {
-			e.next = e.queue[0].expAt
-		} else {
+		if len(due) == 0 && len(pending) == 0 {
+			// Wake early by the time the locks due with the next one will
+			// take to declare lost.
+			lead = 2 * e.cost * time.Duration(e.dueWith())
 			e.next = farFuture
-		}
-		if len(due) > 0 {
+			if len(e.queue) > 0 {
+				e.next = e.queue[0].expAt.Add(-lead)
+			}
+		} else {
 			e.next = time.Time{}
 		}
 		e.mu.Unlock()
 		if len(due) > 0 {
 			// Close every Done first: other owners may be granted the names
-			// soon; logging and the registry can wait a few microseconds.
-			lost := due[:0]
+			// soon.
+			start := time.Now()
 			for _, l := range due {
-				if l.expireLocked() {
-					lost = append(lost, l)
+				if l.expireLocked(lead) {
+					pending = append(pending, l)
 				}
 			}
-			for _, l := range lost {
+			e.cost = (e.cost*3 + time.Since(start)/time.Duration(len(due))) / 4
+			continue
+		}
+		if len(pending) > 0 {
+			// The registry, the log and Do's callbacks, a slice at a time,
+			// looking for newly due locks in between: a batch's bookkeeping
+			// must not make the next batch late.
+			k := min(len(pending), 64)
+			for _, l := range pending[:k] {
 				l.afterTransition(stateLost)
 			}
+			pending = append(pending[:0], pending[k:]...)
 			continue
 		}
 		t.Reset(time.Until(e.next))
@@ -108,6 +143,22 @@ func (e *expiry) run() {
 		case <-t.C:
 		}
 	}
+}
+
+// dueWith counts the locks due within timerLead of the first one (e.mu
+// held). It scans the heap: this runs once per wake, not per lock.
+func (e *expiry) dueWith() int {
+	if len(e.queue) == 0 {
+		return 0
+	}
+	horizon := e.queue[0].expAt.Add(timerLead)
+	n := 0
+	for _, l := range e.queue {
+		if !l.expAt.After(horizon) {
+			n++
+		}
+	}
+	return n
 }
 
 // expQueue is a min-heap of locks by the moment they are lost.

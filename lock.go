@@ -60,6 +60,7 @@ type Lock struct {
 	why     string
 	ttl     time.Duration
 	until   time.Time
+	ended   time.Time // when Done closed
 	onEnds  []func(cause error)
 
 	// Guarded by the watchdog's mutex.
@@ -157,13 +158,16 @@ func (l *Lock) Until() time.Time {
 }
 
 // Done returns a channel closed once the lock is no longer held: after
-// Unlock or Close, or when it is lost. Loss by time is signalled by one
-// timer per Locker that closes every due lock's Done 1ms before its Until,
-// whatever a hung request is doing; so Done closes by Until unless that
-// timer's goroutine runs more than 1ms late (a heavily loaded machine). Even
-// then the drift allowance lies between Until and the earliest moment the
-// server can grant the name to anyone else, and [Lock.Err] is exact: it
-// compares the clock with Until whenever it is called.
+// Unlock or Close, or when it is lost. Loss by time is signalled by one loss
+// clock per Locker (a goroutine and a timer) that closes the Done of every
+// lock whose renewals have not succeeded, whatever a hung request is doing,
+// ahead of its Until by 1ms plus half the drift allowance (plus the time a
+// batch of locks due together takes). So Done closes by Until unless that
+// goroutine waits longer than the lead for a CPU (a heavily loaded
+// machine); even then the rest of the drift allowance lies between Until
+// and the earliest moment the server can grant the name to anyone else.
+// [Lock.Err] is exact: it compares the clock with Until whenever it is
+// called.
 func (l *Lock) Done() <-chan struct{} {
 	if l == nil {
 		return closedChan
@@ -271,23 +275,36 @@ func (l *Lock) hold(token int64, until time.Time) {
 	l.token = token
 	l.state = stateHeld
 	l.until = until
-	l.c.exp.set(l, until)
+	l.c.exp.set(l, until.Add(-l.lossLead()))
 }
 
 // expire runs when the loss clock says Until is (nearly) here, and from Err
 // once it has passed.
 func (l *Lock) expire() {
-	if l.expireLocked() {
+	if l.expireLocked(0) {
 		l.afterTransition(stateLost)
 	}
 }
 
-// expireLocked marks the lock lost if its Until has come (within timerLead),
-// closing Done; afterTransition must follow when it returns true.
-func (l *Lock) expireLocked() bool {
+// lossLead is how long before Until the loss clock declares the lock lost
+// (l.mu held): 1ms plus half the drift allowance. Renewals run a third of
+// the way into a lease, so Until only comes near after two thirds of a TTL
+// of failed renewals, and giving up a few milliseconds early costs nothing
+// but a renewal that would have made it at the very last moment; in
+// exchange a loss clock delayed by a loaded machine (a goroutine waiting for
+// a CPU, a GC cycle) still closes Done before the server can grant the name
+// to another owner.
+func (l *Lock) lossLead() time.Duration {
+	return timerLead + drift(l.ttl, l.driftFactor)/2
+}
+
+// expireLocked marks the lock lost if its Until is less than its loss lead
+// plus extra away, closing Done; afterTransition must follow when it
+// returns true.
+func (l *Lock) expireLocked(extra time.Duration) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.state != stateHeld || time.Until(l.until) > timerLead {
+	if l.state != stateHeld || time.Until(l.until) > l.lossLead()+extra {
 		return false // released, or a renewal moved Until meanwhile
 	}
 	why := "no renewal succeeded before the validity ran out"
@@ -306,7 +323,7 @@ func (l *Lock) renewed(ttl time.Duration, until time.Time) bool {
 	}
 	l.ttl = ttl
 	l.until = until
-	l.c.exp.set(l, until)
+	l.c.exp.set(l, until.Add(-l.lossLead()))
 	return true
 }
 
@@ -357,6 +374,7 @@ func (l *Lock) transition(to lockState, why string) bool {
 	}
 	l.state = to
 	l.why = why
+	l.ended = time.Now()
 	close(l.done)
 	return true
 }

@@ -220,10 +220,12 @@ func TestExpiryTakeover(t *testing.T) {
 	if err != nil {
 		t.Fatalf("TryLock(A) = %v", err)
 	}
-	<-a.Done() // closes at A.Until, before the server may grant anyone else
+	<-a.Done() // closes by A.Until, before the server may grant anyone else
 	doneAt := time.Now()
-	if early := a.Until().Sub(doneAt); early > timerLead {
-		t.Errorf("Done closed %v before Until, want at most the %v timer lead", early, timerLead)
+	// The loss lead, plus what a batch of one may add.
+	lead := timerLead + drift(300*time.Millisecond, 0.01)/2 + time.Millisecond
+	if early := a.Until().Sub(doneAt); early > lead {
+		t.Errorf("Done closed %v before Until, want at most the %v loss lead", early, lead)
 	}
 	if err := a.Err(); !errors.Is(err, ErrLost) {
 		t.Errorf("A.Err() after expiry = %v, want ErrLost", err)

@@ -57,7 +57,8 @@ func WithRenewInterval(d time.Duration) Option { return func(c *config) { c.rene
 
 // WithNodeTimeout bounds every call to one Redis node (acquire, extend,
 // release), enforced by the library whatever the client's own timeouts.
-// Default TTL/10, kept between 100ms and 1s and at most TTL/3. A Redlock
+// Default TTL/10, kept between 100ms and 1s; an acquisition or Extend
+// also stops waiting when the lease's validity runs out. A Redlock
 // treats a node that has not answered by then as failed for that call, but
 // settles every call as soon as a quorum has answered, so a hung minority
 // costs nothing; the bound matters when no quorum has answered yet. It also
@@ -144,6 +145,8 @@ func (c *config) timeout(ttl time.Duration) time.Duration {
 	if c.nodeTimeout > 0 {
 		return c.nodeTimeout
 	}
-	d := min(max(ttl/10, 100*time.Millisecond), time.Second)
-	return min(d, ttl/3)
+	// No cap by the TTL: acquisitions and extensions also stop waiting at
+	// the validity's end, and a tiny TTL must not leave a budget that a
+	// loaded machine's scheduling alone can spend.
+	return min(max(ttl/10, 100*time.Millisecond), time.Second)
 }

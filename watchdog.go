@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -180,7 +181,9 @@ func (w *watchdog) renew(due []*Lock) {
 		case c.impossible(r.no):
 			l.finish(stateLost, "renewal found the key gone or owned by another owner")
 		default:
-			l.logger.Warn("redlock: renewal failed, retrying", "name", l.name, "extended", r.ok, "nodes", len(c.nodes), "err", r.err)
+			if l.logger.Enabled(context.Background(), slog.LevelWarn) {
+				l.logger.Warn("redlock: renewal failed, retrying", "name", l.name, "extended", r.ok, "nodes", len(c.nodes), "err", r.err)
+			}
 			// Retry soon; the loss clock fires at Until if this keeps failing.
 			w.schedule(l, now.Add(max(l.renewEvery()/4, time.Millisecond)))
 		}
@@ -243,17 +246,21 @@ func (c *core) batch(ctx context.Context, locks []*Lock, ttls []time.Duration, d
 	rs = append(rs, skipped...)
 	for _, r := range rs {
 		for i := range out {
-			c.tallyBatch(&out[i], r, i)
+			c.tallyBatch(&out[i], r, i, true)
 		}
 	}
 	return out
 }
 
-// tallyBatch adds node reply r's answer for lock i to res.
-func (c *core) tallyBatch(res *batchResult, r reply, i int) {
+// tallyBatch adds node reply r's answer for lock i to res, and its error
+// when withErr (the stop function only counts).
+func (c *core) tallyBatch(res *batchResult, r reply, i int, withErr bool) {
 	switch {
 	case r.codes == nil || r.codes[i] < 0 || c.nodes[r.node].isDup():
 		res.failed++
+		if !withErr {
+			return
+		}
 		err := r.err
 		if err == nil {
 			err = errDuplicate
@@ -272,7 +279,7 @@ func (c *core) batchSettled(rs []reply, n int) bool {
 	for i := range n {
 		var res batchResult
 		for _, r := range rs {
-			c.tallyBatch(&res, r, i)
+			c.tallyBatch(&res, r, i, false)
 		}
 		if res.ok < c.quorum && !c.impossible(res.no+res.failed) {
 			return false
