@@ -1,0 +1,256 @@
+package redlock
+
+// Real-server fault tests of the answers the library gives: lost replies,
+// refusals by ACL, failovers under a waiting Locker.
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlockgo/redlock/internal/redistest"
+)
+
+// lossyClient is a client through a proxy that can drop replies, with
+// go-redis's default retries and one connection, so that the next reply the
+// proxy drops is the next command's.
+func lossyClient(t *testing.T) (*redistest.Server, *redistest.Proxy, *redis.Client) {
+	t.Helper()
+	srv := redistest.Start(t)
+	proxy := redistest.NewProxy(t, srv.Addr())
+	cl := redis.NewClient(&redis.Options{Addr: proxy.Addr(), PoolSize: 1})
+	t.Cleanup(func() { cl.Close() })
+	return srv, proxy, cl
+}
+
+// TestLostReplies: a command that Redis carried out, whose reply was lost
+// and which go-redis then retried on a new connection, reports what
+// happened, not what the retry found.
+func TestLostReplies(t *testing.T) {
+	ctx := context.Background()
+	drop := func(t *testing.T, cl *redis.Client, p *redistest.Proxy) {
+		t.Helper()
+		require.NoError(t, cl.Ping(ctx).Err()) // the connection exists: the next reply is the command's
+		p.DropReplies(1)
+	}
+	t.Run("Unlock", func(t *testing.T) {
+		srv, p, cl := lossyClient(t)
+		lk := newLocker(t, cl)
+		l, err := lk.TryLock(ctx, "lost-unlock")
+		require.NoError(t, err)
+		drop(t, cl, p)
+		require.NoError(t, l.Unlock(ctx), "Unlock() whose first reply was lost")
+		assert.Zero(t, srv.Client(t).Exists(ctx, "{redlock:lost-unlock}").Val())
+	})
+	t.Run("Unlock after another owner took the name", func(t *testing.T) {
+		// The marker says who released; a new owner's key does not make
+		// the retried release of the old one a "not held".
+		srv, p, cl := lossyClient(t)
+		lk := newLocker(t, cl)
+		other := newLocker(t, srv.Client(t))
+		l, err := lk.TryLock(ctx, "lost-unlock-2")
+		require.NoError(t, err)
+		require.NoError(t, cl.Ping(ctx).Err())
+		p.SetDelay(200 * time.Millisecond) // room for the other owner between the two tries
+		p.DropReplies(1)
+		done := make(chan error, 1)
+		go func() { done <- l.Unlock(ctx) }()
+		var nl *Lock
+		require.True(t, eventually(2*time.Second, func() bool {
+			nl, err = other.TryLock(ctx, "lost-unlock-2")
+			return err == nil
+		}))
+		require.NoError(t, <-done)
+		assert.Equal(t, nl.Owner(), get(t, srv.Client(t), "{redlock:lost-unlock-2}"), "the new owner's key is untouched")
+	})
+	t.Run("Extend", func(t *testing.T) {
+		srv, p, cl := lossyClient(t)
+		lk := newLocker(t, cl, WithAutoRenew(false))
+		l, err := lk.TryLock(ctx, "lost-extend", WithTTL(2*time.Second))
+		require.NoError(t, err)
+		drop(t, cl, p)
+		require.NoError(t, l.Extend(ctx, 20*time.Second), "Extend() whose first reply was lost")
+		assert.Greater(t, srv.Client(t).PTTL(ctx, "{redlock:lost-extend}").Val(), 10*time.Second)
+	})
+	t.Run("TryLock", func(t *testing.T) {
+		srv, p, cl := lossyClient(t)
+		lk := newLocker(t, cl)
+		drop(t, cl, p)
+		l, err := lk.TryLock(ctx, "lost-acquire")
+		require.NoError(t, err, "TryLock() whose first reply was lost")
+		assert.Equal(t, l.Owner(), get(t, srv.Client(t), "{redlock:lost-acquire}"))
+		assert.Positive(t, l.Token())
+	})
+	t.Run("Do", func(t *testing.T) {
+		srv, p, cl := lossyClient(t)
+		lk := newLocker(t, cl)
+		err := lk.Do(ctx, "lost-do", func(ctx context.Context) error {
+			drop(t, cl, p)
+			return nil
+		})
+		require.NoError(t, err, "Do() whose release reply was lost")
+		assert.Zero(t, srv.Client(t).Exists(ctx, "{redlock:lost-do}").Val())
+	})
+	t.Run("renewal and Close", func(t *testing.T) {
+		srv, p, cl := lossyClient(t)
+		lk, err := NewLocker(cl, WithTTL(300*time.Millisecond))
+		require.NoError(t, err)
+		l, err := lk.TryLock(ctx, "lost-renew")
+		require.NoError(t, err)
+		drop(t, cl, p)
+		time.Sleep(400 * time.Millisecond) // the duration under test: renewals, one with its reply lost
+		require.NoError(t, l.Err(), "renewal whose reply was lost")
+		drop(t, cl, p)
+		require.NoError(t, lk.Close())
+		assert.Zero(t, srv.Client(t).Exists(ctx, "{redlock:lost-renew}").Val(), "Close() whose pipelined release reply was lost")
+	})
+}
+
+// TestReleaseWithoutChannelRights: a Redis 7 ACL user without channel
+// rights cannot PUBLISH. The release still stands and says so, waiters still
+// get the lock (by their timers), and the refusal is logged.
+func TestReleaseWithoutChannelRights(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.ACLUser(t, "locker", "secret", "~*", "+@all") // channels: none (resetchannels)
+	client := func() *redis.Client {
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "locker", Password: "secret"})
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	var logs bytes.Buffer
+	var logMu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &logMu}, nil))
+	a := newLocker(t, client(), WithLogger(logger))
+	b := newLocker(t, client())
+	ctx := context.Background()
+	require.Error(t, client().Publish(ctx, "x", "y").Err(), "the ACL user must lack channel rights for this test")
+
+	l, err := a.TryLock(ctx, "acl")
+	require.NoError(t, err)
+	got := make(chan error, 1)
+	go func() {
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		w, err := b.Lock(lctx, "acl")
+		if err == nil {
+			err = w.Unlock(ctx)
+		}
+		got <- err
+	}()
+	waiting(t, b.c, "acl")
+	released := time.Now()
+	require.NoError(t, l.Unlock(ctx), "Unlock() by a user who may not PUBLISH")
+	require.NoError(t, <-got, "waiter of a release that could not be published")
+	t.Logf("waiter got the lock %v after the unpublished release", time.Since(released))
+	logMu.Lock()
+	logged := logs.String()
+	logMu.Unlock()
+	assert.Contains(t, logged, "refused to publish")
+
+	require.NoError(t, a.Do(ctx, "acl-do", func(context.Context) error { return nil }))
+}
+
+type lockedWriter struct {
+	w  *bytes.Buffer
+	mu *sync.Mutex
+}
+
+func (lw *lockedWriter) Write(p []byte) (int, error) {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	return lw.w.Write(p)
+}
+
+// TestWaitAcrossFailover: a Locker on a Sentinel-managed master whose
+// waiters subscribed before a failover still hands the lock off promptly
+// after it: go-redis leaves pub/sub connections on the old master, so the
+// first hand-off is found by the waiter's capped timer, which re-homes the
+// subscription; later hand-offs come by message again.
+func TestWaitAcrossFailover(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		failover func(g *redistest.SentinelGroup, t *testing.T)
+	}{
+		{"planned failover", func(g *redistest.SentinelGroup, t *testing.T) { g.Failover(t) }},
+		{"killed master", func(g *redistest.SentinelGroup, t *testing.T) { g.KillMaster(t) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := redistest.StartSentinel(t)
+			opts := &redis.FailoverOptions{DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second}
+			holder := newLocker(t, g.FailoverClient(t, opts))
+			waiter := newLocker(t, g.FailoverClient(t, opts))
+			ctx := context.Background()
+
+			handOff := func(name string) time.Duration {
+				t.Helper()
+				var l *Lock
+				require.True(t, eventually(10*time.Second, func() bool {
+					var err error
+					l, err = holder.TryLock(ctx, name)
+					return err == nil
+				}), "holder cannot lock %s", name)
+				got := make(chan error, 1)
+				go func() {
+					lctx, cancel := context.WithTimeout(ctx, 4*time.Second)
+					defer cancel()
+					w, err := waiter.Lock(lctx, name)
+					if err == nil {
+						_ = w.Unlock(ctx)
+					}
+					got <- err
+				}()
+				waiting(t, waiter.c, name)
+				time.Sleep(50 * time.Millisecond) // the waiter has slept on its timer a while: a message must wake it
+				released := time.Now()
+				require.NoError(t, l.Unlock(ctx))
+				require.NoError(t, <-got, "Lock() with a 4s deadline on a free name")
+				return time.Since(released)
+			}
+
+			t.Logf("before: hand-off in %v", handOff("fo-0"))
+			tc.failover(g, t)
+			// go-redis moves command connections once its sentinel tells
+			// it; until then a lock could be taken on the old master. Wait
+			// for both clients to write to the new one.
+			master := g.Master(t).Client(t)
+			for _, lk := range []*Locker{holder, waiter} {
+				require.True(t, eventually(10*time.Second, func() bool {
+					l, err := lk.TryLock(ctx, "probe", WithAutoRenew(false))
+					if err != nil {
+						return false
+					}
+					onNew := get(t, master, "{redlock:probe}") == l.Owner()
+					_ = l.Unlock(ctx)
+					return onNew
+				}), "client still writes to the old master")
+			}
+			first := handOff("fo-1")
+			second := handOff("fo-1")
+			t.Logf("after %s: first hand-off in %v, second in %v", tc.name, first, second)
+			assert.Less(t, first, maxTrustedSleep+500*time.Millisecond, "first hand-off after the failover took the lease, not the capped sleep")
+			assert.Less(t, second, 500*time.Millisecond, "second hand-off after the failover was not woken by a message")
+		})
+	}
+}
+
+// TestLockerFailoverClientBasics: the whole API over a failover client.
+func TestLockerFailoverClientBasics(t *testing.T) {
+	g := redistest.StartSentinel(t)
+	lk := newLocker(t, g.FailoverClient(t, nil))
+	ctx := context.Background()
+	for i := range 3 {
+		err := lk.Do(ctx, fmt.Sprintf("fc-%d", i), func(ctx context.Context) error {
+			l, _ := FromContext(ctx)
+			return l.Extend(ctx, 5*time.Second)
+		})
+		require.NoError(t, err)
+	}
+}
