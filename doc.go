@@ -34,10 +34,14 @@
 // [Lock.Until] is the end of local validity: the instant before the request
 // was sent, plus the TTL, minus a drift allowance (TTL*0.01 + 2ms). The key
 // lives on the server at least until then, so no one else can be granted the
-// name before Until. [Lock.Done] closes by Until, driven by a local timer
-// set 1ms ahead of it. With auto-renew (the default) a single watchdog goroutine per Locker
-// renews every held lock at TTL/3; a lock whose renewal does not succeed by
-// Until is lost: Done closes and [Lock.Err] returns [ErrLost].
+// name before Until. [Lock.Done] closes by Until, driven by one loss clock
+// per Locker that fires ahead of it (1ms plus half the drift allowance), and
+// [Lock.Err] compares the clock with Until whenever it is called. With
+// auto-renew (the default) a single watchdog goroutine per Locker renews
+// every held lock at TTL/3; a lock whose renewal does not succeed in time is
+// lost: Done closes and [Lock.Err] returns [ErrLost]. A Redlock's calls all
+// settle as soon as a quorum of masters answered, so a hung minority costs
+// nothing.
 //
 // # What the lock guarantees, and what it does not
 //
@@ -78,6 +82,8 @@
 // # Keys
 //
 // A lock named n lives at "{redlock:n}", its counter at "{redlock:n}:fence"
-// (the prefix is [WithKeyPrefix]). Both share a hash tag, so they sit in one
-// Redis Cluster slot.
+// (the prefix is [WithKeyPrefix]). A release leaves "{redlock:n}:released"
+// holding the released owner for one TTL, so that a release retried after a
+// lost reply knows it already succeeded. All share a hash tag, so they sit
+// in one Redis Cluster slot. Releases are published on "{redlock:n}:rel".
 package redlock
