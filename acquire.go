@@ -45,7 +45,7 @@ func (c *core) acquire(ctx context.Context, name string, cfg *config) (*Lock, ti
 	// attempt expires no earlier than T1+TTL on its server.
 	t1 := time.Now()
 	until := validUntil(t1, cfg.ttl, cfg.driftFactor)
-	ch, err := c.fanOut(ctx, c.nodes, timeout, timeout, func(ctx context.Context, n *node) reply {
+	ch, err := c.fanOut(context.WithoutCancel(ctx), c.nodes, timeout, timeout, func(ctx context.Context, n *node) reply {
 		r, o := c.acquireOn(ctx, n, l, cfg, fence, floor)
 		if l.settle(n.idx, o) {
 			// The reply arrived after the attempt was given up or the lock
@@ -162,7 +162,7 @@ func (c *core) settleToken(ctx context.Context, l *Lock, rs []reply, timeout tim
 		return token, nil
 	}
 	arg := strconv.FormatInt(token, 10)
-	ch, err := c.fanOut(ctx, behind, timeout, timeout, func(ctx context.Context, n *node) reply {
+	ch, err := c.fanOut(context.WithoutCancel(ctx), behind, timeout, timeout, func(ctx context.Context, n *node) reply {
 		v, err := scriptRaise.Run(ctx, n.client, l.keys[1:2], arg).Int64()
 		return reply{ok: err == nil && v >= token, val: v, err: err}
 	})

@@ -176,19 +176,26 @@ type reply struct {
 // deadlines to sockets only when the client enables it, so the bound is the
 // caller's: it stops reading the channel at its deadline (gather). The
 // channel is buffered to len(nodes), so calls that finish late (a paused
-// server resumes) never block, and each call runs on a context detached from
-// the caller's cancellation: a write that is cut half-way has an unknown
-// outcome, which is worse than one that completes and is then cleaned up.
+// server resumes) never block. Callers pass a ctx detached from their
+// caller's cancellation (context.WithoutCancel) for writes: a write that is
+// cut half-way has an unknown outcome, which is worse than one that
+// completes and is then cleaned up; the watchdog passes one that Close
+// cancels.
 //
 // callLimit bounds the call itself in the goroutine, when longer than timeout:
 // a release that reaches a resumed server late is still worth making, and
 // go-redis's EVALSHA-to-EVAL fallback after NOSCRIPT is a second command that
 // a spent context would stop. A single node whose client cuts calls at the
-// deadline itself is called inline, bounded by timeout.
+// deadline itself is called inline, bounded by timeout, when nothing else
+// can cancel ctx.
 func (c *core) fanOut(ctx context.Context, nodes []*node, timeout, callLimit time.Duration, call func(context.Context, *node) reply) (<-chan reply, error) {
 	ch := make(chan reply, len(nodes))
-	base := context.WithoutCancel(ctx)
-	if len(nodes) == 1 && nodes[0].deadlines {
+	base := ctx
+	// Inline only for a ctx nothing cancels: go-redis turns a ctx deadline
+	// into a socket deadline but does not interrupt a read on cancellation,
+	// so a cancellable caller (the watchdog, which Close stops) needs the
+	// goroutine path for gather to stop waiting at once.
+	if len(nodes) == 1 && nodes[0].deadlines && ctx.Done() == nil {
 		n := nodes[0]
 		cctx, cancel := context.WithTimeout(base, timeout)
 		r := call(cctx, n)

@@ -78,7 +78,7 @@ func (c *core) releaseOn(ctx context.Context, l *Lock, nodes []*node, timeout ti
 		v, err := scriptRelease.Run(ctx, n.client, l.relKeys(), releaseArgs(l)...).Int64()
 		return releaseReply(l, v, err)
 	}
-	ch, err := c.fanOut(ctx, nodes, timeout, l.leaseTTL(), call)
+	ch, err := c.fanOut(context.WithoutCancel(ctx), nodes, timeout, l.leaseTTL(), call)
 	if err != nil {
 		rs := make([]reply, 0, len(nodes))
 		for _, n := range nodes {
@@ -127,7 +127,7 @@ func (c *core) extend(ctx context.Context, l *Lock, ttl time.Duration) error {
 	}
 	t1 := time.Now()
 	until := validUntil(t1, ttl, l.driftFactor)
-	ch, err := c.fanOut(ctx, c.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node) reply {
+	ch, err := c.fanOut(context.WithoutCancel(ctx), c.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node) reply {
 		v, err := scriptExtend.Run(ctx, n.client, l.keys[:1], l.owner, ttlMillis(ttl)).Int64()
 		return reply{ok: v == 1, err: err}
 	})

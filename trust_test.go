@@ -605,3 +605,30 @@ func TestConcurrentUnlockAndClose(t *testing.T) {
 		return len(keys) == 0
 	}), "keys left after Close raced Unlock and grants")
 }
+
+// TestCloseBoundedDuringInlineRenewal: with a client that applies ctx
+// deadlines itself, renewals run inline in the watchdog; Close must not
+// wait for one stuck on a paused server.
+func TestCloseBoundedDuringInlineRenewal(t *testing.T) {
+	srv := redistest.Start(t)
+	const nodeTimeout = 100 * time.Millisecond
+	lk, err := NewLocker(deadlineClient(t, srv), WithTTL(3*time.Second), WithNodeTimeout(nodeTimeout), WithRenewInterval(100*time.Millisecond))
+	require.NoError(t, err)
+	ctx := context.Background()
+	l, err := lk.TryLock(ctx, "inline-renew")
+	require.NoError(t, err)
+	srv.Pause(t)
+	defer srv.Resume(t)
+	// The watchdog holds the lock's io mutex while its renewal is on the wire.
+	require.True(t, eventually(2*time.Second, func() bool {
+		if l.io.TryLock() {
+			l.io.Unlock()
+			return false
+		}
+		return true
+	}), "no renewal started")
+	start := time.Now()
+	require.NoError(t, lk.Close())
+	assert.Less(t, time.Since(start), nodeTimeout+200*time.Millisecond, "Close() waited for an inline renewal")
+	assert.ErrorIs(t, l.Err(), ErrClosed)
+}

@@ -28,6 +28,10 @@ type watchdog struct {
 	lookAt time.Time
 	wake   chan struct{}
 	quit   chan struct{}
+	// ctx is cancelled by stop, so that a renewal running inline (a client
+	// with ContextTimeoutEnabled) does not hold Close up.
+	ctx    context.Context
+	cancel context.CancelFunc
 	done   chan struct{}
 }
 
@@ -38,6 +42,7 @@ func newWatchdog(c *core) *watchdog {
 		quit: make(chan struct{}),
 		done: make(chan struct{}),
 	}
+	w.ctx, w.cancel = context.WithCancel(context.Background())
 	go w.run()
 	return w
 }
@@ -76,6 +81,7 @@ func (w *watchdog) remove(l *Lock) {
 }
 
 func (w *watchdog) stop() {
+	w.cancel()
 	close(w.quit)
 	<-w.done
 }
@@ -168,7 +174,7 @@ func (w *watchdog) renew(due []*Lock) {
 	// Wait for replies until the first of these locks would be lost anyway,
 	// but give a slow pipeline at least one node timeout.
 	deadline = latest(deadline, t1.Add(due[0].timeout))
-	res := c.batch(context.Background(), due, ttls, deadline, w.quit)
+	res := c.batch(w.ctx, due, ttls, deadline, w.quit)
 	now := time.Now()
 	for i, l := range due {
 		r := res[i]
