@@ -10,6 +10,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// errNoCore is what a nil or zero Locker or Redlock answers.
+var errNoCore = errors.New("redlock: Locker or Redlock not made by NewLocker or NewRedlock")
+
 // errTokenSpace: a name's fencing counter is where a Lua double can no longer
 // count up by one, so the next token would repeat the last.
 var errTokenSpace = errors.New("fencing counter exhausted: tokens would stop increasing at 2^53-1")
@@ -181,6 +184,9 @@ func (c *core) settleToken(ctx context.Context, l *Lock, rs []reply, timeout tim
 
 // lock is Lock (wait=true) and TryLock (wait=false).
 func (c *core) lock(ctx context.Context, name string, opts []Option, wait bool) (*Lock, error) {
+	if c == nil {
+		return nil, errNoCore
+	}
 	if name == "" {
 		return nil, errors.New("redlock: empty lock name")
 	}
@@ -280,6 +286,9 @@ const maxTrustedSleep = time.Second
 
 // do is Do: hold the lock while fn runs.
 func (c *core) do(ctx context.Context, name string, fn func(context.Context) error, opts []Option) (err error) {
+	if c == nil {
+		return errNoCore
+	}
 	if fn == nil {
 		return errors.New("redlock: nil function")
 	}

@@ -283,6 +283,9 @@ func heldKey(channel string) string { return strings.TrimSuffix(channel, channel
 // server after that (only possible when the client does not apply ctx
 // deadlines itself) end by the client's own read timeout.
 func (c *core) close() error {
+	if c == nil {
+		return nil
+	}
 	c.mu.Lock()
 	if c.closeStarted {
 		c.mu.Unlock()

@@ -254,3 +254,50 @@ func TestLockerFailoverClientBasics(t *testing.T) {
 		require.NoError(t, err)
 	}
 }
+
+// TestServerRefusals: a refusal no retry can fix reaches TryLock as the
+// server's error, and Lock gives up at once instead of waiting for its ctx.
+func TestServerRefusals(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T, srv *redistest.Server) *redis.Client
+		match func(error) bool
+	}{
+		{"WRONGTYPE on the lock key", func(t *testing.T, srv *redistest.Server) *redis.Client {
+			srv.Do(t, "HSET", "{redlock:refused}", "f", "v")
+			return srv.Client(t)
+		}, func(err error) bool { return redis.HasErrorPrefix(err, "WRONGTYPE") }},
+		{"WRONGTYPE on the fence key", func(t *testing.T, srv *redistest.Server) *redis.Client {
+			srv.Do(t, "HSET", "{redlock:refused}:fence", "f", "v")
+			return srv.Client(t)
+		}, func(err error) bool { return redis.HasErrorPrefix(err, "WRONGTYPE") }},
+		{"NOPERM on the key", func(t *testing.T, srv *redistest.Server) *redis.Client {
+			srv.ACLUser(t, "narrow", "pw", "~other:*", "+@all")
+			c := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "narrow", Password: "pw"})
+			t.Cleanup(func() { c.Close() })
+			return c
+		}, redis.IsPermissionError},
+		{"OOM", func(t *testing.T, srv *redistest.Server) *redis.Client {
+			srv.Do(t, "CONFIG", "SET", "maxmemory", "1")
+			srv.Do(t, "CONFIG", "SET", "maxmemory-policy", "noeviction")
+			return srv.Client(t)
+		}, redis.IsOOMError},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			lk := newLocker(t, tc.setup(t, srv))
+			_, err := lk.TryLock(ctx, "refused")
+			require.ErrorIs(t, err, ErrNotObtained)
+			assert.True(t, tc.match(err), "TryLock() = %v, want the server's refusal", err)
+			var ne *NodeError
+			assert.ErrorAs(t, err, &ne)
+			lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			start := time.Now()
+			_, err = lk.Lock(lctx, "refused")
+			assert.True(t, tc.match(err), "Lock() = %v, want the server's refusal", err)
+			assert.Less(t, time.Since(start), time.Second, "Lock() kept retrying a refusal no retry can fix")
+		})
+	}
+}

@@ -52,14 +52,14 @@ func NewLocker(client Client, opts ...Option) (*Locker, error) {
 // name or invalid option, ErrClosed after Close, and an error matching
 // ErrNotObtained when Redis refuses in a way retrying cannot fix.
 func (lk *Locker) Lock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
-	return lk.c.lock(ctx, name, opts, true)
+	return lk.core().lock(ctx, name, opts, true)
 }
 
 // TryLock makes one attempt to acquire the lock name. When another owner
 // holds it, or Redis did not answer within the node timeout, the error
 // matches ErrNotObtained.
 func (lk *Locker) TryLock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
-	return lk.c.lock(ctx, name, opts, false)
+	return lk.core().lock(ctx, name, opts, false)
 }
 
 // Do acquires the lock name as Lock does, runs fn while holding it (renewed
@@ -73,7 +73,7 @@ func (lk *Locker) TryLock(ctx context.Context, name string, opts ...Option) (*Lo
 // ran (also when Close released it under fn, then matching ErrClosed too, or
 // when the release found the key no longer ours), even when fn returned nil.
 func (lk *Locker) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
-	return lk.c.do(ctx, name, fn, opts)
+	return lk.core().do(ctx, name, fn, opts)
 }
 
 // Close marks every held lock released (their Done channels close, the
@@ -87,4 +87,13 @@ func (lk *Locker) Do(ctx context.Context, name string, fn func(ctx context.Conte
 // started releases it and fails with ErrClosed; acquire calls after Close
 // fail with ErrClosed. It does not close the client. Close is idempotent and
 // returns nil.
-func (lk *Locker) Close() error { return lk.c.close() }
+func (lk *Locker) Close() error { return lk.core().close() }
+
+// core is the engine, or nil for a nil or zero Locker, whose methods then
+// return an error instead of panicking.
+func (lk *Locker) core() *core {
+	if lk == nil {
+		return nil
+	}
+	return lk.c
+}

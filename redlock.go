@@ -59,21 +59,30 @@ func NewRedlock(clients []Client, opts ...Option) (*Redlock, error) {
 // [Locker.Lock]; a failed attempt's error joins one [NodeError] per master
 // that did not grant.
 func (r *Redlock) Lock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
-	return r.c.lock(ctx, name, opts, true)
+	return r.core().lock(ctx, name, opts, true)
 }
 
 // TryLock makes one attempt to acquire the lock name on a quorum of masters.
 // The error matches ErrNotObtained and joins one [NodeError] per master that
 // did not grant.
 func (r *Redlock) TryLock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
-	return r.c.lock(ctx, name, opts, false)
+	return r.core().lock(ctx, name, opts, false)
 }
 
 // Do runs fn while holding the lock name, as [Locker.Do] does.
 func (r *Redlock) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
-	return r.c.do(ctx, name, fn, opts)
+	return r.core().do(ctx, name, fn, opts)
 }
 
 // Close stops background work and releases held locks, as [Locker.Close]
 // does. It does not close the clients.
-func (r *Redlock) Close() error { return r.c.close() }
+func (r *Redlock) Close() error { return r.core().close() }
+
+// core is the engine, or nil for a nil or zero Redlock, whose methods then
+// return an error instead of panicking.
+func (r *Redlock) core() *core {
+	if r == nil {
+		return nil
+	}
+	return r.c
+}

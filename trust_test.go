@@ -632,3 +632,28 @@ func TestCloseBoundedDuringInlineRenewal(t *testing.T) {
 	assert.Less(t, time.Since(start), nodeTimeout+200*time.Millisecond, "Close() waited for an inline renewal")
 	assert.ErrorIs(t, l.Err(), ErrClosed)
 }
+
+// TestNilLocker: a nil or zero Locker or Redlock returns errors, never
+// panics.
+func TestNilLocker(t *testing.T) {
+	ctx := context.Background()
+	fn := func(context.Context) error { return nil }
+	for name, a := range map[string]interface {
+		acquirer
+		TryLock(context.Context, string, ...Option) (*Lock, error)
+		Do(context.Context, string, func(context.Context) error, ...Option) error
+		Close() error
+	}{
+		"nil Locker": (*Locker)(nil), "zero Locker": &Locker{},
+		"nil Redlock": (*Redlock)(nil), "zero Redlock": &Redlock{},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := a.Lock(ctx, "x")
+			assert.Error(t, err)
+			_, err = a.TryLock(ctx, "x")
+			assert.Error(t, err)
+			assert.Error(t, a.Do(ctx, "x", fn))
+			assert.NoError(t, a.Close())
+		})
+	}
+}
