@@ -298,8 +298,8 @@ func TestLossClockScales(t *testing.T) {
 	}
 	srv := redistest.Start(t)
 	const (
-		n   = 5000
-		ttl = 2 * time.Second
+		n   = 20000
+		ttl = 5 * time.Second
 	)
 	lk := newLocker(t, srv.Client(t), WithTTL(ttl), WithNodeTimeout(time.Second))
 	ctx := context.Background()
@@ -347,12 +347,16 @@ func TestExtendBelowRenewInterval(t *testing.T) {
 	srv := redistest.Start(t)
 	lk := newLocker(t, srv.Client(t), WithTTL(3*time.Second), WithRenewInterval(time.Second))
 	ctx := context.Background()
-	l, err := lk.TryLock(ctx, "short-extend")
-	require.NoError(t, err)
-	require.NoError(t, l.Extend(ctx, 300*time.Millisecond))
-	time.Sleep(1200 * time.Millisecond) // the duration under test: four of the extended TTLs
-	assert.NoError(t, l.Err(), "Err() after Extend below the renew interval")
-	require.NoError(t, l.Unlock(ctx))
+	// 300ms: below the interval; 1005ms: above it, but with a validity
+	// (993ms) below it.
+	for _, ttl := range []time.Duration{300 * time.Millisecond, 1005 * time.Millisecond} {
+		l, err := lk.TryLock(ctx, "short-extend")
+		require.NoError(t, err)
+		require.NoError(t, l.Extend(ctx, ttl))
+		time.Sleep(4 * ttl) // the duration under test: four of the extended TTLs
+		assert.NoError(t, l.Err(), "Err() after Extend(%v) with a renew interval of 1s", ttl)
+		require.NoError(t, l.Unlock(ctx))
+	}
 }
 
 // TestOptionValuesRejected: every non-finite or out-of-range option value
@@ -436,7 +440,11 @@ func TestReadOnlyReplicaSaysSo(t *testing.T) {
 	master := redistest.Start(t)
 	host, port, _ := strings.Cut(master.Addr(), ":")
 	replica := redistest.Start(t, "--replicaof", host, port)
-	lk := newLocker(t, replica.Client(t))
+	// A 3s TTL: the default node timeout (300ms) outlasts go-redis's own
+	// retries of READONLY (3 retries, 8-136ms of backoff).
+	cl := redis.NewClient(&redis.Options{Addr: replica.Addr()}) // go-redis's default retries
+	t.Cleanup(func() { cl.Close() })
+	lk := newLocker(t, cl, WithTTL(3*time.Second))
 	ctx := context.Background()
 	for range 5 {
 		_, err := lk.TryLock(ctx, "ro")
@@ -444,7 +452,7 @@ func TestReadOnlyReplicaSaysSo(t *testing.T) {
 		assert.True(t, redis.IsReadOnlyError(err), "TryLock() on a replica = %v, want READONLY", err)
 		assert.NotErrorIs(t, err, errNodeTimeout)
 	}
-	lctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	_, err := lk.Lock(lctx, "ro")
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
