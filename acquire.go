@@ -234,8 +234,16 @@ func (c *core) lock(ctx context.Context, name string, opts []Option, wait bool) 
 				}
 				return l, nil
 			}
-			if permanent || ctx.Err() != nil {
-				if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+			if permanent {
+				return nil, err
+			}
+			if cerr := ctx.Err(); cerr != nil {
+				// The attempt that ctx cut short may have heard nothing:
+				// report what the previous ones heard (a refusal, a holder).
+				if attempt > 0 {
+					err = lastErr
+				}
+				if !errors.Is(err, cerr) {
 					err = errors.Join(err, cerr)
 				}
 				return nil, err
