@@ -1,7 +1,6 @@
 package redlock
 
 import (
-	"container/heap"
 	"sync"
 	"time"
 )
@@ -14,7 +13,7 @@ import (
 // loop closes every due lock's Done first and does the bookkeeping after.
 type expiry struct {
 	mu    sync.Mutex
-	queue expQueue
+	queue timeHeap
 	wake  chan struct{}
 	quit  chan struct{}
 	done  chan struct{}
@@ -33,6 +32,7 @@ const timerLead = time.Millisecond
 
 func newExpiry() *expiry {
 	e := &expiry{wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}), cost: calibrate()}
+	e.queue.slot = func(l *Lock) *slot { return &l.loss }
 	go e.run()
 	return e
 }
@@ -58,12 +58,7 @@ func calibrate() time.Duration {
 // then e.mu).
 func (e *expiry) set(l *Lock, at time.Time) {
 	e.mu.Lock()
-	l.expAt = at
-	if l.expIndex >= 0 {
-		heap.Fix(&e.queue, l.expIndex)
-	} else {
-		heap.Push(&e.queue, l)
-	}
+	e.queue.set(l, at)
 	early := !e.next.IsZero() && at.Before(e.next)
 	e.mu.Unlock()
 	if early {
@@ -77,9 +72,7 @@ func (e *expiry) set(l *Lock, at time.Time) {
 func (e *expiry) remove(l *Lock) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if l.expIndex >= 0 {
-		heap.Remove(&e.queue, l.expIndex)
-	}
+	e.queue.remove(l)
 }
 
 func (e *expiry) stop() {
@@ -97,16 +90,20 @@ func (e *expiry) run() {
 		now := time.Now()
 		due = due[:0]
 		e.mu.Lock()
-		for len(e.queue) > 0 && !e.queue[0].expAt.After(now.Add(lead)) {
-			due = append(due, heap.Pop(&e.queue).(*Lock))
+		for {
+			_, at, ok := e.queue.head()
+			if !ok || at.After(now.Add(lead)) {
+				break
+			}
+			due = append(due, e.queue.pop())
 		}
 		if len(due) == 0 && len(pending) == 0 {
 			// Wake early by the time the locks due with the next one will
 			// take to declare lost.
 			lead = 2 * e.cost * time.Duration(e.dueWith())
 			e.next = farFuture
-			if len(e.queue) > 0 {
-				e.next = e.queue[0].expAt.Add(-lead)
+			if _, at, ok := e.queue.head(); ok {
+				e.next = at.Add(-lead)
 			}
 		} else {
 			e.next = time.Time{}
@@ -148,39 +145,16 @@ func (e *expiry) run() {
 // dueWith counts the locks due within timerLead of the first one (e.mu
 // held). It scans the heap: this runs once per wake, not per lock.
 func (e *expiry) dueWith() int {
-	if len(e.queue) == 0 {
+	_, first, ok := e.queue.head()
+	if !ok {
 		return 0
 	}
-	horizon := e.queue[0].expAt.Add(timerLead)
+	horizon := first.Add(timerLead)
 	n := 0
-	for _, l := range e.queue {
-		if !l.expAt.After(horizon) {
+	for _, l := range e.queue.locks {
+		if !l.loss.at.After(horizon) {
 			n++
 		}
 	}
 	return n
-}
-
-// expQueue is a min-heap of locks by the moment they are lost.
-type expQueue []*Lock
-
-func (q expQueue) Len() int           { return len(q) }
-func (q expQueue) Less(i, j int) bool { return q[i].expAt.Before(q[j].expAt) }
-func (q expQueue) Swap(i, j int) {
-	q[i], q[j] = q[j], q[i]
-	q[i].expIndex = i
-	q[j].expIndex = j
-}
-func (q *expQueue) Push(x any) {
-	l := x.(*Lock)
-	l.expIndex = len(*q)
-	*q = append(*q, l)
-}
-func (q *expQueue) Pop() any {
-	old := *q
-	l := old[len(old)-1]
-	old[len(old)-1] = nil
-	l.expIndex = -1
-	*q = old[:len(old)-1]
-	return l
 }

@@ -63,12 +63,8 @@ type Lock struct {
 	ended   time.Time // when Done closed
 	onEnds  []func(cause error)
 
-	// Guarded by the watchdog's mutex.
-	wdIndex int
-	wdAt    time.Time
-	// Guarded by the loss clock's mutex.
-	expIndex int
-	expAt    time.Time
+	renewal slot // in the watchdog's heap, guarded by its mutex
+	loss    slot // in the loss clock's heap, guarded by its mutex
 }
 
 func (c *core) newLock(name string, cfg *config) *Lock {
@@ -88,8 +84,8 @@ func (c *core) newLock(name string, cfg *config) *Lock {
 		done:          make(chan struct{}),
 		ttl:           cfg.ttl,
 		outcome:       make([]outcome, len(c.nodes)),
-		wdIndex:       -1,
-		expIndex:      -1,
+		renewal:       slot{index: -1},
+		loss:          slot{index: -1},
 	}
 }
 

@@ -1,7 +1,6 @@
 package redlock
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"log/slog"
@@ -20,7 +19,7 @@ import (
 type watchdog struct {
 	c     *core
 	mu    sync.Mutex
-	queue lockQueue
+	queue timeHeap
 	// lookAt is when the scheduler next looks at the queue; the zero time
 	// means it is busy and looks again at once. schedule wakes it only for a
 	// renewal due before then, so taking a lock rarely costs a goroutine
@@ -43,6 +42,7 @@ func newWatchdog(c *core) *watchdog {
 		done: make(chan struct{}),
 	}
 	w.ctx, w.cancel = context.WithCancel(context.Background())
+	w.queue.slot = func(l *Lock) *slot { return &l.renewal }
 	go w.run()
 	return w
 }
@@ -56,12 +56,7 @@ func (w *watchdog) schedule(l *Lock, at time.Time) {
 		w.mu.Unlock()
 		return
 	}
-	l.wdAt = at
-	if l.wdIndex >= 0 {
-		heap.Fix(&w.queue, l.wdIndex)
-	} else {
-		heap.Push(&w.queue, l)
-	}
+	w.queue.set(l, at)
 	early := !w.lookAt.IsZero() && at.Before(w.lookAt)
 	w.mu.Unlock()
 	if early {
@@ -75,9 +70,7 @@ func (w *watchdog) schedule(l *Lock, at time.Time) {
 func (w *watchdog) remove(l *Lock) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if l.wdIndex >= 0 {
-		heap.Remove(&w.queue, l.wdIndex)
-	}
+	w.queue.remove(l)
 }
 
 func (w *watchdog) stop() {
@@ -119,12 +112,12 @@ func (w *watchdog) due(now time.Time) ([]*Lock, time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var out, busy []*Lock
-	for len(w.queue) > 0 {
-		head := w.queue[0]
-		if head.wdAt.After(now.Add(head.renewEvery() / 8)) {
+	for {
+		head, at, ok := w.queue.head()
+		if !ok || at.After(now.Add(head.renewEvery()/8)) {
 			break
 		}
-		heap.Pop(&w.queue)
+		w.queue.pop()
 		if l := head; l.io.TryLock() {
 			out = append(out, l)
 		} else {
@@ -134,15 +127,15 @@ func (w *watchdog) due(now time.Time) ([]*Lock, time.Time) {
 	for _, l := range busy {
 		// Past the ride-along window, so the next pass does not pop it again
 		// at once while the Extend holding it is still on the wire.
-		l.wdAt = now.Add(l.renewEvery()/8 + time.Millisecond)
-		heap.Push(&w.queue, l)
+		w.queue.set(l, now.Add(l.renewEvery()/8+time.Millisecond))
 	}
 	var next time.Time
+	_, at, queued := w.queue.head()
 	switch {
 	case len(out) > 0:
 		w.lookAt = time.Time{} // busy renewing; looks again right after
-	case len(w.queue) > 0:
-		next = w.queue[0].wdAt
+	case queued:
+		next = at
 		w.lookAt = next
 	default:
 		w.lookAt = farFuture
@@ -354,28 +347,4 @@ func pipelineScript(ctx context.Context, cl Client, locks []*Lock, ttls []time.D
 		}
 	}
 	return codes, firstErr
-}
-
-// lockQueue is a min-heap of locks by next renewal time.
-type lockQueue []*Lock
-
-func (q lockQueue) Len() int           { return len(q) }
-func (q lockQueue) Less(i, j int) bool { return q[i].wdAt.Before(q[j].wdAt) }
-func (q lockQueue) Swap(i, j int) {
-	q[i], q[j] = q[j], q[i]
-	q[i].wdIndex = i
-	q[j].wdIndex = j
-}
-func (q *lockQueue) Push(x any) {
-	l := x.(*Lock)
-	l.wdIndex = len(*q)
-	*q = append(*q, l)
-}
-func (q *lockQueue) Pop() any {
-	old := *q
-	l := old[len(old)-1]
-	old[len(old)-1] = nil
-	l.wdIndex = -1
-	*q = old[:len(old)-1]
-	return l
 }
