@@ -25,11 +25,14 @@ type Locker struct{ c *core }
 // that a dial spent.
 //
 // Every call to Redis is bounded by the node timeout ([WithNodeTimeout]).
-// go-redis applies ctx deadlines to its sockets only with
-// ContextTimeoutEnabled; without it, each call runs in a goroutine that the
-// Locker stops waiting for at the deadline. With it set on the client, calls
-// run inline in the caller's goroutine, which saves two goroutine switches
-// per call.
+// On a *redis.Client (standalone or failover) a call runs inline in the
+// caller's goroutine on a clone made with redis.Client.WithTimeout: the same
+// connection pool, its socket timeouts set to the node timeout, and the
+// hooks the client had when the clone was made (add hooks before the first
+// lock call). With ContextTimeoutEnabled on any client, calls run inline
+// with a ctx deadline. Otherwise (a Cluster or Ring client without it) each
+// call runs in a goroutine that the Locker stops waiting for at the
+// deadline.
 func NewLocker(client Client, opts ...Option) (*Locker, error) {
 	if isNil(client) {
 		return nil, errors.New("redlock: nil client")

@@ -6,9 +6,16 @@ import "time"
 // the deadline passed, or done closed. Nodes that did not answer get an
 // errNodeTimeout reply. It reports whether done ended the wait.
 func gather(ch <-chan reply, nodes []*node, deadline time.Time, done <-chan struct{}, stop func([]reply) bool) (got []reply, interrupted bool) {
+	got = make([]reply, 0, len(nodes))
+	// Replies already there (an inline call) need no timer.
+	for len(got) < len(nodes) && len(ch) > 0 && !stop(got) {
+		got = append(got, <-ch)
+	}
+	if len(got) == len(nodes) || stop(got) {
+		return got, false
+	}
 	t := time.NewTimer(time.Until(deadline))
 	defer t.Stop()
-	got = make([]reply, 0, len(nodes))
 	for len(got) < len(nodes) && !stop(got) {
 		select {
 		case r := <-ch:
