@@ -28,11 +28,13 @@ const (
 // acquire makes one attempt on all nodes. It returns the held lock, or an
 // error matching ErrNotObtained together with how long the current holder's
 // lease has left (negative when unknown) and whether retrying is pointless.
-func (c *core) acquire(ctx context.Context, name string, cfg *config) (*Lock, time.Duration, bool, error) {
+// key and channel are the name's lock key and release channel (see lockKey,
+// releaseChannel), computed once per Lock call rather than per attempt.
+func (c *core) acquire(ctx context.Context, name, key, channel string, cfg *config) (*Lock, time.Duration, bool, error) {
 	if c.isClosing() {
 		return nil, -1, true, errors.Join(ErrNotObtained, ErrClosed)
 	}
-	l := c.newLock(name, cfg)
+	l := c.newLock(name, key, channel, cfg)
 	timeout := cfg.timeout(cfg.ttl)
 	fence, floor := "0", ""
 	if cfg.fencing {
@@ -190,9 +192,13 @@ func (c *core) lock(ctx context.Context, name string, opts []Option, wait bool) 
 	if name == "" {
 		return nil, errors.New("redlock: empty lock name")
 	}
-	cfg, err := c.cfg.with(opts)
-	if err != nil {
-		return nil, err
+	cfg := &c.cfg // read-only after construction: shared by calls without options
+	if len(opts) > 0 {
+		own, err := c.cfg.with(opts)
+		if err != nil {
+			return nil, err
+		}
+		cfg = &own
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Join(ErrNotObtained, err)
@@ -200,12 +206,12 @@ func (c *core) lock(ctx context.Context, name string, opts []Option, wait bool) 
 	if c.isClosing() {
 		return nil, errors.Join(ErrNotObtained, ErrClosed)
 	}
-	if !wait {
-		l, _, _, err := c.acquire(ctx, name, &cfg)
-		return l, err
-	}
 	key := lockKey(cfg.prefix, name)
 	channel := releaseChannel(key)
+	if !wait {
+		l, _, _, err := c.acquire(ctx, name, key, channel, cfg)
+		return l, err
+	}
 	// FIFO within this core: no attempt while others of ours wait or hold the
 	// name; queue behind them instead (see wait.go). An uncontended Lock
 	// never touches pub/sub: it subscribes only after a failed attempt.
@@ -222,7 +228,7 @@ func (c *core) lock(ctx context.Context, name string, opts []Option, wait bool) 
 	woke := wokeNone
 	for attempt := 0; ; attempt++ {
 		if try {
-			l, h, permanent, err := c.acquire(ctx, name, &cfg)
+			l, h, permanent, err := c.acquire(ctx, name, key, channel, cfg)
 			if err == nil {
 				acquired = true
 				if woke == wokeEarly {
@@ -276,6 +282,7 @@ func (c *core) lock(ctx context.Context, name string, opts []Option, wait bool) 
 			// failed attempt and the SUBSCRIBE.
 			d = hint + time.Millisecond
 		}
+		var err error
 		woke, err = c.await(ctx, channel, w, d)
 		if err != nil {
 			return nil, errors.Join(lastErr, err)

@@ -67,14 +67,13 @@ type Lock struct {
 	loss    slot // in the loss clock's heap, guarded by its mutex
 }
 
-func (c *core) newLock(name string, cfg *config) *Lock {
-	tag := lockKey(cfg.prefix, name)
+func (c *core) newLock(name, tag, channel string, cfg *config) *Lock {
 	return &Lock{
 		c:             c,
 		name:          name,
 		owner:         uuid.NewString(),
 		keys:          []string{tag, tag + ":fence", tag, tag + ":released"},
-		channel:       releaseChannel(tag),
+		channel:       channel,
 		fencing:       cfg.fencing,
 		autoRenew:     cfg.autoRenew,
 		driftFactor:   cfg.driftFactor,
