@@ -50,8 +50,8 @@ func (c *core) acquire(ctx context.Context, name, key, channel string, cfg *conf
 	// attempt expires no earlier than T1+TTL on its server.
 	t1 := time.Now()
 	until := validUntil(t1, cfg.ttl, cfg.driftFactor)
-	ch, err := c.fanOut(context.WithoutCancel(ctx), c.nodes, timeout, timeout, func(ctx context.Context, n *node, cl Client) reply {
-		r, o := c.acquireOn(ctx, n, cl, l, cfg, fence, floor)
+	ch, err := c.fanOut(context.WithoutCancel(ctx), c.nodes, timeout, timeout, func(ctx context.Context, n *node) reply {
+		r, o := c.acquireOn(ctx, n, l, cfg, fence, floor)
 		if l.settle(n.idx, o) {
 			// The reply arrived after the attempt was given up or the lock
 			// released or lost: nobody else will delete this key, so we do.
@@ -115,11 +115,11 @@ func (c *core) acquire(ctx context.Context, name, key, channel string, cfg *conf
 }
 
 // acquireOn runs acquire.lua on one node and says how it answered.
-func (c *core) acquireOn(ctx context.Context, n *node, cl Client, l *Lock, cfg *config, fence, floor string) (reply, outcome) {
+func (c *core) acquireOn(ctx context.Context, n *node, l *Lock, cfg *config, fence, floor string) (reply, outcome) {
 	if err := c.identify(ctx, n); err != nil {
 		return reply{err: err}, taken // nothing was sent: nothing of ours there
 	}
-	res, err := scriptAcquire.Run(ctx, cl, l.keys[:2], l.owner, ttlMillis(cfg.ttl), fence, floor).Int64Slice()
+	res, err := scriptAcquire.Run(ctx, n.client, l.keys[:2], l.owner, ttlMillis(cfg.ttl), fence, floor).Int64Slice()
 	switch {
 	case err != nil:
 		return reply{err: err}, failed
@@ -167,8 +167,8 @@ func (c *core) settleToken(ctx context.Context, l *Lock, rs []reply, timeout tim
 		return token, nil
 	}
 	arg := strconv.FormatInt(token, 10)
-	ch, err := c.fanOut(context.WithoutCancel(ctx), behind, timeout, timeout, func(ctx context.Context, n *node, cl Client) reply {
-		v, err := scriptRaise.Run(ctx, cl, l.keys[1:2], arg).Int64()
+	ch, err := c.fanOut(context.WithoutCancel(ctx), behind, timeout, timeout, func(ctx context.Context, n *node) reply {
+		v, err := scriptRaise.Run(ctx, n.client, l.keys[1:2], arg).Int64()
 		return reply{ok: err == nil && v >= token, val: v, err: err}
 	})
 	if err != nil {

@@ -25,14 +25,13 @@ type Locker struct{ c *core }
 // that a dial spent.
 //
 // Every call to Redis is bounded by the node timeout ([WithNodeTimeout]).
-// On a *redis.Client (standalone or failover) a call runs inline in the
-// caller's goroutine on a clone made with redis.Client.WithTimeout: the same
-// connection pool, its socket timeouts set to the node timeout, and the
-// hooks the client had when the clone was made (add hooks before the first
-// lock call). With ContextTimeoutEnabled on any client, calls run inline
-// with a ctx deadline. Otherwise (a Cluster or Ring client without it) each
-// call runs in a goroutine that the Locker stops waiting for at the
-// deadline.
+// When the client bounds a call itself, the call runs inline in the
+// caller's goroutine: with ContextTimeoutEnabled (any client kind), or on a
+// *redis.Client whose DialTimeout, ReadTimeout and WriteTimeout are all
+// positive and no longer than the node timeout. Otherwise (go-redis's
+// defaults: 5s dial, 3s read) each call runs in a goroutine that the Locker
+// stops waiting for at the deadline, which costs two goroutine switches per
+// call. Either way the client's hooks see every command.
 func NewLocker(client Client, opts ...Option) (*Locker, error) {
 	if isNil(client) {
 		return nil, errors.New("redlock: nil client")

@@ -37,12 +37,6 @@ type node struct {
 	// ring: a *redis.Ring, whose pub/sub must be opened per channel, since
 	// it shards channels like keys.
 	ring bool
-	// clones holds, per node timeout, a clone of a *redis.Client whose
-	// socket timeouts are that node timeout (redis.Client.WithTimeout: same
-	// pool, same hooks as when cloned), so that its calls are bounded by the
-	// client itself and can run inline.
-	clonesMu sync.Mutex
-	clones   map[time.Duration]*redis.Client
 	// renewing is set while a renewal pipeline to this node is in flight,
 	// so a hung node holds one call of the watchdog, not one per period.
 	renewing atomic.Bool
@@ -63,36 +57,24 @@ func newNode(idx int, cl Client) *node {
 	return n
 }
 
-// maxClones bounds the clones a node keeps: calls with other node timeouts
-// (per-call TTLs of many sizes) take the goroutine path.
-const maxClones = 8
-
-// bounded returns a client on which a call is bounded by timeout without a
-// goroutine of ours watching it, and whether the ctx must carry that
-// deadline; ok is false when there is none (a Cluster or Ring client
-// without ContextTimeoutEnabled).
-func (n *node) bounded(timeout time.Duration) (cl Client, withDeadline, ok bool) {
+// bounded returns whether a call on the node is bounded by timeout without
+// a goroutine of ours watching it, and whether the ctx must then carry that
+// deadline: with ContextTimeoutEnabled the client turns the ctx deadline
+// into socket deadlines; a *redis.Client whose dial, read and write timeouts
+// are all positive and no longer than timeout bounds every step itself.
+// (redis.Client.WithTimeout would give such a client for any timeout, but
+// its clone runs without the parent's hooks: tracing and metrics would miss
+// every lock command.)
+func (n *node) bounded(timeout time.Duration) (withDeadline, ok bool) {
 	if n.deadlines {
-		return n.client, true, true
+		return true, true
 	}
-	rc, isClient := n.client.(*redis.Client)
-	if !isClient {
-		return nil, false, false
+	if o, isClient := n.client.(interface{ Options() *redis.Options }); isClient {
+		opt := o.Options()
+		within := func(d time.Duration) bool { return d > 0 && d <= timeout }
+		return false, within(opt.DialTimeout) && within(opt.ReadTimeout) && within(opt.WriteTimeout)
 	}
-	n.clonesMu.Lock()
-	defer n.clonesMu.Unlock()
-	if c := n.clones[timeout]; c != nil {
-		return c, false, true
-	}
-	if len(n.clones) >= maxClones {
-		return nil, false, false
-	}
-	if n.clones == nil {
-		n.clones = make(map[time.Duration]*redis.Client)
-	}
-	c := rc.WithTimeout(timeout)
-	n.clones[timeout] = c
-	return c, false, true
+	return false, false
 }
 
 func honorsDeadlines(cl Client) bool {
@@ -223,11 +205,10 @@ type reply struct {
 // callLimit bounds the call itself in the goroutine, when longer than timeout:
 // a release that reaches a resumed server late is still worth making, and
 // go-redis's EVALSHA-to-EVAL fallback after NOSCRIPT is a second command that
-// a spent context would stop. A single node whose client can bound the call
-// itself (ContextTimeoutEnabled, or a *redis.Client cloned with its socket
-// timeouts set to timeout) is called inline, when nothing else can cancel
+// a spent context would stop. A single node whose client bounds the call
+// itself (see node.bounded) is called inline, when nothing else can cancel
 // ctx: no goroutine, no timer.
-func (c *core) fanOut(ctx context.Context, nodes []*node, timeout, callLimit time.Duration, call func(context.Context, *node, Client) reply) (<-chan reply, error) {
+func (c *core) fanOut(ctx context.Context, nodes []*node, timeout, callLimit time.Duration, call func(context.Context, *node) reply) (<-chan reply, error) {
 	ch := make(chan reply, len(nodes))
 	base := ctx
 	// Inline only for a ctx nothing cancels: go-redis turns a ctx deadline
@@ -235,8 +216,8 @@ func (c *core) fanOut(ctx context.Context, nodes []*node, timeout, callLimit tim
 	// so a cancellable caller (the watchdog, which Close stops) needs the
 	// goroutine path for gather to stop waiting at once.
 	if len(nodes) == 1 && ctx.Done() == nil {
-		if cl, withDeadline, ok := nodes[0].bounded(timeout); ok {
-			ch <- c.callInline(base, nodes[0], cl, withDeadline, timeout, call)
+		if withDeadline, ok := nodes[0].bounded(timeout); ok {
+			ch <- c.callInline(base, nodes[0], withDeadline, timeout, call)
 			return ch, nil
 		}
 	}
@@ -247,7 +228,7 @@ func (c *core) fanOut(ctx context.Context, nodes []*node, timeout, callLimit tim
 		go func() {
 			defer c.wg.Done()
 			cctx, cancel := context.WithTimeout(base, max(timeout, callLimit))
-			r := call(cctx, n, n.client)
+			r := call(cctx, n)
 			cancel()
 			r.node = n.idx
 			ch <- r
@@ -256,16 +237,16 @@ func (c *core) fanOut(ctx context.Context, nodes []*node, timeout, callLimit tim
 	return ch, nil
 }
 
-// callInline runs call on cl, a client that bounds the call itself (by
-// socket timeouts, or by the ctx deadline set here when withDeadline).
-func (c *core) callInline(ctx context.Context, n *node, cl Client, withDeadline bool, timeout time.Duration, call func(context.Context, *node, Client) reply) reply {
+// callInline runs call on a node whose client bounds the call itself (by
+// its socket timeouts, or by the ctx deadline set here when withDeadline).
+func (c *core) callInline(ctx context.Context, n *node, withDeadline bool, timeout time.Duration, call func(context.Context, *node) reply) reply {
 	start := time.Now()
 	if withDeadline {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	r := call(ctx, n, cl)
+	r := call(ctx, n)
 	if r.err != nil && time.Since(start) >= timeout && !isServerError(r.err) {
 		// The socket deadline fired: same error as the goroutine path.
 		r.err = fmt.Errorf("%w (%w)", errNodeTimeout, r.err)

@@ -74,8 +74,8 @@ func (c *core) releaseOn(ctx context.Context, l *Lock, nodes []*node, timeout ti
 	if len(nodes) == 0 {
 		return nil
 	}
-	call := func(ctx context.Context, n *node, cl Client) reply {
-		v, err := scriptRelease.Run(ctx, cl, l.relKeys(), releaseArgs(l)...).Int64()
+	call := func(ctx context.Context, n *node) reply {
+		v, err := scriptRelease.Run(ctx, n.client, l.relKeys(), releaseArgs(l)...).Int64()
 		return releaseReply(l, v, err)
 	}
 	ch, err := c.fanOut(context.WithoutCancel(ctx), nodes, timeout, l.leaseTTL(), call)
@@ -83,7 +83,7 @@ func (c *core) releaseOn(ctx context.Context, l *Lock, nodes []*node, timeout ti
 		rs := make([]reply, 0, len(nodes))
 		for _, n := range nodes {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-			r := call(cctx, n, n.client)
+			r := call(cctx, n)
 			cancel()
 			r.node = n.idx
 			rs = append(rs, r)
@@ -127,8 +127,8 @@ func (c *core) extend(ctx context.Context, l *Lock, ttl time.Duration) error {
 	}
 	t1 := time.Now()
 	until := validUntil(t1, ttl, l.driftFactor)
-	ch, err := c.fanOut(context.WithoutCancel(ctx), c.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node, cl Client) reply {
-		v, err := scriptExtend.Run(ctx, cl, l.keys[:1], l.owner, ttlMillis(ttl)).Int64()
+	ch, err := c.fanOut(context.WithoutCancel(ctx), c.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node) reply {
+		v, err := scriptExtend.Run(ctx, n.client, l.keys[:1], l.owner, ttlMillis(ttl)).Int64()
 		return reply{ok: v == 1, err: err}
 	})
 	if err != nil {

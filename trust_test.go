@@ -9,6 +9,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -662,6 +663,48 @@ func TestNilLocker(t *testing.T) {
 			assert.Error(t, err)
 			assert.Error(t, a.Do(ctx, "x", fn))
 			assert.NoError(t, a.Close())
+		})
+	}
+}
+
+// countHook counts the commands a client sends.
+type countHook struct{ n *atomic.Int64 }
+
+func (h countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.n.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+// TestClientHooksSeeLockCommands: the user's hooks (tracing, metrics) see
+// every lock command, on the inline and the goroutine call paths alike.
+func TestClientHooksSeeLockCommands(t *testing.T) {
+	srv := redistest.Start(t)
+	for name, opt := range map[string]*redis.Options{
+		"defaults (goroutine path)": {Addr: srv.Addr()},
+		"ContextTimeoutEnabled":     {Addr: srv.Addr(), ContextTimeoutEnabled: true},
+		"socket timeouts under 1s":  {Addr: srv.Addr(), DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var n atomic.Int64
+			cl := redis.NewClient(opt)
+			t.Cleanup(func() { cl.Close() })
+			cl.AddHook(countHook{&n})
+			lk := newLocker(t, cl)
+			ctx := context.Background()
+			before := n.Load()
+			l, err := lk.TryLock(ctx, "hooked")
+			require.NoError(t, err)
+			require.NoError(t, l.Unlock(ctx))
+			assert.Equal(t, int64(2), n.Load()-before, "commands seen by the client's hook for TryLock+Unlock")
 		})
 	}
 }

@@ -222,11 +222,11 @@ func (c *core) batch(ctx context.Context, locks []*Lock, ttls []time.Duration, d
 	}
 	var rs []reply
 	if len(nodes) > 0 {
-		ch, err := c.fanOut(ctx, nodes, time.Until(deadline), time.Until(deadline), func(ctx context.Context, n *node, cl Client) reply {
+		ch, err := c.fanOut(ctx, nodes, time.Until(deadline), time.Until(deadline), func(ctx context.Context, n *node) reply {
 			if renew {
 				defer n.renewing.Store(false)
 			}
-			codes, err := pipelineScript(ctx, cl, locks, ttls)
+			codes, err := pipelineScript(ctx, n.client, locks, ttls)
 			return reply{codes: codes, err: err}
 		})
 		if err != nil {

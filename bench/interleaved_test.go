@@ -9,6 +9,7 @@ import (
 	"github.com/go-redsync/redsync/v4"
 	rsredis "github.com/go-redsync/redsync/v4/redis"
 	goredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
 	"github.com/redlockgo/redlock"
 )
 
@@ -23,11 +24,12 @@ func BenchmarkInterleaved(b *testing.B) {
 	b.Run("servers=1", func(b *testing.B) {
 		srvs := getServers(b, "single", 1)
 		loopbackOnly(b, srvs[0].Addr)
-		ops := []namedOp{pingOp(b, srvs[0].Addr)}
+		ops := []namedOp{pingOp(b, srvs[0].Addr), rawFloorOp(b, srvs[0].Addr)}
 		ops = append(ops,
 			redlockOp(b, "redlock", srvs),
 			redlockOp(b, "redlock-norenew", srvs, redlock.WithAutoRenew(false)),
 			redlockOp(b, "redlock-norenew-nofence", srvs, redlock.WithAutoRenew(false), redlock.WithFencing(false)),
+			redlockCtxDLOp(b, srvs[0].Addr),
 			redsyncOp(b, srvs),
 			redislockOp(b, srvs[0].Addr),
 			rueidislockOp(b, srvs[0].Addr),
@@ -83,6 +85,47 @@ func pingOp(b *testing.B, addr string) namedOp {
 	c := newGoRedis(b, addr, nil)
 	return namedOp{"ping", func() {
 		if err := c.Ping(context.Background()).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}}
+}
+
+// rawFloorOp is the floor of any Redis lock: SET NX PX of a fixed value,
+// then DEL, with no ownership check and no token.
+func rawFloorOp(b *testing.B, addr string) namedOp {
+	c := newGoRedis(b, addr, nil)
+	key := lockName("interleaved-raw")
+	ctx := context.Background()
+	return namedOp{"raw-setnx-del", func() {
+		if ok, err := c.SetNX(ctx, key, "v", 10*time.Second).Result(); err != nil || !ok {
+			b.Fatalf("SET NX = %v, %v", ok, err)
+		}
+		if err := c.Del(ctx, key).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}}
+}
+
+// redlockCtxDLOp is ours on a client with ContextTimeoutEnabled: calls run
+// inline, without a goroutine per call (the fast path).
+func redlockCtxDLOp(b *testing.B, addr string) namedOp {
+	opt := goRedisOptions(addr)
+	opt.ContextTimeoutEnabled = true
+	c := redis.NewClient(opt)
+	b.Cleanup(func() { c.Close() })
+	lk, err := redlock.NewLocker(c)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { lk.Close() })
+	key := lockName("interleaved-redlock-ctxdl")
+	ctx := context.Background()
+	return namedOp{"redlock-ctxdl", func() {
+		l, err := lk.Lock(ctx, key)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
 			b.Fatal(err)
 		}
 	}}
