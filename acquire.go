@@ -219,8 +219,18 @@ func (c *core) lock(ctx context.Context, name string, opts []Option, wait bool) 
 	var w *waiter
 	acquired := false
 	defer func() {
-		if w != nil {
-			c.waits.leave(channel, w, acquired)
+		if w == nil {
+			return
+		}
+		c.waits.leave(channel, w, acquired)
+		if !acquired {
+			// A lock handed over just before leave marked w gone: nobody
+			// else will own it.
+			select {
+			case hl := <-w.handed:
+				_ = hl.Unlock(context.WithoutCancel(ctx))
+			default:
+			}
 		}
 	}()
 	lastErr := ErrNotObtained
@@ -263,7 +273,7 @@ func (c *core) lock(ctx context.Context, name string, opts []Option, wait bool) 
 		try = true
 		if w == nil {
 			var sent <-chan struct{}
-			w, sent = c.waits.join(channel)
+			w, sent = c.waits.join(channel, name, cfg)
 			subscribed(ctx, sent, c.quorum, cfg.timeout(cfg.ttl))
 		}
 		d := max(cfg.retry(attempt), 0)
@@ -282,10 +292,17 @@ func (c *core) lock(ctx context.Context, name string, opts []Option, wait bool) 
 			// failed attempt and the SUBSCRIBE.
 			d = hint + time.Millisecond
 		}
-		var err error
-		woke, err = c.await(ctx, channel, w, d)
+		var (
+			err    error
+			handed *Lock
+		)
+		woke, handed, err = c.await(ctx, channel, w, d)
 		if err != nil {
 			return nil, errors.Join(lastErr, err)
+		}
+		if handed != nil {
+			acquired = true
+			return handed, nil
 		}
 		if woke == wokeTimer && trusted && d < hint {
 			woke = wokeEarly

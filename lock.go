@@ -212,7 +212,10 @@ func (l *Lock) errLocked() error {
 // ours; any other error means the outcome is unknown on too many nodes and
 // the lock frees itself when its TTL runs out. Cancelling ctx does not stop
 // the release: it runs detached from ctx, bounded by the node timeout, so a
-// cancelled caller still unlocks.
+// cancelled caller still unlocks. When a goroutine of the same Locker waits
+// for the name, Unlock hands the lock to the first of them in the same
+// script that releases it (a Locker only; a Redlock releases and lets its
+// waiters acquire).
 func (l *Lock) Unlock(ctx context.Context) error {
 	if l == nil {
 		return errNilLock

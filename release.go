@@ -38,6 +38,15 @@ func (c *core) unlock(ctx context.Context, l *Lock) error {
 	l.mu.Unlock()
 	if changed {
 		l.afterTransition(stateReleased)
+		if len(c.nodes) == 1 {
+			// A goroutine of ours waits for the name: release and grant
+			// in one script, no message, no acquire round trip.
+			if w := c.waits.reserveHead(l.channel); w != nil {
+				if done, err := c.handOff(ctx, l, w); done {
+					return err
+				}
+			}
+		}
 	} else if prev != stateLost {
 		return errAlreadyReleased
 	}
@@ -59,6 +68,73 @@ func (c *core) unlock(ctx context.Context, l *Lock) error {
 		return fmt.Errorf("%w: the key was gone or another owner's on %d of %d nodes", ErrNotHeld, t.no, len(c.nodes))
 	}
 	return errors.Join(append([]error{fmt.Errorf("redlock: release reached %d of %d nodes, need %d; the lock frees itself when its lease ends", t.ok, len(c.nodes), c.quorum)}, t.errs...)...)
+}
+
+// handOff passes l, just released locally, to w, the head waiter of this
+// core, with handoff.lua: one round trip, a fresh owner value and fencing
+// token for w, validity measured from before the script was sent, options
+// (TTL, renewal, fencing) from w's own Lock call. It reports done=false when
+// the lock was left untouched and the ordinary release must run instead
+// (no token could be minted).
+func (c *core) handOff(ctx context.Context, l *Lock, w *waiter) (done bool, err error) {
+	nl := c.newLock(w.name, l.keys[0], l.channel, w.cfg)
+	fence := "0"
+	if w.cfg.fencing {
+		fence = "1"
+	}
+	keys := []string{l.keys[0], l.keys[1], l.keys[3]}
+	t1 := time.Now()
+	until := validUntil(t1, w.cfg.ttl, w.cfg.driftFactor)
+	ch, err := c.fanOut(context.WithoutCancel(ctx), c.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node) reply {
+		res, err := scriptHandOff.Run(ctx, n.client, keys, l.owner, nl.owner, ttlMillis(w.cfg.ttl), fence, ttlMillis(l.leaseTTL())).Int64Slice()
+		switch {
+		case err != nil:
+			return reply{err: err}
+		case len(res) != 2:
+			return reply{err: fmt.Errorf("%w: %v", errBadReply, res)}
+		}
+		return reply{ok: res[0] == 1, code: res[0], val: res[1]}
+	})
+	if err != nil {
+		c.waits.unreserve(w, true)
+		return false, nil
+	}
+	rs, _ := gather(ch, c.nodes, earliest(t1.Add(l.timeout), until), nil, never)
+	r := rs[0]
+	switch {
+	case r.err != nil:
+		// Unknown: the name may have passed to nl. Release both owners in
+		// the background (each only if still its own) and let w try.
+		nl.finish(stateFailed, "")
+		c.releaseInBackground(ctx, nl, c.nodes)
+		c.releaseInBackground(ctx, l, c.nodes)
+		c.waits.unreserve(w, true)
+		return true, errors.Join(fmt.Errorf("redlock: hand-off outcome unknown; the lock frees itself when its lease ends"), c.nodeErr(r.node, r.err))
+	case r.code == 2:
+		c.waits.unreserve(w, true)
+		return true, nil
+	case r.code == 0:
+		c.waits.unreserve(w, false)
+		return true, fmt.Errorf("%w: the key was gone or another owner's", ErrNotHeld)
+	case !r.ok:
+		c.waits.unreserve(w, false)
+		return false, nil // no token: the ordinary release reports it
+	}
+	nl.settle(0, granted)
+	if !time.Now().Before(until) {
+		nl.finish(stateFailed, "")
+		c.releaseOn(ctx, nl, c.nodes, l.timeout, never)
+		c.waits.unreserve(w, true)
+		return true, nil
+	}
+	if err := c.activate(nl, r.val, until); err != nil {
+		c.waits.unreserve(w, false) // closed: activate released nl
+		return true, nil
+	}
+	if !c.waits.deliver(w, nl) {
+		return true, nl.Unlock(context.WithoutCancel(ctx))
+	}
+	return true, nil
 }
 
 // errAlreadyReleased is Unlock's answer on a lock released before.

@@ -11,10 +11,11 @@ var (
 	scriptRelease = newScript("release.lua")
 	scriptExtend  = newScript("extend.lua")
 	scriptRaise   = newScript("raise.lua")
+	scriptHandOff = newScript("handoff.lua")
 
 	// allScripts are loaded into each node's cache when a Locker or Redlock
 	// is made, so the first call pays no NOSCRIPT round trip.
-	allScripts = []*redis.Script{scriptAcquire, scriptRelease, scriptExtend, scriptRaise}
+	allScripts = []*redis.Script{scriptAcquire, scriptRelease, scriptExtend, scriptRaise, scriptHandOff}
 )
 
 //go:embed scripts/*.lua

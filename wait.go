@@ -20,8 +20,11 @@ import (
 // least one goroutine waits for that name (and, once contended, while this
 // core holds it, and for idleGrace after). A Lock that gets the lock at its
 // first attempt never touches pub/sub. Waiters of one core queue per name in
-// arrival order; a release message wakes only the head of the queue, so a
-// hand-off costs one acquire per process, not one per waiting goroutine. A
+// arrival order. An Unlock of the same core hands the lock to the head of
+// the queue directly (handoff.lua: release and grant in one script, nothing
+// published); otherwise a release message wakes only the head of the queue,
+// so a hand-off costs one acquire per process, not one per waiting
+// goroutine. A
 // Redlock receives one copy per master; copies with an owner already seen
 // are dropped.
 //
@@ -122,7 +125,12 @@ type waitQueue struct {
 }
 
 type waiter struct {
-	wake chan struct{} // buffered 1: a release arrived while this waiter was head
+	wake   chan struct{} // buffered 1: a release arrived while this waiter was head
+	handed chan *Lock    // buffered 1: an Unlock of this core handed the lock over
+	name   string
+	cfg    *config // the options of its Lock call, for a lock handed to it
+	// Guarded by ws.mu: an Unlock is handing the lock to it; it left.
+	reserved, left bool
 }
 
 const channelSuffix = ":rel"
@@ -135,8 +143,8 @@ func releaseChannel(lockKey string) string { return lockKey + channelSuffix }
 // for a quorum of them, bounded by the node timeout and its ctx, before its
 // next attempt, so that a release right after that attempt is not missed,
 // and a hung node delays nothing.
-func (ws *waiters) join(channel string) (*waiter, <-chan struct{}) {
-	w := &waiter{wake: make(chan struct{}, 1)}
+func (ws *waiters) join(channel, name string, cfg *config) (*waiter, <-chan struct{}) {
+	w := &waiter{wake: make(chan struct{}, 1), handed: make(chan *Lock, 1), name: name, cfg: cfg}
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	q := ws.queues[channel]
@@ -177,6 +185,7 @@ func subscribed(ctx context.Context, ack <-chan struct{}, need int, timeout time
 func (ws *waiters) leave(channel string, w *waiter, acquired bool) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
+	w.left = true
 	q := ws.queues[channel]
 	if q == nil {
 		return
@@ -197,6 +206,44 @@ func (ws *waiters) leave(channel string, w *waiter, acquired bool) {
 			notify(q.list[0])
 		}
 	default:
+	}
+}
+
+// reserveHead picks the head waiter of channel for a hand-off by an Unlock
+// of this core; nil when nobody waits or the head is already being handed
+// a lock.
+func (ws *waiters) reserveHead(channel string) *waiter {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	q := ws.queues[channel]
+	if q == nil || len(q.list) == 0 || q.list[0].reserved {
+		return nil
+	}
+	w := q.list[0]
+	w.reserved = true
+	return w
+}
+
+// deliver gives w the lock handed to it, unless w left meanwhile (its ctx
+// ended): then it reports false and the caller must release l.
+func (ws *waiters) deliver(w *waiter, l *Lock) bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	w.reserved = false
+	if w.left {
+		return false
+	}
+	w.handed <- l
+	return true
+}
+
+// unreserve ends a hand-off that gave w nothing; wake lets w try at once.
+func (ws *waiters) unreserve(w *waiter, wake bool) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	w.reserved = false
+	if wake {
+		notify(w)
 	}
 }
 
@@ -542,28 +589,31 @@ const (
 	wokeMessage               // a release message, as head
 	wokeTimer                 // its own timer, as head
 	wokeEarly                 // its timer, before the holder's lease would end (set by lock)
+	wokeHanded                // an Unlock of this core handed it the lock
 )
 
 // await blocks w until it should try again: woken by a release while head,
 // or, as head, when its timer (the retry delay, capped at the holder's
 // remaining lease) runs out. Waiters behind the head only re-check their
 // place when their timer fires.
-func (c *core) await(ctx context.Context, channel string, w *waiter, delay time.Duration) (wokeBy, error) {
+func (c *core) await(ctx context.Context, channel string, w *waiter, delay time.Duration) (wokeBy, *Lock, error) {
 	t := time.NewTimer(delay)
 	defer t.Stop()
 	for {
 		select {
+		case l := <-w.handed:
+			return wokeHanded, l, nil
 		case <-w.wake:
-			return wokeMessage, nil
+			return wokeMessage, nil, nil
 		case <-t.C:
 			if c.waits.isHead(channel, w) {
-				return wokeTimer, nil
+				return wokeTimer, nil, nil
 			}
 			t.Reset(delay)
 		case <-ctx.Done():
-			return wokeNone, ctx.Err()
+			return wokeNone, nil, ctx.Err()
 		case <-c.closing:
-			return wokeNone, ErrClosed
+			return wokeNone, nil, ErrClosed
 		}
 	}
 }

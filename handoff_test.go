@@ -1,0 +1,118 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlockgo/redlock/internal/redistest"
+)
+
+// TestHandOffInProcess: an Unlock with a goroutine of the same Locker
+// waiting passes the lock in one script: no PUBLISH, no acquire by the
+// waiter, a fresh owner and a larger token, and the waiter's own options.
+func TestHandOffInProcess(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	lk := newLocker(t, srv.Client(t), WithRetry(ConstantRetry(time.Hour)))
+	ctx := context.Background()
+	for i := range 5 {
+		holder, err := lk.TryLock(ctx, "handoff")
+		require.NoError(t, err)
+		got := make(chan *Lock, 1)
+		go func() {
+			w, err := lk.Lock(ctx, "handoff", WithTTL(3*time.Second), WithAutoRenew(false))
+			assert.NoError(t, err)
+			got <- w
+		}()
+		waiting(t, lk.c, "handoff")
+		// The waiter's first (failed) attempt and its SUBSCRIBE are done
+		// once it waits: from here on only the hand-off may run.
+		publishes, scripts := commandCalls(t, srv, "publish"), commandCalls(t, srv, "evalsha")
+		unlocked := time.Now()
+		require.NoError(t, holder.Unlock(ctx))
+		w := <-got
+		require.NotNil(t, w)
+		assert.Equal(t, 0, commandCalls(t, srv, "publish")-publishes, "round %d: a hand-off publishes nothing", i)
+		assert.Equal(t, 1, commandCalls(t, srv, "evalsha")-scripts, "round %d: one script for release and grant", i)
+		assert.Greater(t, w.Token(), holder.Token())
+		assert.NotEqual(t, holder.Owner(), w.Owner())
+		assert.Equal(t, w.Owner(), get(t, admin, "{redlock:handoff}"))
+		pttl := admin.PTTL(ctx, "{redlock:handoff}").Val()
+		assert.Greater(t, pttl, 2*time.Second, "the waiter's own TTL")
+		assert.True(t, w.Until().After(unlocked.Add(2*time.Second)), "validity from the Unlock's send")
+		assert.ErrorIs(t, holder.Err(), ErrReleased)
+		require.NoError(t, w.Unlock(ctx))
+	}
+}
+
+// TestHandOffRacesWaiterLeaving: waiters whose ctx ends while Unlocks hand
+// them the lock leave nothing behind: every hand-off either reaches a waiter
+// that then owns the lock, or is released.
+func TestHandOffRacesWaiterLeaving(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	lk := newLocker(t, srv.Client(t), WithTTL(5*time.Second))
+	ctx := context.Background()
+	var mu sync.Mutex
+	got := 0
+	for i := range 100 {
+		holder, err := lk.TryLock(ctx, "race")
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		for range 3 {
+			wg.Go(func() {
+				wctx, cancel := context.WithTimeout(ctx, time.Duration(rand.IntN(3000))*time.Microsecond)
+				defer cancel()
+				if w, err := lk.Lock(wctx, "race"); err == nil {
+					mu.Lock()
+					got++
+					mu.Unlock()
+					assert.NoError(t, w.Unlock(ctx))
+				}
+			})
+		}
+		time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond) // vary where the Unlock falls among the waiters' deadlines
+		assert.NoError(t, holder.Unlock(ctx), "round %d", i)
+		wg.Wait()
+	}
+	assert.True(t, eventually(2*time.Second, func() bool { return admin.Exists(ctx, "{redlock:race}").Val() == 0 }),
+		"a lock handed to a waiter that had left is still held (owner %q)", get(t, admin, "{redlock:race}"))
+	t.Logf("%d of 300 waiters got the lock", got)
+}
+
+// TestHandOffClose: Close while Unlocks hand locks to waiters leaves no key.
+func TestHandOffClose(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	for round := range 20 {
+		lk, err := NewLocker(srv.Client(t))
+		require.NoError(t, err)
+		name := fmt.Sprintf("close-handoff-%d", round)
+		holder, err := lk.TryLock(ctx, name)
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		for range 2 {
+			wg.Go(func() {
+				if w, err := lk.Lock(ctx, name); err == nil {
+					_ = w.Unlock(ctx)
+				}
+			})
+		}
+		waiting(t, lk.c, name)
+		wg.Go(func() { _ = holder.Unlock(ctx) })
+		wg.Go(func() { _ = lk.Close() })
+		wg.Wait()
+	}
+	assert.True(t, eventually(2*time.Second, func() bool {
+		keys, _ := admin.Keys(ctx, "{redlock:close-handoff-*}").Result()
+		return len(keys) == 0
+	}), "keys left after Close raced hand-offs")
+}

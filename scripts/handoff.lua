@@ -1,0 +1,44 @@
+-- handoff.lua: release a lock and grant it to the next owner in one step,
+-- for a waiter of the same process (FIFO within a Locker, one round trip).
+--
+-- KEYS[1]  lock key
+-- KEYS[2]  fence counter
+-- KEYS[3]  released marker "<lock key>:released"
+-- ARGV[1]  current owner value
+-- ARGV[2]  next owner value
+-- ARGV[3]  next owner's TTL in milliseconds
+-- ARGV[4]  "1" to mint a fencing token for the next owner, "0" to skip it
+-- ARGV[5]  lifetime of the released marker in milliseconds (the current TTL)
+--
+-- Returns {1, token} when the lock passed to the next owner (also when this
+-- very hand-off already ran: a client-side retry after a lost reply);
+-- {2, 0} when the current owner had already released it; {0, 0} when the key
+-- is gone or another owner's (left untouched); {-1, counter} or {-2, 0} when
+-- no token can be minted (see acquire.lua): nothing was changed.
+--
+-- Nothing is published: the name stays held, so no other waiter needs to
+-- wake. All keys share one hash tag.
+local cur = redis.call('GET', KEYS[1])
+if cur == ARGV[2] then
+  local tok = 0
+  if ARGV[4] == '1' then tok = tonumber(redis.call('GET', KEYS[2]) or '0') or 0 end
+  return {1, tok}
+end
+if cur ~= ARGV[1] then
+  if redis.call('GET', KEYS[3]) == ARGV[1] then return {2, 0} end
+  return {0, 0}
+end
+local tok = 0
+if ARGV[4] == '1' then
+  local last = tonumber(redis.call('GET', KEYS[2]) or '0')
+  if not last then return {-2, 0} end
+  if last >= 9007199254740991 then return {-1, last} end
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  tok = last + 1
+  if now > tok then tok = now end
+  redis.call('SET', KEYS[2], string.format('%.0f', tok))
+end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[5])
+return {1, tok}
