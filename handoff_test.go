@@ -63,7 +63,12 @@ func TestHandOffRacesWaiterLeaving(t *testing.T) {
 	var mu sync.Mutex
 	got := 0
 	for i := range 100 {
-		holder, err := lk.TryLock(ctx, "race")
+		// Lock, not TryLock: a waiter whose ctx ended while its own acquire
+		// was on the wire releases that late grant from a goroutine of the
+		// Locker, possibly just after the round ended.
+		hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		holder, err := lk.Lock(hctx, "race")
+		cancel()
 		require.NoError(t, err)
 		var wg sync.WaitGroup
 		for range 3 {
