@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -102,7 +104,7 @@ func (c *core) acquire(ctx context.Context, name, key, channel string, cfg *conf
 	// answered "taken" hold nothing of ours.
 	l.mu.Lock()
 	l.transition(stateFailed, "")
-	grantedOn, unknownOn := l.settledOn(granted), l.settledOn(failed, pending)
+	grantedOn, unknownOn := c.settledOn(l, granted), c.settledOn(l, failed, pending)
 	l.mu.Unlock()
 	c.releaseOn(ctx, l, grantedOn, timeout, never)
 	c.releaseInBackground(ctx, l, unknownOn)
@@ -135,6 +137,39 @@ func (c *core) acquireOn(ctx context.Context, n *node, l *Lock, cfg *config, fen
 		return reply{err: fmt.Errorf("%w: fence key %s does not hold a number", errTokenSpace, l.keys[1])}, taken
 	}
 	return reply{err: fmt.Errorf("%w: %v", errBadReply, res)}, failed
+}
+
+func (c *core) newLock(name, tag, channel string, cfg *config) *Lock {
+	return &Lock{
+		eng:           c,
+		name:          name,
+		owner:         uuid.NewString(),
+		keys:          []string{tag, tag + ":fence", tag, tag + ":released"},
+		channel:       channel,
+		fencing:       cfg.fencing,
+		autoRenew:     cfg.autoRenew,
+		driftFactor:   cfg.driftFactor,
+		renewInterval: cfg.renewInterval,
+		timeout:       cfg.timeout(cfg.ttl),
+		logger:        cfg.logger,
+		done:          make(chan struct{}),
+		ttl:           cfg.ttl,
+		outcome:       make([]outcome, len(c.nodes)),
+		renewal:       slot{index: -1},
+		loss:          slot{index: -1},
+	}
+}
+
+// settledOn returns the nodes whose acquire call for l answered one of
+// outcomes; l.mu held.
+func (c *core) settledOn(l *Lock, outcomes ...outcome) []*node {
+	var out []*node
+	for _, n := range c.nodes {
+		if slices.Contains(outcomes, l.outcome[n.idx]) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 func ttlMillis(ttl time.Duration) int64 { return max(ttl.Milliseconds(), 1) }

@@ -245,6 +245,12 @@ func (c *core) activate(l *Lock, token int64, until time.Time) error {
 	return nil
 }
 
+// armLoss (re)arms l's loss on the loss clock (engine).
+func (c *core) armLoss(l *Lock, at time.Time) { c.exp.set(l, at) }
+
+// ended is forget, for the engine seam.
+func (c *core) ended(l *Lock) { c.forget(l) }
+
 // forget drops a lock that is no longer held from the registry, the watchdog
 // and the loss clock. The lock's state changed first, so none can re-add it.
 func (c *core) forget(l *Lock) {

@@ -25,11 +25,6 @@ type expiry struct {
 	cost time.Duration
 }
 
-// timerLead is the least time before Until that a lock is declared lost, so
-// that Done closes by Until although the loop wakes a little late; see
-// Lock.lossLead for the whole lead.
-const timerLead = time.Millisecond
-
 func newExpiry() *expiry {
 	e := &expiry{wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}), cost: calibrate()}
 	e.queue.slot = func(l *Lock) *slot { return &l.loss }

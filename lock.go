@@ -4,12 +4,19 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
-
-	"github.com/google/uuid"
 )
+
+// engine is all a Lock asks of the Locker or Redlock that issued it: the one
+// seam between the lock's state (this file: data and transitions, no I/O)
+// and the engine that does the I/O and keeps the registries (core).
+type engine interface {
+	unlock(ctx context.Context, l *Lock) error
+	extend(ctx context.Context, l *Lock, ttl time.Duration) error
+	armLoss(l *Lock, at time.Time) // (re)arm the loss clock: l is lost at at
+	ended(l *Lock)                 // l stopped being held: drop it from the registries
+}
 
 type lockState int
 
@@ -33,7 +40,7 @@ const whyClosed = "closed"
 // several concurrent Unlock calls returns nil. The methods of a nil *Lock
 // do not panic: it is not held.
 type Lock struct {
-	c             *core
+	eng           engine
 	name          string
 	owner         string
 	keys          []string // lock, fence counter, lock, released marker: one hash tag (see relKeys)
@@ -65,27 +72,6 @@ type Lock struct {
 
 	renewal slot // in the watchdog's heap, guarded by its mutex
 	loss    slot // in the loss clock's heap, guarded by its mutex
-}
-
-func (c *core) newLock(name, tag, channel string, cfg *config) *Lock {
-	return &Lock{
-		c:             c,
-		name:          name,
-		owner:         uuid.NewString(),
-		keys:          []string{tag, tag + ":fence", tag, tag + ":released"},
-		channel:       channel,
-		fencing:       cfg.fencing,
-		autoRenew:     cfg.autoRenew,
-		driftFactor:   cfg.driftFactor,
-		renewInterval: cfg.renewInterval,
-		timeout:       cfg.timeout(cfg.ttl),
-		logger:        cfg.logger,
-		done:          make(chan struct{}),
-		ttl:           cfg.ttl,
-		outcome:       make([]outcome, len(c.nodes)),
-		renewal:       slot{index: -1},
-		loss:          slot{index: -1},
-	}
 }
 
 // relKeys are release.lua's KEYS: the lock key and its released marker.
@@ -220,7 +206,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	if l == nil {
 		return errNilLock
 	}
-	return l.c.unlock(ctx, l)
+	return l.eng.unlock(ctx, l)
 }
 
 // Extend sets the lock's lease to ttl from now on every node where it is
@@ -239,31 +225,19 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := checkTTL(ttl, l.driftFactor); err != nil {
 		return fmt.Errorf("redlock: Extend: %w", err)
 	}
-	return l.c.extend(ctx, l, ttl)
+	return l.eng.extend(ctx, l, ttl)
 }
 
-// settle records that node's acquire call returned, and reports whether its
+// settle records that node idx's acquire call returned, and reports whether its
 // goroutine must release what it may have set: a grant, or an error whose
 // outcome is unknown, that arrived after the lock stopped being live. Unlock
 // and failed attempts change the state before they send their releases, so
 // a grant their release overtook is still released, by this call.
-func (l *Lock) settle(node int, o outcome) (release bool) {
+func (l *Lock) settle(idx int, o outcome) (release bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.outcome[node] = o
+	l.outcome[idx] = o
 	return o != taken && l.state != stateAcquiring && l.state != stateHeld
-}
-
-// settledOn returns the nodes whose acquire call answered one of outcomes;
-// l.mu held.
-func (l *Lock) settledOn(outcomes ...outcome) []*node {
-	var out []*node
-	for _, n := range l.c.nodes {
-		if slices.Contains(outcomes, l.outcome[n.idx]) {
-			out = append(out, n)
-		}
-	}
-	return out
 }
 
 // hold makes a granted attempt a held lock and arms its loss.
@@ -273,7 +247,7 @@ func (l *Lock) hold(token int64, until time.Time) {
 	l.token = token
 	l.state = stateHeld
 	l.until = until
-	l.c.exp.set(l, until.Add(-l.lossLead()))
+	l.eng.armLoss(l, until.Add(-l.lossLead()))
 }
 
 // expire runs when the loss clock says Until is (nearly) here, and from Err
@@ -283,6 +257,11 @@ func (l *Lock) expire() {
 		l.afterTransition(stateLost)
 	}
 }
+
+// timerLead is the least time before Until that a lock is declared lost, so
+// that Done closes by Until although the loss clock wakes a little late; see
+// lossLead for the whole lead.
+const timerLead = time.Millisecond
 
 // lossLead is how long before Until the loss clock declares the lock lost
 // (l.mu held): 1ms plus half the drift allowance. Renewals run a third of
@@ -321,7 +300,7 @@ func (l *Lock) renewed(ttl time.Duration, until time.Time) bool {
 	}
 	l.ttl = ttl
 	l.until = until
-	l.c.exp.set(l, until.Add(-l.lossLead()))
+	l.eng.armLoss(l, until.Add(-l.lossLead()))
 	return true
 }
 
@@ -380,7 +359,7 @@ func (l *Lock) transition(to lockState, why string) bool {
 // afterTransition does what a lock that stopped being held owes the core,
 // the log and the Do waiting on it.
 func (l *Lock) afterTransition(to lockState) {
-	l.c.forget(l)
+	l.eng.ended(l)
 	l.mu.Lock()
 	fns := l.onEnds
 	l.onEnds = nil

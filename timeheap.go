@@ -67,3 +67,7 @@ func (h *timeHeap) head() (l *Lock, at time.Time, ok bool) {
 }
 
 func (h *timeHeap) pop() *Lock { return heap.Pop(h).(*Lock) }
+
+// farFuture stands for "nothing planned": any earlier time wakes a loop
+// waiting on a timeHeap.
+var farFuture = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)

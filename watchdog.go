@@ -189,9 +189,6 @@ func (w *watchdog) renew(due []*Lock) {
 	}
 }
 
-// farFuture stands for "nothing planned": any schedule wakes the loop.
-var farFuture = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
-
 // batchResult is the outcome of one pipelined script for one lock over all
 // nodes.
 type batchResult struct {
