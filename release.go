@@ -152,7 +152,11 @@ func (c *core) releaseOn(ctx context.Context, l *Lock, nodes []*node, timeout ti
 	}
 	call := func(ctx context.Context, n *node) reply {
 		v, err := scriptRelease.Run(ctx, n.client, l.relKeys(), releaseArgs(l)...).Int64()
-		return releaseReply(l, v, err)
+		r := releaseReply(l, v, err)
+		if r.ok {
+			l.freedOn(n.idx)
+		}
+		return r
 	}
 	ch, err := c.fanOut(context.WithoutCancel(ctx), nodes, timeout, l.leaseTTL(), call)
 	if err != nil {
