@@ -9,7 +9,6 @@ import (
 	"math"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -667,23 +666,6 @@ func TestNilLocker(t *testing.T) {
 	}
 }
 
-// countHook counts the commands a client sends.
-type countHook struct{ n *atomic.Int64 }
-
-func (h countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.n.Add(int64(len(cmds)))
-		return next(ctx, cmds)
-	}
-}
-
 // TestClientHooksSeeLockCommands: the user's hooks (tracing, metrics) see
 // every lock command, on the inline and the goroutine call paths alike.
 func TestClientHooksSeeLockCommands(t *testing.T) {
@@ -694,17 +676,17 @@ func TestClientHooksSeeLockCommands(t *testing.T) {
 		"socket timeouts under 1s":  {Addr: srv.Addr(), DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second},
 	} {
 		t.Run(name, func(t *testing.T) {
-			var n atomic.Int64
+			hook := &countingHook{}
 			cl := redis.NewClient(opt)
 			t.Cleanup(func() { cl.Close() })
-			cl.AddHook(countHook{&n})
+			cl.AddHook(hook)
 			lk := newLocker(t, cl)
 			ctx := context.Background()
-			before := n.Load()
+			before := hook.scripts.Load()
 			l, err := lk.TryLock(ctx, "hooked")
 			require.NoError(t, err)
 			require.NoError(t, l.Unlock(ctx))
-			assert.Equal(t, int64(2), n.Load()-before, "commands seen by the client's hook for TryLock+Unlock")
+			assert.Equal(t, int64(2), hook.scripts.Load()-before, "scripts seen by the client's hook for TryLock+Unlock")
 		})
 	}
 }
