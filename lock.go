@@ -85,9 +85,6 @@ const (
 	granted
 	taken  // another owner holds it: nothing of ours there
 	failed // an error: the script may or may not have run
-	// freed: a release found our key on the node and deleted it, so the
-	// acquire had run there already; its late reply needs no release.
-	freed
 )
 
 // closedChan is the Done channel of a nil *Lock.
@@ -239,21 +236,8 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 func (l *Lock) settle(idx int, o outcome) (release bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.outcome[idx] == freed {
-		return false
-	}
 	l.outcome[idx] = o
 	return o != taken && l.state != stateAcquiring && l.state != stateHeld
-}
-
-// freedOn records that a release deleted our key on node idx. A Redlock's
-// Lock returns once a quorum granted, and an Unlock right after it often
-// overtakes the other masters' replies: this spares each of them a second
-// release.
-func (l *Lock) freedOn(idx int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.outcome[idx] = freed
 }
 
 // hold makes a granted attempt a held lock and arms its loss.

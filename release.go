@@ -152,11 +152,7 @@ func (c *core) releaseOn(ctx context.Context, l *Lock, nodes []*node, timeout ti
 	}
 	call := func(ctx context.Context, n *node) reply {
 		v, err := scriptRelease.Run(ctx, n.client, l.relKeys(), releaseArgs(l)...).Int64()
-		r := releaseReply(l, v, err)
-		if r.ok {
-			l.freedOn(n.idx)
-		}
-		return r
+		return releaseReply(l, v, err)
 	}
 	ch, err := c.fanOut(context.WithoutCancel(ctx), nodes, timeout, l.leaseTTL(), call)
 	if err != nil {
