@@ -25,6 +25,7 @@ type core struct {
 	wg    sync.WaitGroup // every goroutine of the core, including calls left behind on a paused node
 
 	closing chan struct{} // closed when Close starts: waiters give up
+	closed  chan struct{} // closed when Close returns: a second Close waits for it
 
 	mu sync.Mutex
 	// closeStarted: Close has begun; no new lock may be registered.
@@ -60,6 +61,7 @@ func newCore(clients []Client, opts []Option) (*core, error) {
 		quorum:   len(clients)/2 + 1,
 		cfg:      cfg,
 		closing:  make(chan struct{}),
+		closed:   make(chan struct{}),
 		held:     make(map[*Lock]struct{}),
 		heldKeys: make(map[string]int),
 	}
@@ -295,9 +297,11 @@ func (c *core) close() error {
 	c.mu.Lock()
 	if c.closeStarted {
 		c.mu.Unlock()
+		<-c.closed // a concurrent Close returns when the first one does
 		return nil
 	}
 	c.closeStarted = true
+	defer close(c.closed)
 	close(c.closing)
 	held := make([]*Lock, 0, len(c.held))
 	for l := range c.held {

@@ -306,3 +306,35 @@ func TestServerRefusals(t *testing.T) {
 		})
 	}
 }
+
+// TestRedlockRetriedAcquireAfterUnlock: a master whose acquire reply was lost
+// gets the acquire again from go-redis's retry, after Unlock already ran
+// there; that second grant must be released, not left owned by nobody.
+func TestRedlockRetriedAcquireAfterUnlock(t *testing.T) {
+	srvs := redistest.StartN(t, 3)
+	proxy := redistest.NewProxy(t, srvs[2].Addr())
+	var clients []Client
+	for i, s := range srvs {
+		opt := &redis.Options{Addr: s.Addr(), ReadTimeout: time.Second}
+		if i == 2 {
+			opt.Addr = proxy.Addr()
+			opt.MinRetryBackoff, opt.MaxRetryBackoff = 300*time.Millisecond, 300*time.Millisecond
+			opt.PoolSize = 1
+		}
+		c := redis.NewClient(opt)
+		t.Cleanup(func() { c.Close() })
+		clients = append(clients, c)
+	}
+	r, err := NewRedlock(clients)
+	require.NoError(t, err)
+	t.Cleanup(func() { r.Close() })
+	ctx := context.Background()
+	require.NoError(t, clients[2].(*redis.Client).Ping(ctx).Err())
+	proxy.DropReplies(1)
+	l, err := r.TryLock(ctx, "retried")
+	require.NoError(t, err)
+	require.NoError(t, l.Unlock(ctx))
+	admin := srvs[2].Client(t)
+	assert.True(t, eventually(3*time.Second, func() bool { return admin.Exists(ctx, "{redlock:retried}").Val() == 0 }),
+		"the retried grant on the third master is still there (owner %q, PTTL %v)", get(t, admin, "{redlock:retried}"), admin.PTTL(ctx, "{redlock:retried}").Val())
+}

@@ -121,3 +121,42 @@ func TestHandOffClose(t *testing.T) {
 		return len(keys) == 0
 	}), "keys left after Close raced hand-offs")
 }
+
+// TestHandOffLetsOtherProcessesIn: a process whose goroutines keep its local
+// queue full hands the name on among themselves at most maxHandOffs times in
+// a row, so a waiter of another process still gets the lock.
+func TestHandOffLetsOtherProcessesIn(t *testing.T) {
+	srv := redistest.Start(t)
+	busy := newLocker(t, srv.Client(t))
+	other := newLocker(t, srv.Client(t))
+	ctx := context.Background()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				l, err := busy.Lock(ctx, "hog")
+				if err != nil {
+					return
+				}
+				time.Sleep(time.Millisecond) // the critical section
+				_ = l.Unlock(ctx)
+			}
+		})
+	}
+	defer func() {
+		close(stop)
+		wg.Wait()
+	}()
+	waiting(t, busy.c, "hog")
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	l, err := other.Lock(lctx, "hog")
+	require.NoError(t, err, "another process's waiter starved by hand-offs")
+	require.NoError(t, l.Unlock(ctx))
+}

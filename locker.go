@@ -16,7 +16,8 @@ import (
 type Locker struct{ c *core }
 
 // NewLocker returns a Locker on client with opts as defaults for every call.
-// It starts one watchdog goroutine; call Close to stop it. It returns an error
+// It starts two goroutines (the watchdog and the loss clock), and pub/sub
+// ones once a Lock waits; call Close to stop them. It returns an error
 // for a nil client or an invalid option.
 //
 // NewLocker warms the client up before it returns (a dial and the scripts
@@ -88,7 +89,7 @@ func (lk *Locker) Do(ctx context.Context, name string, fn func(ctx context.Conte
 // client's own read timeout. An acquisition whose grant arrives after Close
 // started releases it and fails with ErrClosed; acquire calls after Close
 // fail with ErrClosed. It does not close the client. Close is idempotent and
-// returns nil.
+// returns nil; a concurrent second Close returns when the first does.
 func (lk *Locker) Close() error { return lk.core().close() }
 
 // core is the engine, or nil for a nil or zero Locker, whose methods then

@@ -74,8 +74,10 @@ func WithNodeTimeout(d time.Duration) Option { return func(c *config) { c.nodeTi
 func WithDriftFactor(f float64) Option { return func(c *config) { c.driftFactor = f } }
 
 // WithKeyPrefix sets the prefix of the keys the library writes. Default
-// "redlock:". A lock named n lives at "{<prefix>n}" and its fencing counter at
-// "{<prefix>n}:fence". The prefix must be non-empty and contain no '{' or '}',
+// "redlock:". A lock named n lives at "{<prefix>n}", its fencing counter at
+// "{<prefix>n}:fence", and for one TTL after each release a marker of the
+// released owner at "{<prefix>n}:released"; releases are published on
+// "{<prefix>n}:rel". The prefix must be non-empty and contain no '{' or '}',
 // so the hash tag of both keys is never empty and they share one Cluster slot.
 func WithKeyPrefix(p string) Option { return func(c *config) { c.prefix = p } }
 

@@ -39,7 +39,8 @@ type Redlock struct{ c *core }
 // (or two clients with the same address) twice, two clients that reach the
 // same server under different addresses (127.0.0.1:P and localhost:P, a DNS
 // alias: found by the servers' INFO run_id), or an invalid option. It
-// starts one watchdog goroutine; call Close to stop it.
+// starts two goroutines (the watchdog and the loss clock), and pub/sub ones
+// once a Lock waits; call Close to stop them.
 //
 // NewRedlock warms every master up concurrently (dial, scripts, run_id), at
 // most 1s or the node timeout. A master that does not answer in time is

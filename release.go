@@ -96,7 +96,7 @@ func (c *core) handOff(ctx context.Context, l *Lock, w *waiter) (done bool, err 
 		return reply{ok: res[0] == 1, code: res[0], val: res[1]}
 	})
 	if err != nil {
-		c.waits.unreserve(w, true)
+		c.waits.unreserve(l.channel, w, true)
 		return false, nil
 	}
 	rs, _ := gather(ch, c.nodes, earliest(t1.Add(l.timeout), until), nil, never)
@@ -104,35 +104,48 @@ func (c *core) handOff(ctx context.Context, l *Lock, w *waiter) (done bool, err 
 	switch {
 	case r.err != nil:
 		// Unknown: the name may have passed to nl. Release both owners in
-		// the background (each only if still its own) and let w try.
+		// the background (each only if still its own), l first: a
+		// hand-off that reaches Redis after that release finds l's marker
+		// and changes nothing, so nl's release, sent after it, cannot be
+		// overtaken by it. Then w tries.
 		nl.finish(stateFailed, "")
-		c.releaseInBackground(ctx, nl, c.nodes)
-		c.releaseInBackground(ctx, l, c.nodes)
-		c.waits.unreserve(w, true)
+		if c.goCount(1) {
+			go func() {
+				defer c.wg.Done()
+				for _, x := range []*Lock{l, nl} {
+					c.releaseNode(ctx, c.nodes[0], x)
+				}
+			}()
+		}
+		c.waits.unreserve(l.channel, w, true)
 		return true, errors.Join(fmt.Errorf("redlock: hand-off outcome unknown; the lock frees itself when its lease ends"), c.nodeErr(r.node, r.err))
 	case r.code == 2:
-		c.waits.unreserve(w, true)
+		c.waits.unreserve(l.channel, w, true)
 		return true, nil
 	case r.code == 0:
-		c.waits.unreserve(w, false)
+		c.waits.unreserve(l.channel, w, true) // the key is gone: the name may be free
 		return true, fmt.Errorf("%w: the key was gone or another owner's", ErrNotHeld)
 	case !r.ok:
-		c.waits.unreserve(w, false)
+		c.waits.unreserve(l.channel, w, false)
 		return false, nil // no token: the ordinary release reports it
 	}
 	nl.settle(0, granted)
 	if !time.Now().Before(until) {
 		nl.finish(stateFailed, "")
 		c.releaseOn(ctx, nl, c.nodes, l.timeout, never)
-		c.waits.unreserve(w, true)
+		c.waits.unreserve(l.channel, w, true)
 		return true, nil
 	}
 	if err := c.activate(nl, r.val, until); err != nil {
-		c.waits.unreserve(w, false) // closed: activate released nl
+		c.waits.unreserve(l.channel, w, false) // closed: activate released nl
 		return true, nil
 	}
 	if !c.waits.deliver(w, nl) {
-		return true, nl.Unlock(context.WithoutCancel(ctx))
+		// w left meanwhile: nobody owns nl. Its release is not this
+		// Unlock's outcome (l was released either way).
+		if err := nl.Unlock(context.WithoutCancel(ctx)); err != nil {
+			nl.logger.Warn("redlock: releasing a lock handed to a waiter that had left failed; it expires with its lease", "name", nl.name, "err", err)
+		}
 	}
 	return true, nil
 }

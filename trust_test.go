@@ -428,10 +428,15 @@ func TestFenceCounterExhausted(t *testing.T) {
 	_, err = lk.Lock(ctx, "top")
 	assert.ErrorIs(t, err, errTokenSpace, "Lock() gives up at once: waiting cannot help")
 
-	require.NoError(t, admin.Set(ctx, "{redlock:junk}:fence", "not-a-number", 0).Err())
-	_, err = lk.TryLock(ctx, "junk")
-	assert.ErrorIs(t, err, ErrNotObtained)
-	assert.Contains(t, fmt.Sprint(err), "does not hold a number")
+	// Lua's tonumber reads "nan", "inf" and "1e400" as numbers: none is a
+	// counter (a NaN counter would hand every owner the same token).
+	for _, junk := range []string{"not-a-number", "nan", "inf", "-inf", "1e400"} {
+		require.NoError(t, admin.Set(ctx, "{redlock:junk}:fence", junk, 0).Err())
+		_, err = lk.TryLock(ctx, "junk")
+		assert.ErrorIs(t, err, ErrNotObtained, "fence %q", junk)
+		assert.Contains(t, fmt.Sprint(err), "does not hold a number", "fence %q", junk)
+		assert.Zero(t, admin.Exists(ctx, "{redlock:junk}").Val(), "fence %q: lock key set", junk)
+	}
 }
 
 // TestReadOnlyReplicaSaysSo: a server's refusal reaches the caller as the

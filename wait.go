@@ -32,7 +32,9 @@ import (
 // name is held by this core or other goroutines already wait for it; it joins
 // the tail. So a goroutine that unlocks and locks again goes behind those
 // already waiting. Across processes there is no order: whoever's acquire
-// reaches Redis first after a release wins.
+// reaches Redis first after a release wins; a core hands a name to its own
+// waiters at most maxHandOffs times in a row, then releases it, so that other
+// processes get that chance.
 //
 // Messages can be lost (the connection drops, a holder crashes without
 // releasing, a lock is lost rather than released), and a connection that
@@ -122,6 +124,9 @@ type waitQueue struct {
 	list      []*waiter
 	idleSince time.Time // zero while waited on or held; else when that stopped
 	lastOwner string    // the release last dispatched; N copies from a Redlock wake once
+	// handOffs counts the Unlocks in a row that handed the name to a waiter
+	// of this core; at maxHandOffs the next Unlock releases it instead.
+	handOffs int
 }
 
 type waiter struct {
@@ -219,10 +224,22 @@ func (ws *waiters) reserveHead(channel string) *waiter {
 	if q == nil || len(q.list) == 0 || q.list[0].reserved {
 		return nil
 	}
+	if q.handOffs >= maxHandOffs {
+		// Release this time, so that waiters of other processes, which
+		// never see a hand-off, get a turn.
+		q.handOffs = 0
+		return nil
+	}
+	q.handOffs++
 	w := q.list[0]
 	w.reserved = true
 	return w
 }
+
+// maxHandOffs bounds how many Unlocks in a row hand a name to a waiter of
+// the same core. A process whose goroutines keep the local queue full would
+// otherwise never free the name, and other processes would wait forever.
+const maxHandOffs = 8
 
 // deliver gives w the lock handed to it, unless w left meanwhile (its ctx
 // ended): then it reports false and the caller must release l.
@@ -233,17 +250,27 @@ func (ws *waiters) deliver(w *waiter, l *Lock) bool {
 	if w.left {
 		return false
 	}
+	// Never blocks: handed is buffered 1, and a waiter is handed at most
+	// one lock before it leaves (the name stays held by that lock until
+	// its owner, this waiter, has returned it from Lock).
 	w.handed <- l
 	return true
 }
 
-// unreserve ends a hand-off that gave w nothing; wake lets w try at once.
-func (ws *waiters) unreserve(w *waiter, wake bool) {
+// unreserve ends a hand-off that gave w nothing. With wake (the name may be
+// free) the head of the queue tries at once: w, or the waiter after it if w
+// left meanwhile.
+func (ws *waiters) unreserve(channel string, w *waiter, wake bool) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	w.reserved = false
-	if wake {
+	if !wake {
+		return
+	}
+	if !w.left {
 		notify(w)
+	} else if q := ws.queues[channel]; q != nil && len(q.list) > 0 {
+		notify(q.list[0])
 	}
 }
 
@@ -310,7 +337,8 @@ func (ws *waiters) sweepIdle() {
 }
 
 // busy reports whether a new Lock call for channel should queue without
-// trying: others wait already, or this core holds the name.
+// trying because others wait already (the caller also checks whether this
+// core holds the name).
 func (ws *waiters) busy(channel string) bool {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()

@@ -37,7 +37,8 @@ if ARGV[3] == '1' then
   -- keeps the next token above every earlier one as long as the clock that
   -- gives the floor is not behind by more than the time since the last grant.
   local last = tonumber(redis.call('GET', KEYS[2]) or '0')
-  if not last then return {-2, 0} end
+  -- tonumber also accepts 'nan', 'inf' and '1e400': none is a counter.
+  if not last or last ~= last or last == math.huge or last == -math.huge then return {-2, 0} end
   if last >= 9007199254740991 then return {-1, last} end
   local now = tonumber(ARGV[4])
   if not now then

@@ -31,7 +31,8 @@ end
 local tok = 0
 if ARGV[4] == '1' then
   local last = tonumber(redis.call('GET', KEYS[2]) or '0')
-  if not last then return {-2, 0} end
+  -- tonumber also accepts 'nan', 'inf' and '1e400': none is a counter.
+  if not last or last ~= last or last == math.huge or last == -math.huge then return {-2, 0} end
   if last >= 9007199254740991 then return {-1, last} end
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
