@@ -107,7 +107,7 @@ func (c *core) acquire(ctx context.Context, name, key, channel string, cfg *conf
 	grantedOn, unknownOn := c.settledOn(l, granted), c.settledOn(l, failed, pending)
 	l.mu.Unlock()
 	c.releaseOn(ctx, l, grantedOn, timeout, never)
-	c.releaseInBackground(ctx, l, unknownOn)
+	c.releaseInBackground(ctx, unknownOn, l)
 	errs := append([]error{ErrNotObtained}, t.errs...)
 	if interrupted {
 		errs = append(errs, ctx.Err())

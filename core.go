@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 )
@@ -159,9 +158,7 @@ func (c *core) checkDuplicate(n *node) error {
 		if n.idx < o.idx {
 			first, second = n, o
 		}
-		second.idMu.Lock()
-		second.dup = first.idx
-		second.idMu.Unlock()
+		second.dup.Store(int32(first.idx))
 		return fmt.Errorf("%w: clients %d (%s) and %d (%s) reach one server (run_id %s)", errDuplicate, first.idx, first.addr, second.idx, second.addr, id)
 	}
 	return nil
@@ -194,10 +191,7 @@ func (c *core) identify(ctx context.Context, n *node) error {
 	return nil
 }
 
-func (n *node) isDup() bool {
-	_, dup := n.identity()
-	return dup >= 0
-}
+func (n *node) isDup() bool { return n.dup.Load() >= 0 }
 
 func (c *core) nodeErr(i int, err error) error {
 	return &NodeError{Node: i, Addr: c.nodes[i].addr, Err: err}
@@ -280,9 +274,6 @@ func (c *core) holds(key string) bool {
 }
 
 func lockKey(prefix, name string) string { return "{" + prefix + name + "}" }
-
-// heldKey is the lock key of a release channel.
-func heldKey(channel string) string { return strings.TrimSuffix(channel, channelSuffix) }
 
 // close cancels every Do and marks every held lock released (Done closes
 // first), releases them on the nodes in one pipelined round per node settled

@@ -45,11 +45,14 @@ type node struct {
 	// one server given twice under two spellings never casts two votes.
 	idMu  sync.Mutex
 	runID string // "" until known
-	dup   int    // index of the node it duplicates, or -1
+	// dup is the index of the node this one duplicates, or -1. Atomic: every
+	// tally reads it, on the hot path.
+	dup atomic.Int32
 }
 
 func newNode(idx int, cl Client) *node {
-	n := &node{idx: idx, client: cl, deadlines: honorsDeadlines(cl), dup: -1}
+	n := &node{idx: idx, client: cl, deadlines: honorsDeadlines(cl)}
+	n.dup.Store(-1)
 	if s, ok := cl.(fmt.Stringer); ok {
 		n.addr = s.String()
 	}
@@ -178,7 +181,7 @@ func (n *node) setRunID(id string) {
 func (n *node) identity() (runID string, dup int) {
 	n.idMu.Lock()
 	defer n.idMu.Unlock()
-	return n.runID, n.dup
+	return n.runID, int(n.dup.Load())
 }
 
 // reply is one node's answer to one script call.
@@ -210,14 +213,13 @@ type reply struct {
 // ctx: no goroutine, no timer.
 func (c *core) fanOut(ctx context.Context, nodes []*node, timeout, callLimit time.Duration, call func(context.Context, *node) reply) (<-chan reply, error) {
 	ch := make(chan reply, len(nodes))
-	base := ctx
 	// Inline only for a ctx nothing cancels: go-redis turns a ctx deadline
 	// into a socket deadline but does not interrupt a read on cancellation,
 	// so a cancellable caller (the watchdog, which Close stops) needs the
 	// goroutine path for gather to stop waiting at once.
 	if len(nodes) == 1 && ctx.Done() == nil {
 		if withDeadline, ok := nodes[0].bounded(timeout); ok {
-			ch <- c.callInline(base, nodes[0], withDeadline, timeout, call)
+			ch <- c.callInline(ctx, nodes[0], withDeadline, timeout, call)
 			return ch, nil
 		}
 	}
@@ -227,7 +229,7 @@ func (c *core) fanOut(ctx context.Context, nodes []*node, timeout, callLimit tim
 	for _, n := range nodes {
 		go func() {
 			defer c.wg.Done()
-			cctx, cancel := context.WithTimeout(base, max(timeout, callLimit))
+			cctx, cancel := context.WithTimeout(ctx, max(timeout, callLimit))
 			r := call(cctx, n)
 			cancel()
 			r.node = n.idx

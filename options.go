@@ -53,6 +53,9 @@ func WithAutoRenew(on bool) Option { return func(c *config) { c.autoRenew = on }
 
 // WithRenewInterval sets how often the watchdog renews a held lock. Default
 // TTL/3. It must be shorter than the TTL minus the clock drift allowance.
+// Whatever it says, a renewal comes no later than halfway through the
+// current lease's validity (after an Extend to a shorter TTL too), so that a
+// retry still fits before Until.
 func WithRenewInterval(d time.Duration) Option { return func(c *config) { c.renewInterval = d } }
 
 // WithNodeTimeout bounds every call to one Redis node (acquire, extend,

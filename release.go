@@ -7,7 +7,9 @@ import (
 	"time"
 )
 
-// release.lua's replies.
+// release.lua's replies; handoff.lua answers relNotOurs and relAlready
+// alike, acqGranted when it handed the lock over, and acquire.lua's
+// negative codes when it could mint no token.
 const (
 	relNotOurs     = 0 // gone or another owner's: left untouched
 	relReleased    = 1
@@ -93,7 +95,7 @@ func (c *core) handOff(ctx context.Context, l *Lock, w *waiter) (done bool, err 
 		case len(res) != 2:
 			return reply{err: fmt.Errorf("%w: %v", errBadReply, res)}
 		}
-		return reply{ok: res[0] == 1, code: res[0], val: res[1]}
+		return reply{ok: res[0] == acqGranted, code: res[0], val: res[1]}
 	})
 	if err != nil {
 		c.waits.unreserve(l.channel, w, true)
@@ -109,20 +111,13 @@ func (c *core) handOff(ctx context.Context, l *Lock, w *waiter) (done bool, err 
 		// and changes nothing, so nl's release, sent after it, cannot be
 		// overtaken by it. Then w tries.
 		nl.finish(stateFailed, "")
-		if c.goCount(1) {
-			go func() {
-				defer c.wg.Done()
-				for _, x := range []*Lock{l, nl} {
-					c.releaseNode(ctx, c.nodes[0], x)
-				}
-			}()
-		}
+		c.releaseInBackground(ctx, c.nodes, l, nl)
 		c.waits.unreserve(l.channel, w, true)
 		return true, errors.Join(fmt.Errorf("redlock: hand-off outcome unknown; the lock frees itself when its lease ends"), c.nodeErr(r.node, r.err))
-	case r.code == 2:
+	case r.code == relAlready:
 		c.waits.unreserve(l.channel, w, true)
 		return true, nil
-	case r.code == 0:
+	case r.code == relNotOurs:
 		c.waits.unreserve(l.channel, w, true) // the key is gone: the name may be free
 		return true, fmt.Errorf("%w: the key was gone or another owner's", ErrNotHeld)
 	case !r.ok:
@@ -163,10 +158,7 @@ func (c *core) releaseOn(ctx context.Context, l *Lock, nodes []*node, timeout ti
 	if len(nodes) == 0 {
 		return nil
 	}
-	call := func(ctx context.Context, n *node) reply {
-		v, err := scriptRelease.Run(ctx, n.client, l.relKeys(), releaseArgs(l)...).Int64()
-		return releaseReply(l, v, err)
-	}
+	call := func(ctx context.Context, n *node) reply { return releaseCall(ctx, n, l) }
 	ch, err := c.fanOut(context.WithoutCancel(ctx), nodes, timeout, l.leaseTTL(), call)
 	if err != nil {
 		rs := make([]reply, 0, len(nodes))
@@ -183,17 +175,19 @@ func (c *core) releaseOn(ctx context.Context, l *Lock, nodes []*node, timeout ti
 	return rs
 }
 
-// releaseInBackground sends l's release to nodes from a goroutine of the
-// core, waiting for none: they failed or did not answer the attempt, so their
-// outcome is unknown, and they will not answer the release any sooner.
-func (c *core) releaseInBackground(ctx context.Context, l *Lock, nodes []*node) {
+// releaseInBackground releases locks, in order, on nodes from one goroutine
+// of the core, waiting for none: their outcome is unknown (the nodes failed
+// or did not answer), and they will not answer the release any sooner.
+func (c *core) releaseInBackground(ctx context.Context, nodes []*node, locks ...*Lock) {
 	if len(nodes) == 0 || !c.goCount(1) {
 		return
 	}
 	go func() {
 		defer c.wg.Done()
-		for _, n := range nodes {
-			c.releaseNode(ctx, n, l)
+		for _, l := range locks {
+			for _, n := range nodes {
+				c.releaseNode(ctx, n, l)
+			}
 		}
 	}()
 }
@@ -203,8 +197,13 @@ func (c *core) releaseNode(ctx context.Context, n *node, l *Lock) {
 	// Until the lease would end anyway: a late release still frees the name.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.leaseTTL())
 	defer cancel()
+	releaseCall(ctx, n, l) // the key expires by itself if this fails
+}
+
+// releaseCall runs release.lua for l on one node.
+func releaseCall(ctx context.Context, n *node, l *Lock) reply {
 	v, err := scriptRelease.Run(ctx, n.client, l.relKeys(), releaseArgs(l)...).Int64()
-	releaseReply(l, v, err) // the key expires by itself if this fails
+	return releaseReply(l, v, err)
 }
 
 // extend moves l's lease to ttl on every node; see Lock.Extend.

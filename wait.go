@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -141,6 +142,9 @@ type waiter struct {
 const channelSuffix = ":rel"
 
 func releaseChannel(lockKey string) string { return lockKey + channelSuffix }
+
+// heldKey is the lock key of a release channel.
+func heldKey(channel string) string { return strings.TrimSuffix(channel, channelSuffix) }
 
 // join queues a waiter for channel at the tail, subscribing the channel on
 // every node if it is the first. It returns a channel that receives once per
