@@ -192,7 +192,9 @@ type reply struct {
 	val  int64 // token or PTTL, by script
 	// codes holds per-lock results of a pipelined batch (see batch).
 	codes []int8
-	err   error
+	// holder is inspect.lua's answer (see inspect.go).
+	holder *nodeHolder
+	err    error
 }
 
 // fanOut calls every node in nodes concurrently. go-redis applies ctx

@@ -1,0 +1,213 @@
+package redlock
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// Holder is what [Locker.Inspect] and [Redlock.Inspect] found about a lock
+// name at one moment. It is a plain value: it does not change when the lock
+// does.
+type Holder struct {
+	// Held reports whether the name is held: on a Locker, whether the lock
+	// key exists; on a Redlock, whether a quorum of masters agrees on one
+	// owner.
+	Held bool
+	// Owner is the owner value of the writer/exclusive holder ([Lock.Owner]),
+	// "" if none.
+	Owner string
+	// TTL is the remaining lease on the server: 0 when the name is free, and
+	// negative when the lock key has no expiry (a key this library did not
+	// write). On a Redlock it is the time until fewer than a quorum of
+	// masters would still hold the key.
+	TTL time.Duration
+	// Token is the last fencing token issued for the name, 0 if none yet (or
+	// with fencing off). It stays after a release: the next holder gets a
+	// larger one.
+	Token int64
+	// Metadata is what the holder attached with WithMetadata, "" if nothing
+	// or if the name is not held.
+	Metadata string
+	// Readers is the number of current read holders.
+	Readers int
+}
+
+// metaSuffix names the key next to the lock key where a holder's metadata
+// is stored: "{<prefix><name>}:meta".
+const metaSuffix = ":meta"
+
+// nodeHolder is inspect.lua's answer from one node.
+type nodeHolder struct {
+	owner    string // "" when the name is free on the node
+	pttl     int64  // ms; -1: no expiry; -2: no key
+	token    int64
+	metadata string
+}
+
+// Inspect reports who holds the lock name, its remaining lease on the
+// server, the last fencing token issued for it and the holder's metadata, in
+// one round trip of a read-only script. It uses the Locker's key prefix
+// ([WithKeyPrefix]). It returns an error for an empty name, a nil Locker,
+// after Close (ErrClosed), when Redis does not answer within the node timeout
+// or ctx ends first (then matching ctx.Err()), and when the keys hold what
+// this library does not write (the server's WRONGTYPE, a fence counter that
+// is not a number), each inside a [NodeError]. It is safe for concurrent
+// use.
+//
+// What it reports may be out of date as soon as it returns; use it to look,
+// not to decide whether to take the lock (TryLock does that atomically).
+func (lk *Locker) Inspect(ctx context.Context, name string) (Holder, error) {
+	return lk.core().inspect(ctx, name)
+}
+
+// Inspect asks every master about the lock name and reports the holder a
+// quorum of them agrees on, as [Locker.Inspect] does for one node. Held is
+// true only when a quorum holds the key with one owner value; Owner,
+// Metadata and TTL describe that holder (TTL: until fewer than a quorum of
+// masters would still hold the key, by their PTTLs). Token is the largest
+// counter among the masters that answered, which is the last token issued,
+// since every issued token reached a majority before the lock was handed
+// out. It returns as soon as a quorum has answered and the answer can no
+// longer change, so a hung minority does not slow it down; with fewer than a
+// quorum answering within the node timeout it returns an error joining one
+// [NodeError] per master that failed.
+func (r *Redlock) Inspect(ctx context.Context, name string) (Holder, error) {
+	return r.core().inspect(ctx, name)
+}
+
+// inspect is Inspect on any number of nodes.
+func (c *core) inspect(ctx context.Context, name string) (Holder, error) {
+	if c == nil {
+		return Holder{}, errNoCore
+	}
+	if name == "" {
+		return Holder{}, errors.New("redlock: empty lock name")
+	}
+	if err := ctx.Err(); err != nil {
+		return Holder{}, err
+	}
+	if c.isClosing() {
+		return Holder{}, ErrClosed
+	}
+	key := lockKey(c.cfg.prefix, name)
+	keys := []string{key, key + ":fence", key + metaSuffix}
+	timeout := c.cfg.timeout(c.cfg.ttl)
+	// Detached, as every call of the core: gather stops waiting when ctx
+	// ends, and the read left behind is bounded by the node timeout.
+	ch, err := c.fanOut(context.WithoutCancel(ctx), c.nodes, timeout, timeout, func(ctx context.Context, n *node) reply {
+		if err := c.identify(ctx, n); err != nil {
+			return reply{err: err}
+		}
+		return inspectOn(ctx, n, keys)
+	})
+	if err != nil {
+		return Holder{}, err
+	}
+	rs, interrupted := gather(ch, c.nodes, time.Now().Add(timeout), ctx.Done(), func(rs []reply) bool {
+		_, decided := c.judge(rs)
+		return decided
+	})
+	h, decided := c.judge(rs)
+	if decided && !interrupted {
+		return h, nil
+	}
+	t := c.count(rs)
+	errs := append([]error{fmt.Errorf("redlock: inspect reached %d of %d nodes, need %d", t.ok, len(c.nodes), c.quorum)}, t.errs...)
+	if interrupted {
+		errs = append(errs, ctx.Err())
+	}
+	return Holder{}, errors.Join(errs...)
+}
+
+// inspectOn runs inspect.lua on one node.
+func inspectOn(ctx context.Context, n *node, keys []string) reply {
+	res, err := scriptInspect.Run(ctx, n.client, keys).Slice()
+	if err != nil {
+		return reply{err: err}
+	}
+	if len(res) != 4 {
+		return reply{err: fmt.Errorf("%w: %v", errBadReply, res)}
+	}
+	owner, ok1 := res[0].(string)
+	pttl, ok2 := res[1].(int64)
+	counter, ok3 := res[2].(string)
+	meta, ok4 := res[3].(string)
+	if !ok1 || !ok2 || !ok3 || !ok4 {
+		return reply{err: fmt.Errorf("%w: %v", errBadReply, res)}
+	}
+	h := &nodeHolder{owner: owner, pttl: pttl, metadata: meta}
+	if counter != "" {
+		if h.token, err = strconv.ParseInt(counter, 10, 64); err != nil {
+			return reply{err: fmt.Errorf("fence key %s does not hold a token: %q", keys[1], counter)}
+		}
+	}
+	return reply{ok: true, holder: h}
+}
+
+// judge reads a round of inspect replies: the holder a quorum agrees on, and
+// whether the round is decided: a quorum answered and no owner can still
+// reach (or lose) a quorum, or every node replied. Undecided at the end of
+// the round means fewer than a quorum answered.
+func (c *core) judge(rs []reply) (Holder, bool) {
+	var (
+		answered []*nodeHolder
+		votes    = make(map[string]int)
+	)
+	for _, r := range rs {
+		if r.err != nil || r.holder == nil || c.nodes[r.node].isDup() {
+			continue
+		}
+		answered = append(answered, r.holder)
+		if r.holder.owner != "" {
+			votes[r.holder.owner]++
+		}
+	}
+	if len(answered) < c.quorum {
+		return Holder{}, false
+	}
+	var h Holder
+	for _, a := range answered {
+		h.Token = max(h.Token, a.token)
+	}
+	pending := len(c.nodes) - len(rs)
+	for owner, v := range votes {
+		if v >= c.quorum {
+			h.Held, h.Owner = true, owner
+		} else if v+pending >= c.quorum {
+			return Holder{}, false // an owner that may still reach a quorum
+		}
+	}
+	if !h.Held {
+		return h, true
+	}
+	// The lock keeps a quorum until the quorum-th longest lease among the
+	// masters that hold it runs out. -1 (no expiry) outlasts every lease.
+	var pttls []int64
+	for _, a := range answered {
+		if a.owner == h.Owner {
+			pttls = append(pttls, a.pttl)
+			if h.Metadata == "" {
+				h.Metadata = a.metadata
+			}
+		}
+	}
+	lease := func(ms int64) int64 {
+		if ms < 0 {
+			return math.MaxInt64
+		}
+		return ms
+	}
+	slices.SortFunc(pttls, func(a, b int64) int { return cmp.Compare(lease(b), lease(a)) })
+	if ms := pttls[c.quorum-1]; ms >= 0 {
+		h.TTL = time.Duration(ms) * time.Millisecond
+	} else {
+		h.TTL = -1
+	}
+	return h, true
+}
