@@ -1,0 +1,90 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Release releases the lock name if, and only if, owner holds it: for an
+// operator who knows the owner value (from [Locker.Inspect], or a holder's
+// REDLOCK_OWNER) and must free a lock whose holder is stuck, without
+// touching a later holder's lock. It runs the same script as [Lock.Unlock]
+// (waiters are woken), with the Locker's key prefix, and returns nil when
+// this call released the lock.
+//
+// It returns an error matching ErrNotHeld when owner does not hold name: the
+// name is free, held by another owner (left untouched), or owner released it
+// already (including by an earlier call of Release whose reply was lost). It
+// returns an error for an empty name or owner, a nil Locker, after Close
+// (ErrClosed), and when Redis did not answer within the node timeout or ctx
+// ended first (then matching ctx.Err()).
+//
+// The holder's *Lock, if any, learns of the release at its next renewal,
+// when it reports the lock lost ([Lock.Done], [ErrLost]). It is safe for
+// concurrent use.
+func (lk *Locker) Release(ctx context.Context, name, owner string) error {
+	return lk.core().releaseOwner(ctx, name, owner)
+}
+
+// Release releases the lock name on every master where owner holds it, as
+// [Locker.Release] does. It returns nil when a quorum released it, and an
+// error matching ErrNotHeld when so many masters do not hold it for owner
+// that it was not held (keys of owner found on a minority are deleted all
+// the same).
+func (r *Redlock) Release(ctx context.Context, name, owner string) error {
+	return r.core().releaseOwner(ctx, name, owner)
+}
+
+// releaseOwner is Release: release.lua for a lock this core may never have
+// held, known only by name and owner value.
+func (c *core) releaseOwner(ctx context.Context, name, owner string) error {
+	switch {
+	case c == nil:
+		return errNoCore
+	case name == "":
+		return errors.New("redlock: empty lock name")
+	case owner == "":
+		return errors.New("redlock: empty owner value")
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if c.isClosing() {
+		return ErrClosed
+	}
+	key := lockKey(c.cfg.prefix, name)
+	// A Lock value only to carry the keys and release.lua's arguments (the
+	// released marker lives one default TTL); it is never registered.
+	l := c.newLock(name, key, releaseChannel(key), &c.cfg)
+	l.owner = owner
+	ch, err := c.fanOut(context.WithoutCancel(ctx), c.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node) reply {
+		if err := c.identify(ctx, n); err != nil {
+			return reply{err: err}
+		}
+		r := releaseCall(ctx, n, l)
+		if r.code == relAlready {
+			// Unlock counts this as success (its own retried call); for an
+			// operator it means the owner had released the lock before.
+			r.ok = false
+		}
+		return r
+	})
+	if err != nil {
+		return err
+	}
+	rs, interrupted := gather(ch, c.nodes, time.Now().Add(l.timeout), ctx.Done(), c.settled)
+	t := c.count(rs)
+	switch {
+	case t.ok >= c.quorum:
+		return nil
+	case c.impossible(t.no):
+		return fmt.Errorf("%w: %q is not held by owner %q", ErrNotHeld, name, owner)
+	}
+	errs := append([]error{fmt.Errorf("redlock: release reached %d of %d nodes, need %d", t.ok, len(c.nodes), c.quorum)}, t.errs...)
+	if interrupted {
+		errs = append(errs, ctx.Err())
+	}
+	return errors.Join(errs...)
+}

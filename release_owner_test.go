@@ -1,0 +1,97 @@
+package redlock
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlockgo/redlock/internal/redistest"
+)
+
+func TestReleaseLocker(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	holder := newLocker(t, srv.Client(t))
+	operator := newLocker(t, srv.Client(t))
+	const name = "release-locker"
+
+	err := operator.Release(ctx, name, "nobody")
+	assert.ErrorIs(t, err, ErrNotHeld, "Release() of a free name")
+
+	l, err := holder.TryLock(ctx, name, WithTTL(1500*time.Millisecond))
+	require.NoError(t, err)
+	err = operator.Release(ctx, name, "someone-else")
+	assert.ErrorIs(t, err, ErrNotHeld, "Release() with the wrong owner")
+	assert.Equal(t, l.Owner(), get(t, admin, rlKey(name)), "the holder's key after a wrong-owner Release")
+
+	// A waiter of another process wakes on the release message.
+	waiter := newLocker(t, srv.Client(t))
+	got := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		wl, err := waiter.Lock(wctx, name, WithAutoRenew(false))
+		if err == nil {
+			err = wl.Unlock(ctx)
+		}
+		got <- err
+	}()
+
+	require.NoError(t, operator.Release(ctx, name, l.Owner()))
+	select {
+	case err := <-got:
+		require.NoError(t, err, "waiter's Lock() after Release")
+	case <-time.After(20 * time.Second):
+		t.Fatal("waiter did not get the lock within 20s of Release")
+	}
+	// The holder's watchdog finds the key gone at its next renewal.
+	select {
+	case <-l.Done():
+	case <-time.After(20 * time.Second):
+		t.Fatal("holder's Done not closed within 20s of Release")
+	}
+	assert.ErrorIs(t, l.Err(), ErrLost)
+	assert.ErrorIs(t, operator.Release(ctx, name, l.Owner()), ErrNotHeld, "second Release()")
+}
+
+func TestReleaseBadInput(t *testing.T) {
+	ctx := context.Background()
+	cl, _ := miniClient(t)
+	lk := newLocker(t, cl)
+	assert.Error(t, lk.Release(ctx, "", "o"), "Release() with an empty name")
+	assert.Error(t, lk.Release(ctx, "x", ""), "Release() with an empty owner")
+	var nilLocker *Locker
+	assert.Error(t, nilLocker.Release(ctx, "x", "o"), "Release() on a nil Locker")
+	var nilRedlock *Redlock
+	assert.Error(t, nilRedlock.Release(ctx, "x", "o"), "Release() on a nil Redlock")
+	closed, err := NewLocker(cl)
+	require.NoError(t, err)
+	require.NoError(t, closed.Close())
+	assert.ErrorIs(t, closed.Release(ctx, "x", "o"), ErrClosed)
+}
+
+func TestReleaseRedlock(t *testing.T) {
+	ctx := context.Background()
+	nodes := startRLNodes(t, 3, false, time.Second)
+	holder := newRL(t, nodes, WithAutoRenew(false))
+	operator := newRL(t, nodes)
+	const name = "release-redlock"
+
+	l, err := holder.TryLock(ctx, name, WithTTL(5*time.Second))
+	require.NoError(t, err)
+	assert.ErrorIs(t, operator.Release(ctx, name, "wrong"), ErrNotHeld)
+	require.NoError(t, operator.Release(ctx, name, l.Owner()))
+	assert.Empty(t, holding(t, nodes, name, 0, 1, 2), "nodes still holding the key after Release")
+
+	// A leftover key on a minority is not a held lock, but goes all the same.
+	require.NoError(t, nodes[1].admin.Set(ctx, rlKey(name), "leftover", 5*time.Second).Err())
+	err = operator.Release(ctx, name, "leftover")
+	assert.ErrorIs(t, err, ErrNotHeld)
+	// Settled by the two "not held" answers, maybe before node 1's.
+	assert.True(t, eventually(10*time.Second, func() bool { return len(holding(t, nodes, name, 0, 1, 2)) == 0 }),
+		"the leftover key was not released within 10s")
+}
