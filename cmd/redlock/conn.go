@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlockgo/redlock"
+)
+
+const defaultURL = "redis://127.0.0.1:6379/0"
+
+// locks is what the commands use of a *redlock.Locker or *redlock.Redlock.
+type locks interface {
+	Lock(ctx context.Context, name string, opts ...redlock.Option) (*redlock.Lock, error)
+	TryLock(ctx context.Context, name string, opts ...redlock.Option) (*redlock.Lock, error)
+	Inspect(ctx context.Context, name string) (redlock.Holder, error)
+	Release(ctx context.Context, name, owner string) error
+	Close() error
+}
+
+// target is the Redis deployment a command works on: one server, or the
+// independent masters of a Redlock.
+type target struct {
+	clients []*redis.Client
+	addrs   []string
+	quorum  int
+	timeout time.Duration
+}
+
+// errConfig marks a configuration error (exit 2), as opposed to Redis
+// failing (exit 69).
+var errConfig = errors.New("configuration")
+
+// dial makes the clients for c: --redlock, else --addr, else $REDIS_URL,
+// else the default URL. It connects to nothing yet.
+func dial(c *connFlags) (*target, error) {
+	urls := []string{c.addr}
+	switch {
+	case c.redlock != "":
+		urls = strings.Split(c.redlock, ",")
+	case c.addr == "":
+		urls = []string{os.Getenv("REDIS_URL")}
+		if urls[0] == "" {
+			urls[0] = defaultURL
+		}
+	}
+	t := &target{quorum: len(urls)/2 + 1, timeout: c.timeout}
+	for _, u := range urls {
+		opt, err := clientOptions(strings.TrimSpace(u), c.timeout)
+		if err != nil {
+			t.close()
+			return nil, fmt.Errorf("%w: %w", errConfig, err)
+		}
+		t.clients = append(t.clients, redis.NewClient(opt))
+		t.addrs = append(t.addrs, opt.Addr)
+	}
+	return t, nil
+}
+
+// clientOptions parses a go-redis URL (a bare host:port is taken as
+// redis://host:port). Timeouts the URL does not set are --timeout, and
+// calls honour ctx deadlines, so no call outlives the bound.
+func clientOptions(raw string, timeout time.Duration) (*redis.Options, error) {
+	if raw == "" {
+		return nil, errors.New("empty Redis URL")
+	}
+	if !strings.Contains(raw, "://") {
+		raw = "redis://" + raw
+	}
+	opt, err := redis.ParseURL(raw)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range []*time.Duration{&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout} {
+		if *d == 0 {
+			*d = timeout
+		}
+	}
+	opt.ContextTimeoutEnabled = true
+	return opt, nil
+}
+
+// open checks that a quorum of the servers answers within --timeout and
+// makes the Locker (one server) or Redlock (several) with the key prefix
+// and TTL of c.
+func (t *target) open(c *connFlags) (locks, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), t.timeout)
+	defer cancel()
+	if err := t.ping(ctx); err != nil {
+		return nil, err
+	}
+	opts := []redlock.Option{redlock.WithKeyPrefix(c.prefix), redlock.WithTTL(c.ttl)}
+	if len(t.clients) == 1 {
+		lk, err := redlock.NewLocker(t.clients[0], opts...)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", errConfig, err)
+		}
+		return lk, nil
+	}
+	clients := make([]redlock.Client, len(t.clients))
+	for i, cl := range t.clients {
+		clients[i] = cl
+	}
+	r, err := redlock.NewRedlock(clients, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errConfig, err)
+	}
+	return r, nil
+}
+
+// ping returns nil once a quorum of the servers answered PING, or an error
+// naming those that did not when that is no longer possible or ctx ends.
+func (t *target) ping(ctx context.Context) error {
+	ch := make(chan error, len(t.clients)) // buffered: an early return leaks nothing
+	for i, cl := range t.clients {
+		go func() {
+			err := cl.Ping(ctx).Err()
+			if err != nil {
+				err = fmt.Errorf("%s: %w", t.addrs[i], err)
+			}
+			ch <- err
+		}()
+	}
+	ok := 0
+	var errs []error
+	for range t.clients {
+		err := <-ch
+		if err == nil {
+			ok++
+		} else {
+			errs = append(errs, err)
+		}
+		if ok >= t.quorum {
+			return nil
+		}
+		if len(errs) > len(t.clients)-t.quorum {
+			break
+		}
+	}
+	return fmt.Errorf("cannot reach Redis within %v: %w", t.timeout, errors.Join(errs...))
+}
+
+// reachable pings the servers every interval until ctx ends, and calls
+// lost once a quorum has not answered for --timeout: Lock itself retries a
+// silent server for as long as it may wait.
+func (t *target) reachable(ctx context.Context, lost func(error)) {
+	every := min(max(t.timeout/4, 50*time.Millisecond), time.Second)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	lastOK := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, t.timeout)
+		err := t.ping(pctx)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err == nil:
+			lastOK = time.Now()
+		case time.Since(lastOK) >= t.timeout:
+			lost(err)
+			return
+		}
+	}
+}
+
+func (t *target) close() {
+	for _, cl := range t.clients {
+		_ = cl.Close()
+	}
+}
+
+// nopLogger swallows go-redis's internal log lines (dial failures, pool
+// notices), so that stderr carries only redlock's own one-line messages.
+type nopLogger struct{}
+
+func (nopLogger) Printf(context.Context, string, ...any) {}
+
+func silenceGoRedis() { redis.SetLogger(nopLogger{}) }
+
+// isRedisError reports a refusal by a Redis server (NOPERM, WRONGTYPE,
+// READONLY, ...) anywhere in err's tree, as opposed to "held by another".
+func isRedisError(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re)
+}

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/redlockgo/redlock"
+)
+
+// openLocks dials and opens the target of cf, reporting failures on stderr
+// with their exit code (2 for a bad configuration, 69 for Redis).
+func openLocks(cf *connFlags, stderr io.Writer) (*target, locks, int, bool) {
+	t, err := dial(cf)
+	if err != nil {
+		return nil, nil, fail(stderr, exitUsage, "%s", oneLine(err)), false
+	}
+	lk, err := t.open(cf)
+	if err != nil {
+		t.close()
+		code := exitUnavailable
+		if errors.Is(err, errConfig) {
+			code = exitUsage
+		}
+		return nil, nil, fail(stderr, code, "%s", oneLine(err)), false
+	}
+	return t, lk, 0, true
+}
+
+func statusCmd(args []string, stdout, stderr io.Writer) int {
+	c := newCommand("status", "redlock status [flags] NAME",
+		"Prints who holds the lock NAME, one 'key: value' per line: held, owner,\n"+
+			"remaining ttl on the server, the last fencing token, metadata, readers.\n"+
+			"Exit code 0 if held, 1 if free, 69 if Redis cannot tell (never 0 or 1).\n"+
+			"In --redlock mode a lock is held when a quorum of masters agrees.\n")
+	var cf connFlags
+	cf.register(c.fs)
+	asJSON := c.fs.Bool("json", false, "print one JSON object instead")
+	pos, rest, code, done := c.parse(args, 1, stdout, stderr)
+	switch {
+	case done:
+		return code
+	case len(pos) == 0:
+		return c.bad(stderr, "missing lock NAME")
+	case len(rest) > 0:
+		return c.bad(stderr, "unexpected argument %q", rest[0])
+	}
+	if err := cf.validate(); err != nil {
+		return c.bad(stderr, "%v", err)
+	}
+	name := pos[0]
+
+	t, lk, code, ok := openLocks(&cf, stderr)
+	if !ok {
+		return code
+	}
+	defer t.close()
+	defer lk.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), cf.timeout)
+	defer cancel()
+	h, err := lk.Inspect(ctx, name)
+	if err != nil {
+		return fail(stderr, exitUnavailable, "status of %s: %s", name, oneLine(err))
+	}
+	if *asJSON {
+		b, err := json.Marshal(statusJSON{
+			Name: name, Held: h.Held, Owner: h.Owner, TTL: ttlString(h.TTL), TTLMillis: h.TTL.Milliseconds(),
+			Token: h.Token, Metadata: h.Metadata, Readers: h.Readers,
+		})
+		if err != nil {
+			return fail(stderr, exitUnavailable, "%v", err)
+		}
+		fmt.Fprintf(stdout, "%s\n", b)
+	} else {
+		fmt.Fprintf(stdout, "name: %s\nheld: %t\nowner: %s\nttl: %s\nttl_ms: %d\ntoken: %d\nmetadata: %s\nreaders: %d\n",
+			name, h.Held, h.Owner, ttlString(h.TTL), h.TTL.Milliseconds(), h.Token, h.Metadata, h.Readers)
+	}
+	if h.Held {
+		return exitOK
+	}
+	return exitFree
+}
+
+// statusJSON is status --json: the same keys as the text form.
+type statusJSON struct {
+	Name      string `json:"name"`
+	Held      bool   `json:"held"`
+	Owner     string `json:"owner"`
+	TTL       string `json:"ttl"`
+	TTLMillis int64  `json:"ttl_ms"`
+	Token     int64  `json:"token"`
+	Metadata  string `json:"metadata"`
+	Readers   int    `json:"readers"`
+}
+
+// ttlString prints a lease to the millisecond; "none" for a key without
+// expiry, which this library never writes.
+func ttlString(d time.Duration) string {
+	if d < 0 {
+		return "none"
+	}
+	return d.Round(time.Millisecond).String()
+}
+
+func unlockCmd(args []string, stdout, stderr io.Writer) int {
+	c := newCommand("unlock", "redlock unlock [flags] NAME --owner OWNER",
+		"Releases the lock NAME if, and only if, OWNER holds it: for an operator\n"+
+			"freeing a stuck holder's lock (its owner value is in 'redlock status').\n"+
+			"Exit code 0 if released, 1 if not held by OWNER, 69 if Redis failed.\n"+
+			"A 'redlock run' holding it finds the lock lost and terminates its command.\n")
+	var cf connFlags
+	cf.register(c.fs)
+	owner := c.fs.String("owner", "", "owner value of the holder to release (required)")
+	pos, rest, code, done := c.parse(args, 1, stdout, stderr)
+	switch {
+	case done:
+		return code
+	case len(pos) == 0:
+		return c.bad(stderr, "missing lock NAME")
+	case len(rest) > 0:
+		return c.bad(stderr, "unexpected argument %q", rest[0])
+	case *owner == "":
+		return c.bad(stderr, "missing --owner")
+	}
+	if err := cf.validate(); err != nil {
+		return c.bad(stderr, "%v", err)
+	}
+	name := pos[0]
+
+	t, lk, code, ok := openLocks(&cf, stderr)
+	if !ok {
+		return code
+	}
+	defer t.close()
+	defer lk.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), cf.timeout)
+	defer cancel()
+	switch err := lk.Release(ctx, name, *owner); {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, redlock.ErrNotHeld):
+		return fail(stderr, exitFree, "%s is not held by owner %s", name, *owner)
+	default:
+		return fail(stderr, exitUnavailable, "unlock %s: %s", name, oneLine(err))
+	}
+}
