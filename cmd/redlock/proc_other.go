@@ -13,7 +13,7 @@ import (
 
 var forwarded = []os.Signal{os.Interrupt}
 
-func groupAttr() *syscall.SysProcAttr { return nil }
+func groupAttr(bool) *syscall.SysProcAttr { return nil }
 
 func signalGroup(pid int, s os.Signal) {
 	if p, err := os.FindProcess(pid); err == nil {

@@ -11,8 +11,12 @@ import (
 // forwarded are the signals redlock passes on to the command.
 var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
 
-// groupAttr starts the command as the leader of its own process group.
-func groupAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
+// groupAttr starts the command as the leader of its own process group;
+// with foreground, that group also becomes the foreground of the terminal
+// on stdin (fd 0 in the child too).
+func groupAttr(foreground bool) *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Foreground: foreground, Ctty: 0}
+}
 
 // signalGroup sends s to the command's process group, as a terminal does,
 // so that a pipeline or a shell's foreground child sees it too.

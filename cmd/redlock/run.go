@@ -140,8 +140,11 @@ func supervise(l *redlock.Lock, name string, command []string, grace time.Durati
 		"REDLOCK_TOKEN="+strconv.FormatInt(l.Token(), 10),
 	)
 	// Its own process group, so that a lost lock stops everything the
-	// command started, not only its first process.
-	cmd.SysProcAttr = groupAttr()
+	// command started, not only its first process. At a terminal, that
+	// group takes the terminal over while it runs, as a shell's job does:
+	// keys like ^C reach the command directly.
+	tty := inForeground()
+	cmd.SysProcAttr = groupAttr(tty)
 	if err := cmd.Start(); err != nil {
 		release(l, name, stderr)
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
@@ -152,6 +155,9 @@ func supervise(l *redlock.Lock, name string, command []string, grace time.Durati
 	exited := make(chan struct{})
 	go func() {
 		_ = cmd.Wait() // the exit status is read from cmd.ProcessState
+		if tty {
+			reclaimTerminal()
+		}
 		close(exited)
 	}()
 
