@@ -302,6 +302,26 @@ func TestRunNotObtained(t *testing.T) {
 		oneLineStderr(t, stderr)
 		assert.NoFileExists(t, ran)
 	}
+
+	// A signal while waiting ends the wait: 128+N, the command not run.
+	p := start(t, nil, "", "run", "--addr", srv.Addr(), "busy", "--", "touch", ran)
+	admin := srv.Client(t)
+	deadline := time.Now().Add(longWait)
+	for {
+		// Waiting means subscribed to the lock's release channel.
+		chans, err := admin.PubSubChannels(context.Background(), lockKey("busy")+":rel").Result()
+		require.NoError(t, err)
+		if len(chans) > 0 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "run did not start waiting within %v; stderr: %s", longWait, p.errText(t))
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	assert.Equal(t, 128+15, p.wait(t, longWait), "run interrupted while waiting")
+	oneLineStderr(t, p.errText(t))
+	assert.NoFileExists(t, ran)
+	assert.Equal(t, l.Owner(), get(t, admin, lockKey("busy")), "the holder's key after the waiter gave up")
 }
 
 // TestRunLost: a server paused past the TTL makes the lock lost: the

@@ -103,10 +103,17 @@ func acquire(lk locks, t *target, name string, try bool, wait time.Duration, sig
 	} else {
 		l, err = lk.Lock(ctx, name)
 	}
-	if err == nil {
-		return l, 0, true
-	}
 	var sig signalled
+	if err == nil {
+		cancel(nil)
+		wg.Wait()
+		if !errors.As(context.Cause(ctx), &sig) {
+			return l, 0, true
+		}
+		// The signal came as the lock was granted: the wait was to be
+		// given up, and the command has not started.
+		release(l, name, stderr)
+	}
 	switch cause := context.Cause(ctx); {
 	case errors.As(cause, &sig):
 		return nil, fail(stderr, exitSignalBase+sig.number(), "interrupted by %v while waiting for %s", sig.s, name), false
