@@ -22,7 +22,7 @@ func (c *connFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.addr, "addr", "", "Redis `URL` or host:port (default $REDIS_URL, else "+defaultURL+")")
 	fs.StringVar(&c.redlock, "redlock", "", "comma-separated Redis `URLs` of independent masters: Redlock quorum mode")
 	fs.DurationVar(&c.ttl, "ttl", 10*time.Second, "lease of the lock on the server, renewed at a third of it")
-	fs.StringVar(&c.prefix, "prefix", "redlock:", "key prefix: the lock NAME lives at {PREFIX NAME}")
+	fs.StringVar(&c.prefix, "prefix", "redlock:", "key prefix: the lock NAME is the Redis key \"{PREFIX+NAME}\"")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "give up on a Redis that does not answer within this `duration`")
 }
 

@@ -67,7 +67,7 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
-	return supervise(l, name, command, *grace, sigs, stderr)
+	return supervise(l, name, command, *grace, cf.timeout, sigs, stderr)
 }
 
 // acquire takes the lock, giving up on --wait, on a signal (exit 128+N), or
@@ -112,7 +112,7 @@ func acquire(lk locks, t *target, name string, try bool, wait time.Duration, sig
 		}
 		// The signal came as the lock was granted: the wait was to be
 		// given up, and the command has not started.
-		release(l, name, stderr)
+		release(l, name, t.timeout, stderr)
 	}
 	switch cause := context.Cause(ctx); {
 	case errors.As(cause, &sig):
@@ -138,7 +138,7 @@ func (s signalled) Error() string { return "interrupted by " + s.s.String() }
 // supervise runs command while l is held: it forwards signals, terminates
 // the command's process group when the lock is lost, and releases the lock
 // once the command has exited. It returns redlock's exit code.
-func supervise(l *redlock.Lock, name string, command []string, grace time.Duration, sigs <-chan os.Signal, stderr io.Writer) int {
+func supervise(l *redlock.Lock, name string, command []string, grace, timeout time.Duration, sigs <-chan os.Signal, stderr io.Writer) int {
 	cmd := exec.Command(command[0], command[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env = append(os.Environ(),
@@ -153,7 +153,7 @@ func supervise(l *redlock.Lock, name string, command []string, grace time.Durati
 	tty := inForeground()
 	cmd.SysProcAttr = groupAttr(tty)
 	if err := cmd.Start(); err != nil {
-		release(l, name, stderr)
+		release(l, name, timeout, stderr)
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
 			return fail(stderr, exitNotFound, "%s: %v", command[0], err)
 		}
@@ -207,17 +207,17 @@ func supervise(l *redlock.Lock, name string, command []string, grace time.Durati
 		// another holder's.
 		return fail(stderr, exitLost, "lost the lock %s as %s exited (%s)", name, command[0], oneLine(err))
 	}
-	if !release(l, name, stderr) {
+	if !release(l, name, timeout, stderr) {
 		return exitLost
 	}
 	return exitStatus(cmd.ProcessState)
 }
 
-// release unlocks l, bounded, and reports whether it was still held. A
+// release unlocks l, bounded by timeout, and reports whether it was still held. A
 // release that fails for lack of an answer is logged: the lock frees itself
 // when its lease ends.
-func release(l *redlock.Lock, name string, stderr io.Writer) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+func release(l *redlock.Lock, name string, timeout time.Duration, stderr io.Writer) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	switch err := l.Unlock(ctx); {
 	case err == nil:
