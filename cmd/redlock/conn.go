@@ -82,6 +82,12 @@ func clientOptions(raw string, timeout time.Duration) (*redis.Options, error) {
 			*d = timeout
 		}
 	}
+	if opt.MaxRetries == 0 {
+		// No hidden retries unless the URL asks for them (max_retries): a
+		// refused connection is reported at once, with its cause, and the
+		// library retries lock operations itself.
+		opt.MaxRetries = -1
+	}
 	opt.ContextTimeoutEnabled = true
 	return opt, nil
 }
@@ -143,7 +149,7 @@ func (t *target) ping(ctx context.Context) error {
 			break
 		}
 	}
-	return fmt.Errorf("cannot reach Redis within %v: %w", t.timeout, errors.Join(errs...))
+	return fmt.Errorf("cannot reach Redis (--timeout %v): %w", t.timeout, errors.Join(errs...))
 }
 
 // reachable pings the servers every interval until ctx ends, and calls
