@@ -55,26 +55,30 @@ func (c *core) releaseOwner(ctx context.Context, name, owner string) error {
 		return ErrClosed
 	}
 	key := lockKey(c.cfg.prefix, name)
-	// A Lock value only to carry the keys and release.lua's arguments (the
-	// released marker lives one default TTL); it is never registered.
-	l := c.newLock(name, key, releaseChannel(key), &c.cfg)
-	l.owner = owner
-	ch, err := c.fanOut(context.WithoutCancel(ctx), c.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node) reply {
+	// release.lua's "released" marker tells a holder's Unlock, retried after
+	// a lost reply, that it had released the lock itself. Written under the
+	// holder's marker key, it would make the holder's own Unlock report
+	// success for a lock an operator took away; so this call's marker has a
+	// key of its own, and lives 1ms (nothing reads it: see relAlready below).
+	keys := []string{key, key + ":released-by-operator"}
+	args := []any{owner, releaseChannel(key), 1}
+	timeout := c.cfg.timeout(c.cfg.ttl)
+	ch, err := c.fanOut(context.WithoutCancel(ctx), c.nodes, timeout, timeout, func(ctx context.Context, n *node) reply {
 		if err := c.identify(ctx, n); err != nil {
 			return reply{err: err}
 		}
-		r := releaseCall(ctx, n, l)
-		if r.code == relAlready {
-			// Unlock counts this as success (its own retried call); for an
-			// operator it means the owner had released the lock before.
-			r.ok = false
+		v, err := scriptRelease.Run(ctx, n.client, keys, args...).Int64()
+		if err == nil && v == relUnpublished {
+			c.cfg.logger.Warn("redlock: released, but the server refused to publish the release message; waiters wake by their timers", "name", name)
 		}
-		return r
+		// relAlready would be a retried call of this one after a lost
+		// reply; it reads as "not held", like any owner that is gone.
+		return reply{ok: err == nil && (v == relReleased || v == relUnpublished), code: v, err: err}
 	})
 	if err != nil {
 		return err
 	}
-	rs, interrupted := gather(ch, c.nodes, time.Now().Add(l.timeout), ctx.Done(), c.settled)
+	rs, interrupted := gather(ch, c.nodes, time.Now().Add(timeout), ctx.Done(), c.settled)
 	t := c.count(rs)
 	switch {
 	case t.ok >= c.quorum:

@@ -58,6 +58,19 @@ func TestReleaseLocker(t *testing.T) {
 	assert.ErrorIs(t, operator.Release(ctx, name, l.Owner()), ErrNotHeld, "second Release()")
 }
 
+// TestReleaseHolderUnlock: the holder of a lock an operator released
+// learns it was not held when it unlocks (no released marker of its owner
+// value makes its Unlock read as its own earlier release).
+func TestReleaseHolderUnlock(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	lk := newLocker(t, srv.Client(t), WithAutoRenew(false))
+	l, err := lk.TryLock(ctx, "release-unlock")
+	require.NoError(t, err)
+	require.NoError(t, lk.Release(ctx, "release-unlock", l.Owner()))
+	assert.ErrorIs(t, l.Unlock(ctx), ErrNotHeld, "holder's Unlock() after an operator's Release()")
+}
+
 func TestReleaseBadInput(t *testing.T) {
 	ctx := context.Background()
 	cl, _ := miniClient(t)
