@@ -249,6 +249,10 @@ func TestRunExitCodes(t *testing.T) {
 		assert.Equal(t, tc.want, code, "run %v: exit code; stderr: %s", tc.cmd, stderr)
 		assert.Empty(t, get(t, admin, lockKey("codes")), "lock key after run %v", tc.cmd)
 	}
+	// Without "--" the command starts at the first argument after NAME, and
+	// its own flags stay its own.
+	code, _, stderr := rl(t, nil, "run", "codes", "--addr", srv.Addr(), "sh", "-c", "exit 5")
+	assert.Equal(t, 5, code, "run without --; stderr: %s", stderr)
 }
 
 func get(t *testing.T, cl *redis.Client, key string) string {
