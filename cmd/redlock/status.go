@@ -67,7 +67,7 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	if *asJSON {
 		b, err := json.Marshal(statusJSON{
-			Name: name, Held: h.Held, Owner: h.Owner, TTL: ttlString(h.TTL), TTLMillis: h.TTL.Milliseconds(),
+			Name: name, Held: h.Held, Owner: h.Owner, TTL: ttlString(h.TTL), TTLMillis: ttlMillis(h.TTL),
 			Token: h.Token, Metadata: h.Metadata, Readers: h.Readers,
 		})
 		if err != nil {
@@ -76,7 +76,7 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "%s\n", b)
 	} else {
 		fmt.Fprintf(stdout, "name: %s\nheld: %t\nowner: %s\nttl: %s\nttl_ms: %d\ntoken: %d\nmetadata: %s\nreaders: %d\n",
-			name, h.Held, h.Owner, ttlString(h.TTL), h.TTL.Milliseconds(), h.Token, h.Metadata, h.Readers)
+			name, h.Held, h.Owner, ttlString(h.TTL), ttlMillis(h.TTL), h.Token, h.Metadata, h.Readers)
 	}
 	if h.Held {
 		return exitOK
@@ -103,6 +103,14 @@ func ttlString(d time.Duration) string {
 		return "none"
 	}
 	return d.Round(time.Millisecond).String()
+}
+
+// ttlMillis is the lease in ms, -1 for a key without expiry.
+func ttlMillis(d time.Duration) int64 {
+	if d < 0 {
+		return -1
+	}
+	return d.Milliseconds()
 }
 
 func unlockCmd(args []string, stdout, stderr io.Writer) int {
