@@ -448,6 +448,12 @@ func TestStatus(t *testing.T) {
 	assert.Equal(t, 1, code, "status after the run")
 	assert.Contains(t, out, "held: false\n")
 	assert.Contains(t, out, fmt.Sprintf("token: %d\n", token), "the last token stays")
+
+	// A key set by hand, without expiry.
+	require.NoError(t, srv.Client(t).Set(context.Background(), lockKey("by-hand"), "someone", 0).Err())
+	code, out, _ = rl(t, nil, "status", "--addr", srv.Addr(), "by-hand")
+	assert.Equal(t, 0, code)
+	assert.Contains(t, out, "owner: someone\nttl: none\nttl_ms: -1\n")
 }
 
 // TestUnlock: an operator releases a lock by its owner value; the running
