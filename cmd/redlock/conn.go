@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -90,6 +91,25 @@ func clientOptions(raw string, timeout time.Duration) (*redis.Options, error) {
 	}
 	opt.ContextTimeoutEnabled = true
 	return opt, nil
+}
+
+// openLocks dials and opens the target of cf, reporting failures on stderr
+// with their exit code (2 for a bad configuration, 69 for Redis).
+func openLocks(cf *connFlags, stderr io.Writer) (*target, locks, int, bool) {
+	t, err := dial(cf)
+	if err != nil {
+		return nil, nil, fail(stderr, exitUsage, "%s", oneLine(err)), false
+	}
+	lk, err := t.open(cf)
+	if err != nil {
+		t.close()
+		code := exitUnavailable
+		if errors.Is(err, errConfig) {
+			code = exitUsage
+		}
+		return nil, nil, fail(stderr, code, "%s", oneLine(err)), false
+	}
+	return t, lk, 0, true
 }
 
 // open checks that a quorum of the servers answers within --timeout and

@@ -11,25 +11,6 @@ import (
 	"github.com/redlockgo/redlock"
 )
 
-// openLocks dials and opens the target of cf, reporting failures on stderr
-// with their exit code (2 for a bad configuration, 69 for Redis).
-func openLocks(cf *connFlags, stderr io.Writer) (*target, locks, int, bool) {
-	t, err := dial(cf)
-	if err != nil {
-		return nil, nil, fail(stderr, exitUsage, "%s", oneLine(err)), false
-	}
-	lk, err := t.open(cf)
-	if err != nil {
-		t.close()
-		code := exitUnavailable
-		if errors.Is(err, errConfig) {
-			code = exitUsage
-		}
-		return nil, nil, fail(stderr, code, "%s", oneLine(err)), false
-	}
-	return t, lk, 0, true
-}
-
 func statusCmd(args []string, stdout, stderr io.Writer) int {
 	c := newCommand("status", "redlock status [flags] NAME",
 		"Prints who holds the lock NAME, one 'key: value' per line: held, owner,\n"+
