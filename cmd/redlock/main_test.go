@@ -339,7 +339,7 @@ func TestRunLost(t *testing.T) {
 		// checked for redlock's line.
 		child := fmt.Sprintf(`exec 2>/dev/null; trap 'echo TERM >> %[1]s/log; exit 0' TERM; echo ready >> %[1]s/log
 i=0; while [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done`, dir)
-		p := start(t, nil, "", "run", "--addr", srv.Addr(), "--ttl", "1s", "--grace", "30s", "lost-term", "--", "sh", "-c", child)
+		p := start(t, nil, "", "run", "--addr", srv.Addr(), "--ttl", "2s", "--grace", "30s", "lost-term", "--", "sh", "-c", child)
 		waitFor(t, filepath.Join(dir, "log"), contains("ready"))
 		srv.Pause(t)
 		defer srv.Resume(t)
@@ -354,7 +354,7 @@ i=0; while [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done`, dir)
 		// Ignores SIGTERM, and so does its background child (ignored
 		// signals are inherited): only SIGKILL to the group ends both.
 		child := fmt.Sprintf(`trap '' TERM; sleep 600 & echo $! > %[1]s/bg; echo ready >> %[1]s/log; wait`, dir)
-		p := start(t, nil, "", "run", "--addr", srv.Addr(), "--ttl", "1s", "--grace", "500ms", "lost-kill", "--", "sh", "-c", child)
+		p := start(t, nil, "", "run", "--addr", srv.Addr(), "--ttl", "2s", "--grace", "500ms", "lost-kill", "--", "sh", "-c", child)
 		waitFor(t, filepath.Join(dir, "log"), contains("ready"))
 		bg, err := strconv.Atoi(strings.TrimSpace(waitFor(t, filepath.Join(dir, "bg"), contains("\n"))))
 		require.NoError(t, err)
