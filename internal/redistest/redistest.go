@@ -17,6 +17,7 @@ package redistest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -117,37 +118,68 @@ func Start(t testing.TB, extra ...string) *Server {
 // configuration again.
 func startServer(t testing.TB, conf string, extra []string) *Server {
 	t.Helper()
-	s := &Server{bin: RequireRedisServer(t), conf: conf, extra: slices.Clone(extra)}
+	s, err := launch(RequireRedisServer(t), conf, extra)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	t.Cleanup(func() { s.shutdown(t) })
+	return s
+}
 
+// Launch starts a server as Start does, but not tied to a test: it is for
+// servers that outlive one test, such as those shared by benchmarks. It
+// returns an error instead of failing a test (also when redis-server is not
+// installed: call RequireRedisServer first to skip instead), and the caller
+// must call Stop.
+func Launch(extra ...string) (*Server, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, fmt.Errorf("redistest: %w", err)
+	}
+	return launch(bin, "", extra)
+}
+
+// Stop kills a server started by Launch, as the cleanup of Start does, and
+// removes its directory. It is safe to call more than once.
+func (s *Server) Stop() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.stopLocked(); err != nil {
+		return fmt.Errorf("redistest: %w", err)
+	}
+	return nil
+}
+
+// launch starts redis-server bin on a free port and waits until it answers,
+// retrying on another port when the server exits at once (another process
+// took the port between freePort and redis-server binding it).
+func launch(bin, conf string, extra []string) (*Server, error) {
+	s := &Server{bin: bin, conf: conf, extra: slices.Clone(extra)}
 	var failures []error
 	for attempt := 1; attempt <= maxStartAttempts; attempt++ {
 		port, err := freePort()
 		if err != nil {
-			t.Fatalf("redistest: finding a free port: %v", err)
+			return nil, fmt.Errorf("redistest: finding a free port: %w", err)
 		}
 		p, err := startProcess(s.bin, port, s.conf, s.extra)
 		if err != nil {
-			t.Fatalf("redistest: %v", err)
+			return nil, fmt.Errorf("redistest: %w", err)
 		}
 		err = p.waitReady(readyTimeout)
 		if err == nil {
 			s.port, s.p = port, p
-			t.Cleanup(func() { s.shutdown(t) })
-			return s
+			return s, nil
 		}
-		if stopErr := p.stop(); stopErr != nil {
-			t.Errorf("redistest: %v", stopErr)
-		}
+		stopErr := p.stop()
 		if !errors.Is(err, errExited) {
 			// The server is alive but not answering: retrying on another
 			// port would only hide whatever is wrong with it.
-			t.Fatalf("redistest: %v\n%s", err, p.describe())
+			return nil, errors.Join(fmt.Errorf("redistest: %w\n%s", err, p.describe()), stopErr)
 		}
 		failures = append(failures, errors.New(p.describe()))
 	}
-	t.Fatalf("redistest: redis-server exited early on %d ports in a row:\n%v",
+	return nil, fmt.Errorf("redistest: redis-server exited early on %d ports in a row:\n%w",
 		maxStartAttempts, errors.Join(failures...))
-	return nil
 }
 
 // StartN starts n servers as Start does, for tests of Redlock across
