@@ -130,6 +130,13 @@ func (r *Recorder) Released(a *Acquisition, at time.Time) { r.set(a, &a.Released
 // Lost records that the holder learnt at at that the lock was lost.
 func (r *Recorder) Lost(a *Acquisition, at time.Time) { r.set(a, &a.LostAt, at) }
 
+// Renewed records the lock's Until after a renewal or an Extend moved it.
+func (r *Recorder) Renewed(a *Acquisition, until time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	a.Until = until
+}
+
 // DoneClosed records when the lock's Done channel closed.
 func (r *Recorder) DoneClosed(a *Acquisition, at time.Time) { r.set(a, &a.DoneAt, at) }
 
