@@ -283,6 +283,10 @@ func TestServerRefusals(t *testing.T) {
 			t.Cleanup(func() { c.Close() })
 			return c
 		}, redis.IsPermissionError},
+		{"NOAUTH", func(t *testing.T, srv *redistest.Server) *redis.Client {
+			srv.Do(t, "CONFIG", "SET", "requirepass", "pw")
+			return srv.Client(t) // no password
+		}, func(err error) bool { return redis.HasErrorPrefix(err, "NOAUTH") }},
 		{"OOM", func(t *testing.T, srv *redistest.Server) *redis.Client {
 			srv.Do(t, "CONFIG", "SET", "maxmemory", "1")
 			srv.Do(t, "CONFIG", "SET", "maxmemory-policy", "noeviction")
