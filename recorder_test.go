@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,17 +16,27 @@ import (
 // (the exact moment, read from the lock, not when a goroutine noticed).
 type recorder struct {
 	*history.Recorder
-	wg sync.WaitGroup
+	wg      sync.WaitGroup
+	checked atomic.Bool // the test checked the history itself
 }
 
 // newRecorder returns a recorder whose goroutines are waited for before
-// the test ends; every lock recorded must end by then (Close its Locker).
+// the test ends; every lock recorded must end by then (Close its Locker,
+// or let the cleanups of newLocker do so: they run first). Unless the test
+// checked the history itself (scene.check), the cleanup then fails the test
+// on any violation.
 func newRecorder(t testing.TB) *recorder {
 	t.Helper()
 	r := &recorder{Recorder: history.New()}
 	t.Cleanup(func() {
 		if !r.wait(10 * time.Second) {
 			t.Errorf("recorder: a recorded lock was still held when the test ended")
+			return
+		}
+		if !r.checked.Load() {
+			if err := r.Err(); err != nil {
+				t.Error(err)
+			}
 		}
 	})
 	return r

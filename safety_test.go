@@ -54,6 +54,7 @@ func (s *scene) write(l *Lock) error { return s.rec.fenced(&s.fence, l) }
 // of the kinds in want, at least one of each.
 func (s *scene) check(want ...history.Kind) {
 	s.t.Helper()
+	s.rec.checked.Store(true)
 	require.True(s.t, s.rec.wait(10*time.Second), "recorded locks still held at the end of the scenario")
 	got := s.rec.Kinds()
 	if !assert.ElementsMatch(s.t, want, slices.Collect(maps.Keys(got)), "violation kinds") {
