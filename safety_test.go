@@ -300,6 +300,49 @@ func TestSafetyRestartEmpty(t *testing.T) {
 	})
 }
 
+// TestSafetyRedlockRestartBareMajority is the spec's own counterexample
+// (section "Performance, crash recovery and fsync"): A holds a Redlock on a
+// bare majority {0,1} of three masters while master 2 is partitioned from it;
+// master 0 restarts empty, and B, which reaches {0,2}, gets the lock too. The
+// overlap is the documented loss without persistence or delayed restarts;
+// B's token, floored by time, is above A's, so the fence rejects A's write.
+func TestSafetyRedlockRestartBareMajority(t *testing.T) {
+	ctx := context.Background()
+	nodes := startRLNodes(t, 3, true, time.Second)
+	a := newRL(t, nodes, WithTTL(time.Second), WithNodeTimeout(100*time.Millisecond))
+	warmUp(t, a)
+	direct := make([]Client, len(nodes))
+	for i, nd := range nodes {
+		direct[i] = plainClient(t, nd.srv.Addr(), 0)
+	}
+	b, err := NewRedlock(direct, WithTTL(time.Second))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	s := newScene(t)
+
+	nodes[2].proxy.Blackhole(true) // A cannot reach master 2
+	la, err := a.TryLock(ctx, "bare-majority")
+	s.took(la, err)
+	require.NoError(t, err, "A on masters 0 and 1")
+	require.NoError(t, s.write(la))
+	nodes[0].srv.Restart(t)
+	lb, err := b.TryLock(ctx, "bare-majority")
+	s.took(lb, err)
+	require.NoError(t, err, "B on masters 0 (restarted empty) and 2 (documented loss)")
+	assert.Greater(t, lb.Token(), la.Token(), "B's token above A's")
+	require.NoError(t, s.write(lb))
+	assert.ErrorIs(t, s.write(la), ErrStaleToken, "A's write after B's")
+	select {
+	case <-la.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("A never learnt that its lock was lost")
+	}
+	require.NoError(t, lb.Unlock(ctx))
+	nodes[2].proxy.Blackhole(false)
+	closeAll(t, a, b)
+	s.check(history.Overlap, history.LateDone)
+}
+
 // TestSafetyFailoverLosesKey is the failover of the Redlock debate, without
 // replica acknowledgements: A's lock (and its fencing counter) never reached
 // the replica, the replica is promoted, and B gets the lock. The overlap is
