@@ -107,7 +107,10 @@ func TestSafetyHolderPausedPastTTL(t *testing.T) {
 			t.Parallel()
 			srv := redistest.Start(t)
 			proxy := redistest.NewProxy(t, srv.Addr())
-			const ttl = 500 * time.Millisecond
+			// Leases of 1.5s: the margin between Done and the server's expiry
+			// (the drift allowance and the loss lead, 34ms) must outlast a busy
+			// machine's scheduling delays.
+			const ttl = 1500 * time.Millisecond
 			a := lockerOn(t, plainClient(t, proxy.Addr(), -1), WithTTL(ttl), WithAutoRenew(renew))
 			b := lockerOn(t, srv.Client(t), WithRetry(ConstantRetry(10*time.Millisecond)))
 			s := newScene(t)
@@ -173,7 +176,7 @@ func TestSafetyRedisPaused(t *testing.T) {
 	t.Run("renewal", func(t *testing.T) {
 		t.Parallel()
 		srv := redistest.Start(t)
-		a := lockerOn(t, srv.Client(t), WithNodeTimeout(nodeTimeout), WithTTL(600*time.Millisecond))
+		a := lockerOn(t, srv.Client(t), WithNodeTimeout(nodeTimeout), WithTTL(1500*time.Millisecond))
 		b := lockerOn(t, srv.Client(t), WithRetry(ConstantRetry(10*time.Millisecond)))
 		s := newScene(t)
 		la, err := a.TryLock(ctx, "paused-renew")
@@ -185,7 +188,7 @@ func TestSafetyRedisPaused(t *testing.T) {
 		case <-la.Done():
 		case <-time.After(5 * time.Second):
 			srv.Resume(t)
-			t.Fatal("Done still open 5s after Redis paused under a 600ms lease")
+			t.Fatal("Done still open 5s after Redis paused under a 1.5s lease")
 		}
 		srv.Resume(t)
 		// Renewals queued during the pause run now: none may revive A.
@@ -429,7 +432,7 @@ func TestSafetyLatencyAboveTTL(t *testing.T) {
 		t.Parallel()
 		srv := redistest.Start(t)
 		proxy := redistest.NewProxy(t, srv.Addr())
-		const ttl = 600 * time.Millisecond
+		const ttl = 1500 * time.Millisecond
 		a := lockerOn(t, plainClient(t, proxy.Addr(), -1), WithTTL(ttl), WithNodeTimeout(2*time.Second))
 		b := lockerOn(t, srv.Client(t), WithRetry(ConstantRetry(10*time.Millisecond)))
 		s := newScene(t)
@@ -629,8 +632,8 @@ func TestSafetyCloseRaces(t *testing.T) {
 	names := []string{"cr-0", "cr-1", "cr-2", "cr-3"}
 	for round := range 5 {
 		s := newScene(t)
-		a := lockerOn(t, srv.Client(t), WithTTL(300*time.Millisecond))
-		b := lockerOn(t, srv.Client(t), WithTTL(300*time.Millisecond))
+		a := lockerOn(t, srv.Client(t), WithTTL(time.Second), WithRenewInterval(100*time.Millisecond))
+		b := lockerOn(t, srv.Client(t), WithTTL(time.Second), WithRenewInterval(100*time.Millisecond))
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
 		for i := range 8 {
