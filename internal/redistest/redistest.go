@@ -1,6 +1,14 @@
 // Package redistest starts, breaks and restarts real redis-server processes
 // for tests, including Sentinel-managed groups for failover tests, and
-// provides a TCP proxy to inject latency, partitions and lost replies.
+// provides a TCP proxy to inject latency, partitions, held and lost replies
+// and cut connections.
+//
+// The fault kit: Server.Pause and Resume (SIGSTOP, SIGCONT), Kill, Restart
+// (empty, same port), ACLUser; Proxy.SetDelay, Blackhole, Hold, Cut and
+// DropReplies; StartPair for a master and a replica whose replication link
+// can be held back, and Pair.Failover to promote a replica that missed
+// writes (REPLICAOF NO ONE), the failover of the Redlock debate; Launch for
+// servers shared beyond one test (benchmarks).
 //
 // Every server listens on a free port of 127.0.0.1 only, runs without
 // persistence in its own temporary directory and is killed when the test
@@ -250,6 +258,14 @@ func (s *Server) Do(t testing.TB, args ...any) any {
 	if err != nil {
 		t.Fatalf("redistest: %v on %s: %v", args, s.Addr(), err)
 	}
+	return v
+}
+
+// Info returns the text of INFO section on the server, read on a new
+// connection (see Do). Benchmarks read commandstats and cpu with it.
+func (s *Server) Info(t testing.TB, section string) string {
+	t.Helper()
+	v, _ := s.Do(t, "INFO", section).(string)
 	return v
 }
 

@@ -134,11 +134,3 @@ func serverRole(s *Server) (string, error) {
 	role, _ := reply[0].(string)
 	return role, nil
 }
-
-// Info returns the text of INFO section on the server, read on a new
-// connection (see Do). Benchmarks read commandstats and cpu with it.
-func (s *Server) Info(t testing.TB, section string) string {
-	t.Helper()
-	v, _ := s.Do(t, "INFO", section).(string)
-	return v
-}
