@@ -58,21 +58,25 @@ func TestLostReplies(t *testing.T) {
 	t.Run("Unlock after another owner took the name", func(t *testing.T) {
 		// The marker says who released; a new owner's key does not make
 		// the retried release of the old one a "not held".
+		// Recorded: the history must show the two owners one after the other.
+		rec := newRecorder(t)
 		srv, p, cl := lossyClient(t)
 		lk := newLocker(t, cl)
 		other := newLocker(t, srv.Client(t))
 		l, err := lk.TryLock(ctx, "lost-unlock-2")
 		require.NoError(t, err)
+		a := rec.acquired(l, time.Now())
 		require.NoError(t, cl.Ping(ctx).Err())
 		p.SetDelay(200 * time.Millisecond) // room for the other owner between the two tries
 		p.DropReplies(1)
 		done := make(chan error, 1)
-		go func() { done <- l.Unlock(ctx) }()
+		go func() { done <- rec.unlock(ctx, a, l) }()
 		var nl *Lock
 		require.True(t, eventually(2*time.Second, func() bool {
 			nl, err = other.TryLock(ctx, "lost-unlock-2")
 			return err == nil
 		}))
+		rec.acquired(nl, time.Now())
 		require.NoError(t, <-done)
 		assert.Equal(t, nl.Owner(), get(t, srv.Client(t), "{redlock:lost-unlock-2}"), "the new owner's key is untouched")
 	})
@@ -283,6 +287,10 @@ func TestServerRefusals(t *testing.T) {
 			t.Cleanup(func() { c.Close() })
 			return c
 		}, redis.IsPermissionError},
+		{"NOAUTH", func(t *testing.T, srv *redistest.Server) *redis.Client {
+			srv.Do(t, "CONFIG", "SET", "requirepass", "pw")
+			return srv.Client(t) // no password
+		}, func(err error) bool { return redis.HasErrorPrefix(err, "NOAUTH") }},
 		{"OOM", func(t *testing.T, srv *redistest.Server) *redis.Client {
 			srv.Do(t, "CONFIG", "SET", "maxmemory", "1")
 			srv.Do(t, "CONFIG", "SET", "maxmemory-policy", "noeviction")

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlockgo/redlock/internal/history"
 	"github.com/redlockgo/redlock/internal/redistest"
 )
 
@@ -291,7 +292,10 @@ func TestErrExactAtUntil(t *testing.T) {
 // server, every Done closes by Until plus a small slack, from one loss clock
 // rather than a runtime timer per lock. The figure is logged; the assertion
 // keeps a generous slack (the drift allowance of 1%+2ms) so that a loaded
-// machine cannot make it fail while a late-by-design signal would.
+// machine cannot make it fail while a late-by-design signal would. Every
+// acquisition goes into a history; once the server resumes, another Locker
+// takes a sample of the names, and the history must show no overlap and
+// every Done closed before the new owner (SAFETY.md).
 func TestLossClockScales(t *testing.T) {
 	if testing.Short() {
 		t.Skip("holds thousands of locks; skipped with -short")
@@ -301,6 +305,10 @@ func TestLossClockScales(t *testing.T) {
 		n   = 20000
 		ttl = 5 * time.Second
 	)
+	// Recorded by hand, without a goroutine per lock watching its Done:
+	// 20,000 goroutines waking at once would delay the loss clock under test.
+	rec := history.New()
+	acqs := make([]*history.Acquisition, n)
 	lk := newLocker(t, srv.Client(t), WithTTL(ttl), WithNodeTimeout(time.Second))
 	ctx := context.Background()
 	locks := make([]*Lock, n)
@@ -313,6 +321,7 @@ func TestLossClockScales(t *testing.T) {
 					t.Errorf("TryLock() = %v", err)
 					return
 				}
+				acqs[i] = rec.Acquired(l.Name(), l.Owner(), l.Token(), time.Now(), l.Until())
 				locks[i] = l
 			}
 		})
@@ -325,9 +334,12 @@ func TestLossClockScales(t *testing.T) {
 	defer srv.Resume(t)
 	var worst time.Duration
 	open := 0
-	for _, l := range locks {
+	for i, l := range locks {
 		<-l.Done()
 		require.ErrorIs(t, l.Err(), ErrLost)
+		rec.Renewed(acqs[i], l.Until())
+		rec.DoneClosed(acqs[i], doneAt(l))
+		rec.Lost(acqs[i], doneAt(l))
 		l.mu.Lock()
 		late := l.ended.Sub(l.until)
 		l.mu.Unlock()
@@ -339,6 +351,18 @@ func TestLossClockScales(t *testing.T) {
 	allowance := drift(ttl, 0.01)
 	t.Logf("%d locks on a paused server: %d Done channels closed after their Until, the latest %v after it (drift allowance %v)", n, open, worst, allowance)
 	assert.Less(t, worst, allowance, "Done closed more than the drift allowance after Until")
+
+	srv.Resume(t)
+	other := newLocker(t, srv.Client(t), WithAutoRenew(false))
+	for i := 0; i < n; i += n / 200 {
+		l, err := other.TryLock(ctx, fmt.Sprintf("loss-%d", i))
+		require.NoError(t, err, "another owner after the paused server resumed")
+		a := rec.Acquired(l.Name(), l.Owner(), l.Token(), time.Now(), l.Until())
+		rec.Released(a, time.Now())
+		require.NoError(t, l.Unlock(ctx))
+		rec.DoneClosed(a, doneAt(l))
+	}
+	assert.NoError(t, rec.Err())
 }
 
 // TestExtendBelowRenewInterval: Extend to a TTL shorter than the renew

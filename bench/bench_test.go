@@ -34,7 +34,7 @@ const warmups = 20
 
 func BenchmarkUncontended(b *testing.B) {
 	srvs := getServers(b, "single", 1)
-	addr := srvs[0].Addr
+	addr := srvs[0].Addr()
 	loopbackOnly(b, addr)
 	b.Run("redlock", func(b *testing.B) { benchRedlock(b, srvs) })
 	b.Run("redlock-norenew", func(b *testing.B) { benchRedlock(b, srvs, redlock.WithAutoRenew(false)) })
@@ -97,7 +97,7 @@ func benchRedlock(b *testing.B, srvs []*server, opts ...redlock.Option) {
 	var cmds atomic.Int64
 	var clients []redlock.Client
 	for _, s := range srvs {
-		clients = append(clients, newGoRedis(b, s.Addr, &cmds))
+		clients = append(clients, newGoRedis(b, s.Addr(), &cmds))
 	}
 	var (
 		lock  func(context.Context, string, ...redlock.Option) (*redlock.Lock, error)
@@ -145,7 +145,7 @@ func benchRedsync(b *testing.B, srvs []*server) {
 	var cmds atomic.Int64
 	var pools []rsredis.Pool
 	for _, s := range srvs {
-		pools = append(pools, goredis.NewPool(newGoRedis(b, s.Addr, &cmds)))
+		pools = append(pools, goredis.NewPool(newGoRedis(b, s.Addr(), &cmds)))
 	}
 	rs := redsync.New(pools...)
 	ctx := context.Background()
@@ -198,13 +198,13 @@ var contenders = []int{2, 16}
 
 func BenchmarkContended(b *testing.B) {
 	srvs := getServers(b, "single", 1)
-	loopbackOnly(b, srvs[0].Addr)
+	loopbackOnly(b, srvs[0].Addr())
 	for _, l := range contendedLibs {
 		b.Run(l.name, func(b *testing.B) {
 			for _, g := range contenders {
 				b.Run(fmt.Sprintf("g=%d", g), func(b *testing.B) {
 					var cmds atomic.Int64
-					ws := newWorkers(b, l, srvs[0].Addr, g, &cmds)
+					ws := newWorkers(b, l, srvs[0].Addr(), g, &cmds)
 					m := startMeter(b, &cmds, srvs)
 					res := contend(b, ws, lockName("contended-"+l.name), b.N)
 					ping := m.stop(b.N, "cs")
@@ -367,7 +367,7 @@ func (c *contention) report(b *testing.B, ping time.Duration) {
 
 func BenchmarkPing(b *testing.B) {
 	srvs := getServers(b, "single", 1)
-	addr := srvs[0].Addr
+	addr := srvs[0].Addr()
 	loopbackOnly(b, addr)
 	ctx := context.Background()
 	b.Run("go-redis", func(b *testing.B) {

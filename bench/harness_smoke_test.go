@@ -13,7 +13,7 @@ func TestContendedHarness(t *testing.T) {
 	for _, l := range contendedLibs {
 		t.Run(l.name, func(t *testing.T) {
 			var cmds atomic.Int64
-			ws := newWorkers(t, l, srvs[0].Addr, 4, &cmds)
+			ws := newWorkers(t, l, srvs[0].Addr(), 4, &cmds)
 			c := contend(t, ws, lockName("harness-"+l.name), 40)
 			if c.overlaps != 0 || c.unlockErrs != 0 {
 				t.Fatalf("overlaps=%d unlockErrs=%d", c.overlaps, c.unlockErrs)

@@ -129,11 +129,7 @@ func serverCalls(tb testing.TB, srvs []*server) map[string]int64 {
 	tb.Helper()
 	calls := map[string]int64{}
 	for _, s := range srvs {
-		info, err := s.rawInfo("commandstats", 2*time.Second)
-		if err != nil {
-			tb.Fatalf("INFO commandstats on %s: %v", s.Addr, err)
-		}
-		for l := range strings.Lines(info) {
+		for l := range strings.Lines(s.Info(tb, "commandstats")) {
 			// cmdstat_evalsha:calls=12,usec=34,usec_per_call=2.83,...
 			name, rest, ok := strings.Cut(strings.TrimSpace(l), ":")
 			name, isCmd := strings.CutPrefix(name, "cmdstat_")
@@ -172,11 +168,7 @@ func serverCPU(tb testing.TB, srvs []*server) time.Duration {
 	tb.Helper()
 	var total time.Duration
 	for _, s := range srvs {
-		info, err := s.rawInfo("cpu", 2*time.Second)
-		if err != nil {
-			tb.Fatalf("INFO cpu on %s: %v", s.Addr, err)
-		}
-		for l := range strings.Lines(info) {
+		for l := range strings.Lines(s.Info(tb, "cpu")) {
 			k, v, ok := strings.Cut(strings.TrimSpace(l), ":")
 			if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
 				f, err := strconv.ParseFloat(v, 64)
@@ -210,7 +202,7 @@ type meter struct {
 // reported as the median of both samples.
 func startMeter(b *testing.B, cmds *atomic.Int64, srvs []*server) *meter {
 	b.Helper()
-	m := &meter{b: b, cmds: cmds, srvs: srvs, ping: newPinger(b, srvs[0].Addr)}
+	m := &meter{b: b, cmds: cmds, srvs: srvs, ping: newPinger(b, srvs[0].Addr())}
 	m.ping.sample(b)
 	if cmds != nil {
 		cmds.Store(0)
@@ -256,7 +248,7 @@ func (m *meter) stop(ops int, unit string) time.Duration {
 func addrs(srvs []*server) []string {
 	out := make([]string, len(srvs))
 	for i, s := range srvs {
-		out[i] = s.Addr
+		out[i] = s.Addr()
 	}
 	return out
 }

@@ -23,23 +23,23 @@ import (
 func BenchmarkInterleaved(b *testing.B) {
 	b.Run("servers=1", func(b *testing.B) {
 		srvs := getServers(b, "single", 1)
-		loopbackOnly(b, srvs[0].Addr)
-		ops := []namedOp{pingOp(b, srvs[0].Addr), rawFloorOp(b, srvs[0].Addr)}
+		loopbackOnly(b, srvs[0].Addr())
+		ops := []namedOp{pingOp(b, srvs[0].Addr()), rawFloorOp(b, srvs[0].Addr())}
 		ops = append(ops,
 			redlockOp(b, "redlock", srvs),
 			redlockOp(b, "redlock-norenew", srvs, redlock.WithAutoRenew(false)),
 			redlockOp(b, "redlock-norenew-nofence", srvs, redlock.WithAutoRenew(false), redlock.WithFencing(false)),
-			redlockCtxDLOp(b, srvs[0].Addr),
+			redlockCtxDLOp(b, srvs[0].Addr()),
 			redsyncOp(b, srvs),
-			redislockOp(b, srvs[0].Addr),
-			rueidislockOp(b, srvs[0].Addr),
+			redislockOp(b, srvs[0].Addr()),
+			rueidislockOp(b, srvs[0].Addr()),
 		)
 		interleave(b, ops)
 	})
 	b.Run("servers=5", func(b *testing.B) {
 		srvs := getServers(b, "five", 5)
 		loopbackOnly(b, addrs(srvs)...)
-		ops := []namedOp{pingOp(b, srvs[0].Addr)}
+		ops := []namedOp{pingOp(b, srvs[0].Addr())}
 		ops = append(ops,
 			redlockOp(b, "redlock", srvs),
 			redlockOp(b, "redlock-norenew", srvs, redlock.WithAutoRenew(false)),
@@ -134,7 +134,7 @@ func redlockCtxDLOp(b *testing.B, addr string) namedOp {
 func redlockOp(b *testing.B, name string, srvs []*server, opts ...redlock.Option) namedOp {
 	var clients []redlock.Client
 	for _, s := range srvs {
-		clients = append(clients, newGoRedis(b, s.Addr, nil))
+		clients = append(clients, newGoRedis(b, s.Addr(), nil))
 	}
 	var lock func(context.Context, string, ...redlock.Option) (*redlock.Lock, error)
 	if len(clients) == 1 {
@@ -168,7 +168,7 @@ func redlockOp(b *testing.B, name string, srvs []*server, opts ...redlock.Option
 func redsyncOp(b *testing.B, srvs []*server) namedOp {
 	var pools []rsredis.Pool
 	for _, s := range srvs {
-		pools = append(pools, goredis.NewPool(newGoRedis(b, s.Addr, nil)))
+		pools = append(pools, goredis.NewPool(newGoRedis(b, s.Addr(), nil)))
 	}
 	rs := redsync.New(pools...)
 	key := lockName("interleaved-redsync")

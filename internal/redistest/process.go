@@ -1,12 +1,10 @@
 package redistest
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -14,8 +12,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 const (
@@ -151,13 +152,16 @@ func (p *process) waitReady(timeout time.Duration) error {
 	return fmt.Errorf("redis-server on %s not ready after %v: %w", p.addr, timeout, lastErr)
 }
 
-// probe sends PING and INFO server over a raw connection and checks that
-// the server answering is this process. Otherwise, if another server took
-// the port first, that one would answer PING while ours is about to fail
-// to bind, and the test would run against a stranger's server.
+// probe sends PING and INFO server and checks that the server answering is
+// this process. Otherwise, if another server took the port first, that one
+// would answer PING while ours is about to fail to bind, and the test would
+// run against a stranger's server.
 //
-// A raw connection keeps go-redis's connection setup (HELLO, CLIENT
-// SETINFO, dial retries) out of the readiness check.
+// The connection is dialled here, once, and handed to a go-redis client:
+// go-redis's own dialling retries a refused connection, logs each failure
+// and may keep a goroutine redialling after the client is closed, none of
+// which a readiness poll wants. The probe is cut short as soon as our
+// process exits.
 func (p *process) probe(timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(p.exited, timeout)
 	defer cancel()
@@ -166,33 +170,42 @@ func (p *process) probe(timeout time.Duration) error {
 	if err != nil {
 		return err
 	}
+	var dialled atomic.Bool
+	c := redis.NewClient(&redis.Options{
+		Addr: p.addr,
+		Dialer: func(context.Context, string, string) (net.Conn, error) {
+			if dialled.Swap(true) {
+				return nil, errors.New("probe connection already used")
+			}
+			return conn, nil
+		},
+		DialTimeout:           timeout,
+		ReadTimeout:           timeout,
+		WriteTimeout:          timeout,
+		ContextTimeoutEnabled: true,
+		MaxRetries:            -1,
+		PoolSize:              1,
+		DisableIdentity:       true,
+	})
+	defer c.Close()
 	defer conn.Close()
-	// Whatever holds the port may accept and never answer; give up on it
-	// as soon as our process has exited rather than after the timeout.
-	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
-	defer stop()
-	if err := conn.SetDeadline(time.Now().Add(timeout)); err != nil {
-		return err
-	}
+	var ping *redis.StatusCmd
+	var info *redis.StringCmd
 	// Pipelined, so that one round trip answers both.
-	if _, err := io.WriteString(conn, "PING\r\nINFO server\r\n"); err != nil {
-		return err
+	_, err = c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		ping = pipe.Ping(ctx)
+		info = pipe.Info(ctx, "server")
+		return nil
+	})
+	if err := ping.Err(); err != nil {
+		// For example LOADING while a configured AOF is being read.
+		return fmt.Errorf("PING: %w", err)
 	}
-	r := bufio.NewReader(conn)
-	line, err := readLine(r)
-	if err != nil {
-		return err
-	}
-	if line != "+PONG" {
-		// For example -LOADING while a configured AOF is being read.
-		return fmt.Errorf("PING answered %q", line)
-	}
-	info, err := readBulk(r)
 	if err != nil {
 		return fmt.Errorf("INFO server: %w", err)
 	}
 	want := "process_id:" + strconv.Itoa(p.cmd.Process.Pid)
-	for l := range strings.Lines(info) {
+	for l := range strings.Lines(info.Val()) {
 		if strings.TrimSpace(l) == want {
 			return nil
 		}
@@ -238,36 +251,6 @@ func (p *process) stop() error {
 // failure messages.
 func (p *process) describe() string {
 	return fmt.Sprintf("%q\n--- redis-server output ---\n%s--- end of output ---", p.cmd.Args, p.output)
-}
-
-// readLine reads one CRLF-terminated RESP line without its terminator.
-func readLine(r *bufio.Reader) (string, error) {
-	line, err := r.ReadString('\n')
-	if err != nil {
-		return "", err
-	}
-	return strings.TrimSuffix(line, "\r\n"), nil
-}
-
-// readBulk reads one RESP bulk string reply.
-func readBulk(r *bufio.Reader) (string, error) {
-	header, err := readLine(r)
-	if err != nil {
-		return "", err
-	}
-	size, ok := strings.CutPrefix(header, "$")
-	if !ok {
-		return "", fmt.Errorf("expected a bulk string, got %q", header)
-	}
-	n, err := strconv.Atoi(size)
-	if err != nil || n < 0 {
-		return "", fmt.Errorf("bad bulk string header %q", header)
-	}
-	buf := make([]byte, n+2) // payload and CRLF
-	if _, err := io.ReadFull(r, buf); err != nil {
-		return "", err
-	}
-	return string(buf[:n]), nil
 }
 
 // syncBuffer is a bytes.Buffer that the goroutines copying the server's

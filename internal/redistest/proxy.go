@@ -39,6 +39,11 @@ type Proxy struct {
 	dropMu sync.Mutex
 	drops  int // replies still to drop, see DropReplies
 
+	holdMu sync.Mutex
+	// gate is closed while server->client data flows, and open (blocking
+	// the writers) while Hold is on; Hold(false) closes it.
+	gate chan struct{}
+
 	// ctx is cancelled by Close, to abort dials to the target in flight.
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -78,6 +83,7 @@ func NewProxy(t testing.TB, target string) *Proxy {
 		ctx:    ctx,
 		cancel: cancel,
 		links:  make(map[*link]struct{}),
+		gate:   closedGate,
 	}
 	p.wg.Go(p.acceptLoop)
 	t.Cleanup(p.Close)
@@ -153,6 +159,63 @@ func (p *Proxy) takeDrop() bool {
 	return true
 }
 
+// closedGate is the gate of a proxy that holds nothing back.
+var closedGate = func() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()
+
+// Hold turns holding server->client data on or off. While it is on, data
+// the server sends is read and queued (up to the proxy's queue, then TCP
+// backpressure) but not delivered; Hold(false) delivers everything queued,
+// in order. Data from the client still reaches the server, so commands run
+// while their replies wait, as for replies stuck in a network buffer or a
+// client paused after sending. Between a master and a replica that
+// connects through the proxy, Hold holds back the replication stream: the
+// replica neither receives nor acknowledges writes (WAIT counts no ack)
+// until the hold ends. Blackhole, Cut or Close drop what was held.
+func (p *Proxy) Hold(on bool) {
+	p.holdMu.Lock()
+	defer p.holdMu.Unlock()
+	held := p.gate != closedGate
+	switch {
+	case on && !held:
+		p.gate = make(chan struct{})
+	case !on && held:
+		close(p.gate)
+		p.gate = closedGate
+	}
+}
+
+// held returns the channel a writer of server->client data waits on: closed
+// unless Hold is on.
+func (p *Proxy) held() <-chan struct{} {
+	p.holdMu.Lock()
+	defer p.holdMu.Unlock()
+	return p.gate
+}
+
+// Cut closes every connection through the proxy at once, with a TCP reset
+// (SO_LINGER 0) to the client, as when a network device or the server's
+// host drops the connection in the middle of a command: a command already
+// forwarded may have run, and data not yet forwarded in either direction,
+// held data included, is lost. New connections are accepted as usual.
+func (p *Proxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for l := range p.links {
+		l.reset()
+	}
+}
+
+// Conns returns the number of connections through the proxy right now.
+func (p *Proxy) Conns() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.links)
+}
+
 // Close stops the proxy, closes every connection through it and returns
 // once all of its goroutines have ended. It is safe to call more than once.
 func (p *Proxy) Close() {
@@ -203,9 +266,9 @@ func (p *Proxy) serve(client net.Conn) {
 	defer p.untrack(l)
 
 	var wg sync.WaitGroup
-	wg.Go(func() { p.pipe(l, server, client, func() time.Duration { return 0 }, nil) })
+	wg.Go(func() { p.pipe(l, server, client, func() time.Duration { return 0 }, nil, nil) })
 	wg.Go(func() {
-		p.pipe(l, client, server, func() time.Duration { return time.Duration(p.delay.Load()) }, p.takeDrop)
+		p.pipe(l, client, server, func() time.Duration { return time.Duration(p.delay.Load()) }, p.takeDrop, p.held)
 	})
 	wg.Wait()
 }
@@ -218,7 +281,10 @@ func (p *Proxy) serve(client net.Conn) {
 // If drop is not nil, it is called for each chunk read, and when it
 // reports true the chunk is not forwarded: the link is closed when the
 // chunk's turn comes, and nothing more is read from src (see DropReplies).
-func (p *Proxy) pipe(l *link, dst, src net.Conn, delay func() time.Duration, drop func() bool) {
+//
+// If held is not nil, each chunk waits, after its delay, until the channel
+// held returns is closed (see Hold).
+func (p *Proxy) pipe(l *link, dst, src net.Conn, delay func() time.Duration, drop func() bool, held func() <-chan struct{}) {
 	type chunk struct {
 		data []byte
 		due  time.Time
@@ -267,6 +333,13 @@ func (p *Proxy) pipe(l *link, dst, src net.Conn, delay func() time.Duration, dro
 		if c.drop {
 			l.close()
 			continue
+		}
+		if held != nil {
+			select {
+			case <-held():
+			case <-l.done:
+				continue
+			}
 		}
 		if p.blackhole.Load() {
 			continue
@@ -319,6 +392,15 @@ func (l *link) waitUntil(t time.Time) bool {
 	default:
 		return true
 	}
+}
+
+// reset closes the link with a TCP reset to the client rather than an
+// orderly FIN, and the server side normally.
+func (l *link) reset() {
+	if tc, ok := l.client.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	l.close()
 }
 
 // close closes both connections, which ends every Read and Write on them.

@@ -1,6 +1,14 @@
 // Package redistest starts, breaks and restarts real redis-server processes
 // for tests, including Sentinel-managed groups for failover tests, and
-// provides a TCP proxy to inject latency, partitions and lost replies.
+// provides a TCP proxy to inject latency, partitions, held and lost replies
+// and cut connections.
+//
+// The fault kit: Server.Pause and Resume (SIGSTOP, SIGCONT), Kill, Restart
+// (empty, same port), ACLUser; Proxy.SetDelay, Blackhole, Hold, Cut and
+// DropReplies; StartPair for a master and a replica whose replication link
+// can be held back, and Pair.Failover to promote a replica that missed
+// writes (REPLICAOF NO ONE), the failover of the Redlock debate; Launch for
+// servers shared beyond one test (benchmarks).
 //
 // Every server listens on a free port of 127.0.0.1 only, runs without
 // persistence in its own temporary directory and is killed when the test
@@ -17,6 +25,7 @@ package redistest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -117,37 +126,68 @@ func Start(t testing.TB, extra ...string) *Server {
 // configuration again.
 func startServer(t testing.TB, conf string, extra []string) *Server {
 	t.Helper()
-	s := &Server{bin: RequireRedisServer(t), conf: conf, extra: slices.Clone(extra)}
+	s, err := launch(RequireRedisServer(t), conf, extra)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	t.Cleanup(func() { s.shutdown(t) })
+	return s
+}
 
+// Launch starts a server as Start does, but not tied to a test: it is for
+// servers that outlive one test, such as those shared by benchmarks. It
+// returns an error instead of failing a test (also when redis-server is not
+// installed: call RequireRedisServer first to skip instead), and the caller
+// must call Stop.
+func Launch(extra ...string) (*Server, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, fmt.Errorf("redistest: %w", err)
+	}
+	return launch(bin, "", extra)
+}
+
+// Stop kills a server started by Launch, as the cleanup of Start does, and
+// removes its directory. It is safe to call more than once.
+func (s *Server) Stop() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.stopLocked(); err != nil {
+		return fmt.Errorf("redistest: %w", err)
+	}
+	return nil
+}
+
+// launch starts redis-server bin on a free port and waits until it answers,
+// retrying on another port when the server exits at once (another process
+// took the port between freePort and redis-server binding it).
+func launch(bin, conf string, extra []string) (*Server, error) {
+	s := &Server{bin: bin, conf: conf, extra: slices.Clone(extra)}
 	var failures []error
 	for attempt := 1; attempt <= maxStartAttempts; attempt++ {
 		port, err := freePort()
 		if err != nil {
-			t.Fatalf("redistest: finding a free port: %v", err)
+			return nil, fmt.Errorf("redistest: finding a free port: %w", err)
 		}
 		p, err := startProcess(s.bin, port, s.conf, s.extra)
 		if err != nil {
-			t.Fatalf("redistest: %v", err)
+			return nil, fmt.Errorf("redistest: %w", err)
 		}
 		err = p.waitReady(readyTimeout)
 		if err == nil {
 			s.port, s.p = port, p
-			t.Cleanup(func() { s.shutdown(t) })
-			return s
+			return s, nil
 		}
-		if stopErr := p.stop(); stopErr != nil {
-			t.Errorf("redistest: %v", stopErr)
-		}
+		stopErr := p.stop()
 		if !errors.Is(err, errExited) {
 			// The server is alive but not answering: retrying on another
 			// port would only hide whatever is wrong with it.
-			t.Fatalf("redistest: %v\n%s", err, p.describe())
+			return nil, errors.Join(fmt.Errorf("redistest: %w\n%s", err, p.describe()), stopErr)
 		}
 		failures = append(failures, errors.New(p.describe()))
 	}
-	t.Fatalf("redistest: redis-server exited early on %d ports in a row:\n%v",
+	return nil, fmt.Errorf("redistest: redis-server exited early on %d ports in a row:\n%w",
 		maxStartAttempts, errors.Join(failures...))
-	return nil
 }
 
 // StartN starts n servers as Start does, for tests of Redlock across
@@ -218,6 +258,14 @@ func (s *Server) Do(t testing.TB, args ...any) any {
 	if err != nil {
 		t.Fatalf("redistest: %v on %s: %v", args, s.Addr(), err)
 	}
+	return v
+}
+
+// Info returns the text of INFO section on the server, read on a new
+// connection (see Do). Benchmarks read commandstats and cpu with it.
+func (s *Server) Info(t testing.TB, section string) string {
+	t.Helper()
+	v, _ := s.Do(t, "INFO", section).(string)
 	return v
 }
 

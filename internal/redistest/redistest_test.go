@@ -59,7 +59,8 @@ func (c *rawConn) readLine(timeout time.Duration) (string, error) {
 	if err := c.conn.SetReadDeadline(time.Now().Add(timeout)); err != nil {
 		return "", err
 	}
-	return readLine(c.r)
+	line, err := c.r.ReadString('\n')
+	return strings.TrimSuffix(line, "\r\n"), err
 }
 
 // expectLine reads one reply line and fails the test unless it is want.
