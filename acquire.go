@@ -152,6 +152,7 @@ func (c *core) newLock(name, tag, channel string, cfg *config) *Lock {
 		renewInterval: cfg.renewInterval,
 		timeout:       cfg.timeout(cfg.ttl),
 		logger:        cfg.logger,
+		maxHold:       cfg.maxHold,
 		done:          make(chan struct{}),
 		ttl:           cfg.ttl,
 		outcome:       make([]outcome, len(c.nodes)),

@@ -178,8 +178,9 @@ func (w *watchdog) renew(due []*Lock) {
 				w.schedule(l, l.renewAt(t1))
 			}
 		case c.impossible(r.no):
-			l.finish(stateLost, "renewal found the key gone or owned by another owner")
+			l.lose(refusalReason(r.no, r.taken), r.err)
 		default:
+			l.renewFailed(r.err, r.no > 0)
 			if l.logger.Enabled(context.Background(), slog.LevelWarn) {
 				l.logger.Warn("redlock: renewal failed, retrying", "name", l.name, "extended", r.ok, "nodes", len(c.nodes), "err", r.err)
 			}
@@ -193,6 +194,7 @@ func (w *watchdog) renew(due []*Lock) {
 // nodes.
 type batchResult struct {
 	ok, no, failed int
+	taken          int // of no: another owner's value, not a missing key
 	err            error
 }
 
@@ -266,6 +268,9 @@ func (c *core) tallyBatch(res *batchResult, r reply, i int, withErr bool) {
 		res.ok++
 	default:
 		res.no++
+		if r.codes[i] == extTaken {
+			res.taken++
+		}
 	}
 }
 
@@ -341,6 +346,8 @@ func pipelineScript(ctx context.Context, cl Client, locks []*Lock, ttls []time.D
 			}
 		case v == 1:
 			codes[i] = 1
+		case v == extTaken:
+			codes[i] = extTaken
 		}
 	}
 	return codes, firstErr
