@@ -53,6 +53,7 @@ type Lock struct {
 	renewInterval time.Duration
 	timeout       time.Duration
 	logger        *slog.Logger
+	obs           Observer // nil: none (WithObserver)
 	done          chan struct{}
 	token         int64 // set once, before the Lock is returned
 
@@ -78,7 +79,10 @@ type Lock struct {
 	ttl          time.Duration
 	until        time.Time
 	ended        time.Time // when Done closed
-	onEnds       []func(cause error)
+	// acquired is when the lock became held; set only for the observer and
+	// the max hold, which need it.
+	acquired time.Time
+	onEnds   []func(cause error)
 
 	renewal slot // in the watchdog's heap, guarded by its mutex
 	loss    slot // in the loss clock's heap, guarded by its mutex
@@ -221,7 +225,14 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	if l == nil {
 		return errNilLock
 	}
-	return l.eng.unlock(ctx, l)
+	if l.obs == nil {
+		return l.eng.unlock(ctx, l)
+	}
+	start := time.Now()
+	err := l.eng.unlock(ctx, l)
+	observeNodes(l.obs, l.name, opRelease, err)
+	l.obs.OnRelease(ReleaseEvent{Lock: l, Name: l.name, Held: l.heldFor(), Duration: time.Since(start), Err: err})
+	return err
 }
 
 // Extend sets the lock's lease to ttl from now on every node where it is
@@ -240,7 +251,13 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := checkTTL(ttl, l.driftFactor); err != nil {
 		return fmt.Errorf("redlock: Extend: %w", err)
 	}
-	return l.eng.extend(ctx, l, ttl)
+	if l.obs == nil {
+		return l.eng.extend(ctx, l, ttl)
+	}
+	start := time.Now()
+	err := l.eng.extend(ctx, l, ttl)
+	l.observeRenew(true, ttl, start, err, err)
+	return err
 }
 
 // settle records that node idx's acquire call returned, and reports whether its
@@ -262,8 +279,11 @@ func (l *Lock) hold(token int64, until time.Time) {
 	l.token = token
 	l.state = stateHeld
 	l.until = until
+	if l.obs != nil || l.maxHold > 0 {
+		l.acquired = time.Now()
+	}
 	if l.maxHold > 0 {
-		l.holdEnd = time.Now().Add(l.maxHold)
+		l.holdEnd = l.acquired.Add(l.maxHold)
 	}
 	l.eng.armLoss(l, l.lossAt())
 }
@@ -449,6 +469,11 @@ func (l *Lock) afterTransition(to lockState) {
 	l.onEnds = nil
 	cause := l.errLocked()
 	l.mu.Unlock()
+	if l.obs != nil && to != stateFailed {
+		if le, lost := cause.(*LostError); lost {
+			l.obs.OnLoss(LossEvent{Lock: l, Name: l.name, Held: l.heldFor(), Err: le})
+		}
+	}
 	if to == stateLost {
 		l.logger.Warn("redlock: lock lost", "name", l.name, "token", l.token, "reason", l.why)
 		if errors.Is(cause, LossMaxHold) {

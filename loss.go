@@ -36,6 +36,15 @@ const (
 	LossMaxHold
 )
 
+var lossName = [...]string{
+	LossExpired: "expired",
+	LossTaken:   "taken",
+	LossDeleted: "deleted",
+	LossQuorum:  "quorum",
+	LossClosed:  "closed",
+	LossMaxHold: "max_hold",
+}
+
 var lossText = [...]string{
 	LossExpired: "expired: no renewal succeeded before its validity ran out",
 	LossTaken:   "taken by another owner",
@@ -45,16 +54,25 @@ var lossText = [...]string{
 	LossMaxHold: "maximum hold time reached",
 }
 
-// String returns a short description of the reason.
+// String returns the reason's short name, fit for a log field or a metric
+// attribute: "expired", "taken", "deleted", "quorum", "closed", "max_hold".
 func (r LossReason) String() string {
-	if int(r) < len(lossText) && lossText[r] != "" {
-		return lossText[r]
+	if int(r) < len(lossName) && lossName[r] != "" {
+		return lossName[r]
 	}
 	return fmt.Sprintf("LossReason(%d)", uint8(r))
 }
 
-// Error makes a reason usable as an errors.Is target.
-func (r LossReason) Error() string { return "redlock: lock lost: " + r.String() }
+// Error describes the reason; it makes a reason usable as an errors.Is
+// target.
+func (r LossReason) Error() string { return "redlock: lock lost: " + r.text() }
+
+func (r LossReason) text() string {
+	if int(r) < len(lossText) && lossText[r] != "" {
+		return lossText[r]
+	}
+	return r.String()
+}
 
 // LostError is what [Lock.Err] returns once a lock was lost, and the cause
 // of the context [Locker.Do] passes its function when it is cancelled for
@@ -72,7 +90,7 @@ type LostError struct {
 }
 
 func (e *LostError) Error() string {
-	s := fmt.Sprintf("redlock: lock %q lost: %s", e.Name, e.Reason.String())
+	s := fmt.Sprintf("redlock: lock %q lost: %s", e.Name, e.Reason.text())
 	if e.Err != nil {
 		s += ": " + e.Err.Error()
 	}

@@ -190,6 +190,8 @@ type reply struct {
 	ok   bool  // the script said yes (granted, released, extended, raised)
 	code int64 // the script's status, by script
 	val  int64 // token or PTTL, by script
+	// holder is the value of the key when acquire.lua found another owner.
+	holder string
 	// codes holds per-lock results of a pipelined batch (see batch).
 	codes []int8
 	err   error

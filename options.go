@@ -25,6 +25,7 @@ type config struct {
 	retry         RetryFunc
 	logger        *slog.Logger
 	maxHold       time.Duration // 0: no cap
+	observer      Observer      // nil: none
 }
 
 func defaultConfig() config {

@@ -177,9 +177,18 @@ func (w *watchdog) renew(due []*Lock) {
 			if l.renewed(ttls[i], until) {
 				w.schedule(l, l.renewAt(t1))
 			}
+			if l.obs != nil {
+				l.observeRenew(false, ttls[i], t1, l.Err(), r.err)
+			}
 		case c.impossible(r.no):
+			if l.obs != nil {
+				l.observeRenew(false, ttls[i], t1, refusalReason(r.no, r.taken), r.err)
+			}
 			l.lose(refusalReason(r.no, r.taken), r.err)
 		default:
+			if l.obs != nil {
+				l.observeRenew(false, ttls[i], t1, r.err, r.err)
+			}
 			l.renewFailed(r.err, r.no > 0)
 			if l.logger.Enabled(context.Background(), slog.LevelWarn) {
 				l.logger.Warn("redlock: renewal failed, retrying", "name", l.name, "extended", r.ok, "nodes", len(c.nodes), "err", r.err)
