@@ -319,7 +319,10 @@ func (c *core) lock(ctx context.Context, name string, opts []Option, wait bool) 
 			w, sent = c.waits.join(channel, name, cfg)
 			subscribed(ctx, sent, c.quorum, cfg.timeout(cfg.ttl))
 		}
-		d := max(cfg.retry(attempt), 0)
+		d := cfg.retry(attempt)
+		if d < 0 {
+			return nil, lastErr // the retry policy gave up (LimitRetry, NoRetry)
+		}
 		trusted := attempt > 0 && c.waits.trusted()
 		switch {
 		case hint < 0:

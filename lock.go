@@ -15,9 +15,10 @@ import (
 type engine interface {
 	unlock(ctx context.Context, l *Lock) error
 	extend(ctx context.Context, l *Lock, ttl time.Duration) error
-	armLoss(l *Lock, at time.Time) // (re)arm the loss clock: l is lost at at
-	ended(l *Lock)                 // l stopped being held: drop it from the registries
-	abandon(l *Lock)               // release a lost l's key in the background (max hold)
+	armLoss(l *Lock, at time.Time)                                 // (re)arm the loss clock: l is lost at at
+	ended(l *Lock)                                                 // l stopped being held: drop it from the registries
+	abandon(l *Lock)                                               // release a lost l's key in the background (max hold)
+	remaining(ctx context.Context, l *Lock) (time.Duration, error) // l's lease on the server (Lock.TTL)
 }
 
 type lockState int

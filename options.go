@@ -94,8 +94,9 @@ func WithFencing(on bool) Option { return func(c *config) { c.fencing = on } }
 
 // WithRetry sets how long Lock waits between attempts on a contended lock
 // when it cannot rely on release messages: before its subscription is
-// confirmed and while the pub/sub connection is down. Default
-// ExponentialRetry(8ms, 512ms). Whatever the policy says, a waiter never
+// confirmed and while the pub/sub connection is down; and, with [LimitRetry]
+// or [NoRetry], after how many attempts Lock gives up. Default
+// ExponentialRetry(8ms, 512ms), never giving up before ctx ends. Whatever the policy says, a waiter never
 // sleeps past the moment the holder's lease would expire.
 func WithRetry(f RetryFunc) Option { return func(c *config) { c.retry = f } }
 

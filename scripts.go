@@ -12,10 +12,11 @@ var (
 	scriptExtend  = newScript("extend.lua")
 	scriptRaise   = newScript("raise.lua")
 	scriptHandOff = newScript("handoff.lua")
+	scriptPTTL    = newScript("pttl.lua")
 
 	// allScripts are loaded into each node's cache when a Locker or Redlock
 	// is made, so the first call pays no NOSCRIPT round trip.
-	allScripts = []*redis.Script{scriptAcquire, scriptRelease, scriptExtend, scriptRaise, scriptHandOff}
+	allScripts = []*redis.Script{scriptAcquire, scriptRelease, scriptExtend, scriptRaise, scriptHandOff, scriptPTTL}
 )
 
 //go:embed scripts/*.lua
