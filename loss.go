@@ -63,9 +63,10 @@ func (r LossReason) String() string {
 	return fmt.Sprintf("LossReason(%d)", uint8(r))
 }
 
-// Error describes the reason; it makes a reason usable as an errors.Is
-// target.
-func (r LossReason) Error() string { return "redlock: lock lost: " + r.text() }
+// Error returns the same short name as String, so that a reason prints
+// the same with %v and %s; it makes a reason usable as an errors.Is target.
+// [LostError.Error] gives the long description.
+func (r LossReason) Error() string { return r.String() }
 
 func (r LossReason) text() string {
 	if int(r) < len(lossText) && lossText[r] != "" {
