@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -69,7 +68,12 @@ type Lock struct {
 	// releases its own grant (see settle).
 	outcome []outcome
 	why     string
-	lossErr *LostError // set with stateLost
+	// With stateLost: why, and what was last heard. The LostError is built
+	// on first use (lossErr), not in the loss clock's loop that closes Done
+	// channels, where every nanosecond per lock counts.
+	lossReason LossReason
+	lossCause  error
+	lossErr    *LostError
 	// renewErr is the last failed renewal's error, and renewRefused whether
 	// some node then said the key was no longer ours: what a loss by time
 	// reports.
@@ -197,7 +201,10 @@ func (l *Lock) errLocked() error {
 	case stateHeld, stateAcquiring:
 		return nil
 	case stateLost:
-		if l.lossErr != nil {
+		if l.lossReason != 0 {
+			if l.lossErr == nil {
+				l.lossErr = &LostError{Name: l.name, Reason: l.lossReason, Err: l.lossCause}
+			}
 			return l.lossErr
 		}
 		return fmt.Errorf("%w: %s", ErrLost, l.why)
@@ -376,7 +383,7 @@ func (l *Lock) loseLocked(reason LossReason, err error) bool {
 	if !l.transition(stateLost, reason.String()) {
 		return false
 	}
-	l.lossErr = &LostError{Name: l.name, Reason: reason, Err: err}
+	l.lossReason, l.lossCause = reason, err
 	return true
 }
 
@@ -469,6 +476,7 @@ func (l *Lock) afterTransition(to lockState) {
 	fns := l.onEnds
 	l.onEnds = nil
 	cause := l.errLocked()
+	maxHold := l.lossReason == LossMaxHold
 	l.mu.Unlock()
 	if l.obs != nil && to != stateFailed {
 		if le, lost := cause.(*LostError); lost {
@@ -477,7 +485,7 @@ func (l *Lock) afterTransition(to lockState) {
 	}
 	if to == stateLost {
 		l.logger.Warn("redlock: lock lost", "name", l.name, "token", l.token, "reason", l.why)
-		if errors.Is(cause, LossMaxHold) {
+		if maxHold {
 			// Free the name now rather than at the end of the lease: a
 			// holder that outstays its cap must not block others either.
 			l.eng.abandon(l)
