@@ -13,8 +13,8 @@ import (
 // into OpenTelemetry metrics and spans.
 //
 // The library calls an Observer synchronously from its own goroutines (the
-// caller's for acquire, Extend and Unlock; the watchdog's for renewals; the
-// loss clock's for losses), so implementations must be safe for concurrent
+// caller's for acquire, Extend, Unlock and Close; the watchdog's for
+// renewals; the loss clock's for losses by time), so implementations must be safe for concurrent
 // use, return quickly and never block; they must not call back into the
 // Lock, Locker or Redlock that reported the event. Embed [NopObserver] to
 // implement only some methods. Without an Observer the library builds no
