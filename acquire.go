@@ -68,6 +68,7 @@ func (c *core) acquire(ctx context.Context, name, key, channel string, cfg *conf
 	// impossibility, or for the per-node timeout, whichever is first.
 	rs, interrupted := gather(ch, c.nodes, earliest(t1.Add(timeout), until), ctx.Done(), c.settled)
 	t := c.count(rs)
+	observeNodes(cfg.observer, name, opAcquire, t.errs...)
 	hint := time.Duration(-1)
 	for _, r := range rs {
 		if r.err == nil && !r.ok {
@@ -77,6 +78,7 @@ func (c *core) acquire(ctx context.Context, name, key, channel string, cfg *conf
 			}
 		}
 	}
+	t.errs = appendTaken(t.errs, name, rs, hint)
 	if t.ok >= c.quorum && !interrupted {
 		token, err := c.settleToken(ctx, l, rs, timeout, until)
 		if err != nil {
@@ -121,7 +123,7 @@ func (c *core) acquireOn(ctx context.Context, n *node, l *Lock, cfg *config, fen
 	if err := c.identify(ctx, n); err != nil {
 		return reply{err: err}, taken // nothing was sent: nothing of ours there
 	}
-	res, err := scriptAcquire.Run(ctx, n.client, l.keys[:2], l.owner, ttlMillis(cfg.ttl), fence, floor).Int64Slice()
+	res, holder, err := acquireReply(scriptAcquire.Run(ctx, n.client, l.keys[:2], l.owner, ttlMillis(cfg.ttl), fence, floor))
 	switch {
 	case err != nil:
 		return reply{err: err}, failed
@@ -130,7 +132,7 @@ func (c *core) acquireOn(ctx context.Context, n *node, l *Lock, cfg *config, fen
 	case res[0] == acqGranted:
 		return reply{ok: true, val: res[1]}, granted
 	case res[0] == acqTaken:
-		return reply{val: res[1]}, taken
+		return reply{val: res[1], holder: holder}, taken
 	case res[0] == acqExhausted:
 		return reply{err: fmt.Errorf("%w (counter %s at %d)", errTokenSpace, l.keys[1], res[1])}, taken
 	case res[0] == acqBadFence:
@@ -152,6 +154,8 @@ func (c *core) newLock(name, tag, channel string, cfg *config) *Lock {
 		renewInterval: cfg.renewInterval,
 		timeout:       cfg.timeout(cfg.ttl),
 		logger:        cfg.logger,
+		obs:           cfg.observer,
+		maxHold:       cfg.maxHold,
 		done:          make(chan struct{}),
 		ttl:           cfg.ttl,
 		outcome:       make([]outcome, len(c.nodes)),
@@ -220,7 +224,7 @@ func (c *core) settleToken(ctx context.Context, l *Lock, rs []reply, timeout tim
 }
 
 // lock is Lock (wait=true) and TryLock (wait=false).
-func (c *core) lock(ctx context.Context, name string, opts []Option, wait bool) (*Lock, error) {
+func (c *core) lock(ctx context.Context, name string, opts []Option, wait bool) (l *Lock, err error) {
 	if c == nil {
 		return nil, errNoCore
 	}
@@ -241,10 +245,13 @@ func (c *core) lock(ctx context.Context, name string, opts []Option, wait bool) 
 	if c.isClosing() {
 		return nil, errors.Join(ErrNotObtained, ErrClosed)
 	}
+	tr := newAcquireTrace(ctx, cfg, name, wait)
+	defer func() { tr.done(l, err) }()
 	key := lockKey(cfg.prefix, name)
 	channel := releaseChannel(key)
 	if !wait {
 		l, _, _, err := c.acquire(ctx, name, key, channel, cfg)
+		tr.attempted(err)
 		return l, err
 	}
 	// FIFO within this core: no attempt while others of ours wait or hold the
@@ -274,6 +281,7 @@ func (c *core) lock(ctx context.Context, name string, opts []Option, wait bool) 
 	for attempt := 0; ; attempt++ {
 		if try {
 			l, h, permanent, err := c.acquire(ctx, name, key, channel, cfg)
+			tr.attempted(err)
 			if err == nil {
 				acquired = true
 				if woke == wokeEarly {
@@ -311,7 +319,10 @@ func (c *core) lock(ctx context.Context, name string, opts []Option, wait bool) 
 			w, sent = c.waits.join(channel, name, cfg)
 			subscribed(ctx, sent, c.quorum, cfg.timeout(cfg.ttl))
 		}
-		d := max(cfg.retry(attempt), 0)
+		d := cfg.retry(attempt)
+		if d < 0 {
+			return nil, lastErr // the retry policy gave up (LimitRetry, NoRetry)
+		}
 		trusted := attempt > 0 && c.waits.trusted()
 		switch {
 		case hint < 0:

@@ -10,7 +10,8 @@ import (
 // pipelines (renewals, releases at Close, INFO), and SUBSCRIBE for waiting.
 // *redis.Client (standalone or the Sentinel failover client),
 // *redis.ClusterClient and *redis.Ring all satisfy it, and so does
-// redis.UniversalClient.
+// redis.UniversalClient and any wrapper of your own that provides these
+// methods (redis.Scripter is what go-redis's Script needs to run).
 type Client interface {
 	redis.Scripter
 	Pipeline() redis.Pipeliner

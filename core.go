@@ -244,6 +244,10 @@ func (c *core) activate(l *Lock, token int64, until time.Time) error {
 // armLoss (re)arms l's loss on the loss clock (engine).
 func (c *core) armLoss(l *Lock, at time.Time) { c.exp.set(l, at) }
 
+// abandon releases a lost lock's key on every node from a goroutine of the
+// core, waiting for nothing (engine): its holder gave it up by rule.
+func (c *core) abandon(l *Lock) { c.releaseInBackground(context.Background(), c.nodes, l) }
+
 // ended is forget, for the engine seam.
 func (c *core) ended(l *Lock) { c.forget(l) }
 

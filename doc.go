@@ -79,6 +79,16 @@
 // key per lock name that never expires; turn fencing off with [WithFencing]
 // to save it. See [Redlock] for what holds across masters.
 //
+// # Losses, observability, tests
+//
+// A lost lock says why: [Lock.Err] (and the cause of Do's context) is a
+// [*LostError] whose [LossReason] tells expiry, another owner, a deleted
+// key, a lost quorum, Close and [WithMaxHold] apart. [WithObserver] reports
+// acquisitions, renewals, releases, losses and node failures to hooks; the
+// module github.com/redlockgo/redlock/otel turns them into OpenTelemetry
+// metrics and spans. Package redlocktest runs a Locker on an embedded
+// miniredis and breaks its locks on demand, for tests of loss handling.
+//
 // # Keys
 //
 // A lock named n lives at "{redlock:n}", its counter at "{redlock:n}:fence"

@@ -20,9 +20,11 @@ var (
 	ErrNotHeld = errors.New("redlock: lock not held")
 
 	// ErrLost is what [Lock.Err] returns once a held lock was lost: renewal did
-	// not succeed before [Lock.Until], or Redis reported the key gone or owned
-	// by someone else. Do returns an error matching ErrLost when the lock was
-	// lost while its function ran.
+	// not succeed before [Lock.Until], Redis reported the key gone or owned
+	// by someone else, Close released it, or its [WithMaxHold] cap ran out.
+	// The error is a [*LostError], whose [LossReason] says which (match it
+	// with errors.Is or errors.As). Do returns an error matching ErrLost when
+	// the lock was lost while its function ran.
 	ErrLost = errors.New("redlock: lock lost")
 
 	// ErrReleased is what [Lock.Err] returns after [Lock.Unlock] (or Close of

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
@@ -103,4 +104,77 @@ func ExampleLock_Token() {
 	// Output:
 	// second holder admitted: true
 	// stale first holder rejected: true
+}
+
+// printObserver prints what it sees; embed NopObserver and implement the
+// events you need.
+type printObserver struct{ redlock.NopObserver }
+
+func (printObserver) OnAcquire(e redlock.AcquireEvent) {
+	fmt.Println("acquire", e.Name, e.Outcome, "contended:", e.Contended)
+}
+
+func (printObserver) OnRelease(e redlock.ReleaseEvent) {
+	fmt.Println("release", e.Name, "err:", e.Err)
+}
+
+func (printObserver) OnLoss(e redlock.LossEvent) {
+	fmt.Println("lost", e.Name, "reason:", e.Err.Reason)
+}
+
+func ExampleWithObserver() {
+	client, stop := newClient()
+	defer stop()
+	locker, err := redlock.NewLocker(client, redlock.WithObserver(printObserver{}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+
+	lock, err := locker.TryLock(ctx, "invoice:7")
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = locker.TryLock(ctx, "invoice:7")
+	var taken *redlock.TakenError
+	fmt.Println("held by our first lock:", errors.As(err, &taken) && taken.Owner == lock.Owner())
+	if err := lock.Unlock(ctx); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := locker.TryLock(ctx, "invoice:8"); err != nil {
+		log.Fatal(err)
+	}
+	locker.Close() // releases invoice:8 under its holder: a loss
+	// Output:
+	// acquire invoice:7 acquired contended: false
+	// acquire invoice:7 contended contended: true
+	// held by our first lock: true
+	// release invoice:7 err: <nil>
+	// acquire invoice:8 acquired contended: false
+	// lost invoice:8 reason: closed
+}
+
+func ExampleLostError() {
+	client, stop := newClient()
+	defer stop()
+	locker, err := redlock.NewLocker(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+	ctx := context.Background()
+
+	err = locker.Do(ctx, "payout", func(ctx context.Context) error {
+		lock, _ := redlock.FromContext(ctx)
+		client.Set(ctx, lock.Key(), "another-owner", 0) // someone takes the lock
+		_ = lock.Extend(ctx, time.Second)               // finds it taken: the lock is lost
+		<-ctx.Done()                                    // the work stops when the lock is lost
+		return nil
+	})
+	var lost *redlock.LostError
+	if errors.As(err, &lost) {
+		fmt.Println("lost:", lost.Reason, errors.Is(err, redlock.ErrLost))
+	}
+	// Output:
+	// lost: taken true
 }

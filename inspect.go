@@ -147,7 +147,7 @@ func inspectOn(ctx context.Context, n *node, keys []string) reply {
 			return reply{err: fmt.Errorf("fence key %s does not hold a token: %q", keys[1], counter)}
 		}
 	}
-	return reply{ok: true, holder: h}
+	return reply{ok: true, inspected: h}
 }
 
 // judge reads a round of inspect replies: the holder a quorum agrees on, and
@@ -160,12 +160,12 @@ func (c *core) judge(rs []reply) (Holder, bool) {
 		votes    = make(map[string]int)
 	)
 	for _, r := range rs {
-		if r.err != nil || r.holder == nil || c.nodes[r.node].isDup() {
+		if r.err != nil || r.inspected == nil || c.nodes[r.node].isDup() {
 			continue
 		}
-		answered = append(answered, r.holder)
-		if r.holder.owner != "" {
-			votes[r.holder.owner]++
+		answered = append(answered, r.inspected)
+		if r.inspected.owner != "" {
+			votes[r.inspected.owner]++
 		}
 	}
 	if len(answered) < c.quorum {

@@ -14,8 +14,10 @@ import (
 type engine interface {
 	unlock(ctx context.Context, l *Lock) error
 	extend(ctx context.Context, l *Lock, ttl time.Duration) error
-	armLoss(l *Lock, at time.Time) // (re)arm the loss clock: l is lost at at
-	ended(l *Lock)                 // l stopped being held: drop it from the registries
+	armLoss(l *Lock, at time.Time)                                 // (re)arm the loss clock: l is lost at at
+	ended(l *Lock)                                                 // l stopped being held: drop it from the registries
+	abandon(l *Lock)                                               // release a lost l's key in the background (max hold)
+	remaining(ctx context.Context, l *Lock) (time.Duration, error) // l's lease on the server (Lock.TTL)
 }
 
 type lockState int
@@ -51,6 +53,7 @@ type Lock struct {
 	renewInterval time.Duration
 	timeout       time.Duration
 	logger        *slog.Logger
+	obs           Observer // nil: none (WithObserver)
 	done          chan struct{}
 	token         int64 // set once, before the Lock is returned
 
@@ -65,10 +68,26 @@ type Lock struct {
 	// releases its own grant (see settle).
 	outcome []outcome
 	why     string
-	ttl     time.Duration
-	until   time.Time
-	ended   time.Time // when Done closed
-	onEnds  []func(cause error)
+	// With stateLost: why, and what was last heard. The LostError is built
+	// on first use (lossErr), not in the loss clock's loop that closes Done
+	// channels, where every nanosecond per lock counts.
+	lossReason LossReason
+	lossCause  error
+	lossErr    *LostError
+	// renewErr is the last failed renewal's error, and renewRefused whether
+	// some node then said the key was no longer ours: what a loss by time
+	// reports.
+	renewErr     error
+	renewRefused bool
+	maxHold      time.Duration // 0: no cap (WithMaxHold)
+	holdEnd      time.Time     // when maxHold runs out; zero without a cap
+	ttl          time.Duration
+	until        time.Time
+	ended        time.Time // when Done closed
+	// acquired is when the lock became held; set only for the observer and
+	// the max hold, which need it.
+	acquired time.Time
+	onEnds   []func(cause error)
 
 	renewal slot // in the watchdog's heap, guarded by its mutex
 	loss    slot // in the loss clock's heap, guarded by its mutex
@@ -156,17 +175,19 @@ func (l *Lock) Done() <-chan struct{} {
 	return l.done
 }
 
-// Err returns nil while the lock is held, an error matching ErrLost once it
-// was lost, and ErrReleased after Unlock; after Close the error matches both
-// ErrReleased and ErrClosed. It is exact by the clock: once Until has passed
-// without a renewal, it reports the loss even if the loss timer has not fired
-// yet (and closes Done then). A nil *Lock reports ErrNotHeld.
+// Err returns nil while the lock is held, a [*LostError] once it was lost
+// (matching ErrLost and its [LossReason]), and ErrReleased after Unlock.
+// After Close it is a LostError with reason [LossClosed], which also matches
+// ErrReleased and ErrClosed. It is exact by the clock: once Until (or the
+// end of [WithMaxHold]) has passed without a renewal, it reports the loss
+// even if the loss timer has not fired yet (and closes Done then). A nil
+// *Lock reports ErrNotHeld.
 func (l *Lock) Err() error {
 	if l == nil {
 		return errNilLock
 	}
 	l.mu.Lock()
-	if l.state == stateHeld && !time.Now().Before(l.until) {
+	if l.state == stateHeld && (!time.Now().Before(l.until) || l.pastHoldEnd(0)) {
 		l.mu.Unlock()
 		l.expire()
 		l.mu.Lock()
@@ -180,10 +201,16 @@ func (l *Lock) errLocked() error {
 	case stateHeld, stateAcquiring:
 		return nil
 	case stateLost:
+		if l.lossReason != 0 {
+			if l.lossErr == nil {
+				l.lossErr = &LostError{Name: l.name, Reason: l.lossReason, Err: l.lossCause}
+			}
+			return l.lossErr
+		}
 		return fmt.Errorf("%w: %s", ErrLost, l.why)
 	}
 	if l.why == whyClosed {
-		return fmt.Errorf("%w: %w", ErrReleased, ErrClosed)
+		return &LostError{Name: l.name, Reason: LossClosed}
 	}
 	return ErrReleased
 }
@@ -206,7 +233,14 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	if l == nil {
 		return errNilLock
 	}
-	return l.eng.unlock(ctx, l)
+	if l.obs == nil {
+		return l.eng.unlock(ctx, l)
+	}
+	start := time.Now()
+	err := l.eng.unlock(ctx, l)
+	observeNodes(l.obs, l.name, opRelease, err)
+	l.obs.OnRelease(ReleaseEvent{Lock: l, Name: l.name, Held: l.heldFor(), Duration: time.Since(start), Err: err})
+	return err
 }
 
 // Extend sets the lock's lease to ttl from now on every node where it is
@@ -225,7 +259,13 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := checkTTL(ttl, l.driftFactor); err != nil {
 		return fmt.Errorf("redlock: Extend: %w", err)
 	}
-	return l.eng.extend(ctx, l, ttl)
+	if l.obs == nil {
+		return l.eng.extend(ctx, l, ttl)
+	}
+	start := time.Now()
+	err := l.eng.extend(ctx, l, ttl)
+	l.observeRenew(true, ttl, start, err, err)
+	return err
 }
 
 // settle records that node idx's acquire call returned, and reports whether its
@@ -247,7 +287,13 @@ func (l *Lock) hold(token int64, until time.Time) {
 	l.token = token
 	l.state = stateHeld
 	l.until = until
-	l.eng.armLoss(l, until.Add(-l.lossLead()))
+	if l.obs != nil || l.maxHold > 0 {
+		l.acquired = time.Now()
+	}
+	if l.maxHold > 0 {
+		l.holdEnd = l.acquired.Add(l.maxHold)
+	}
+	l.eng.armLoss(l, l.lossAt())
 }
 
 // expire runs when the loss clock says Until is (nearly) here, and from Err
@@ -281,26 +327,92 @@ func (l *Lock) lossLead() time.Duration {
 func (l *Lock) expireLocked(extra time.Duration) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.state != stateHeld || time.Until(l.until) > l.lossLead()+extra {
-		return false // released, or a renewal moved Until meanwhile
+	if l.state != stateHeld {
+		return false
 	}
-	why := "no renewal succeeded before the validity ran out"
-	if !l.autoRenew {
-		why = "lease ran out (auto-renew off)"
+	if l.pastHoldEnd(extra) {
+		return l.loseLocked(LossMaxHold, nil)
 	}
-	return l.transition(stateLost, why)
+	if time.Until(l.until) > l.lossLead()+extra {
+		return false // a renewal moved Until meanwhile
+	}
+	reason, err := LossExpired, l.renewErr
+	if l.renewRefused {
+		// Some masters said the key was no longer ours, the others did not
+		// answer: a Redlock that lost its quorum.
+		reason = LossQuorum
+	}
+	if err == nil && l.autoRenew {
+		err = errNoRenewal // a renewal hangs on an unresponsive server
+	}
+	return l.loseLocked(reason, err)
+}
+
+// pastHoldEnd reports that the lock's maximum hold time is over, or will be
+// within extra (l.mu held).
+func (l *Lock) pastHoldEnd(extra time.Duration) bool {
+	return !l.holdEnd.IsZero() && !time.Now().Add(extra).Before(l.holdEnd)
+}
+
+// lossAt is when the loss clock should declare the lock lost (l.mu held):
+// ahead of Until by the loss lead, or at the end of its maximum hold time
+// if that comes first.
+func (l *Lock) lossAt() time.Time {
+	at := l.until.Add(-l.lossLead())
+	if !l.holdEnd.IsZero() && l.holdEnd.Before(at) {
+		return l.holdEnd
+	}
+	return at
+}
+
+// lose marks a held lock lost for reason, with err as what the library
+// last heard, and does the bookkeeping; false if it was no longer held.
+func (l *Lock) lose(reason LossReason, err error) bool {
+	l.mu.Lock()
+	changed := l.loseLocked(reason, err)
+	l.mu.Unlock()
+	if changed {
+		l.afterTransition(stateLost)
+	}
+	return changed
+}
+
+// loseLocked is lose's transition (l.mu held); afterTransition must follow
+// when it returns true.
+func (l *Lock) loseLocked(reason LossReason, err error) bool {
+	if !l.transition(stateLost, reason.String()) {
+		return false
+	}
+	l.lossReason, l.lossCause = reason, err
+	return true
+}
+
+// renewFailed records a renewal that did not succeed, for the reason a
+// later loss by time reports.
+func (l *Lock) renewFailed(err error, refused bool) {
+	l.mu.Lock()
+	l.renewErr, l.renewRefused = err, refused
+	l.mu.Unlock()
+}
+
+// maxHoldOver reports that the watchdog must not renew the lock any more.
+func (l *Lock) maxHoldOver() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.pastHoldEnd(0)
 }
 
 // renewed records a successful extension; false if the lock is gone.
 func (l *Lock) renewed(ttl time.Duration, until time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.state != stateHeld || !time.Now().Before(l.until) {
+	if l.state != stateHeld || !time.Now().Before(l.until) || l.pastHoldEnd(0) {
 		return false // lost meanwhile (or due to be: Err would say so)
 	}
 	l.ttl = ttl
 	l.until = until
-	l.eng.armLoss(l, until.Add(-l.lossLead()))
+	l.renewErr, l.renewRefused = nil, false
+	l.eng.armLoss(l, l.lossAt())
 	return true
 }
 
@@ -364,9 +476,20 @@ func (l *Lock) afterTransition(to lockState) {
 	fns := l.onEnds
 	l.onEnds = nil
 	cause := l.errLocked()
+	maxHold := l.lossReason == LossMaxHold
 	l.mu.Unlock()
+	if l.obs != nil && to != stateFailed {
+		if le, lost := cause.(*LostError); lost {
+			l.obs.OnLoss(LossEvent{Lock: l, Name: l.name, Held: l.heldFor(), Err: le})
+		}
+	}
 	if to == stateLost {
 		l.logger.Warn("redlock: lock lost", "name", l.name, "token", l.token, "reason", l.why)
+		if maxHold {
+			// Free the name now rather than at the end of the lease: a
+			// holder that outstays its cap must not block others either.
+			l.eng.abandon(l)
+		}
 	}
 	if to == stateFailed {
 		return

@@ -69,8 +69,10 @@ func (lk *Locker) TryLock(ctx context.Context, name string, opts ...Option) (*Lo
 // by the watchdog unless WithAutoRenew(false)), and always releases it, even
 // when fn panics (release first, then the panic goes on). fn's context is
 // cancelled the moment the lock stops being held for any reason other than
-// Do's own release: lost (cause matches ErrLost), Close (cause matches
-// ErrClosed), or an Unlock of the lock through [FromContext]. It carries the
+// Do's own release: lost (the cause is the [*LostError] that [Lock.Err]
+// reports, matching ErrLost and its [LossReason]), Close (the same, with
+// reason [LossClosed], matching ErrClosed too), or an Unlock of the lock
+// through [FromContext]. It carries the
 // lock: [FromContext] returns it, for its fencing token. Do returns fn's
 // error, joined with an error matching ErrLost if the lock was lost while fn
 // ran (also when Close released it under fn, then matching ErrClosed too, or
@@ -80,8 +82,9 @@ func (lk *Locker) Do(ctx context.Context, name string, fn func(ctx context.Conte
 }
 
 // Close marks every held lock released (their Done channels close, the
-// contexts of running Do calls are cancelled with cause ErrClosed, and Err
-// matches ErrReleased and ErrClosed), releases them on the server in one
+// contexts of running Do calls are cancelled, and Err, like those contexts'
+// cause, is a [*LostError] with reason [LossClosed], matching ErrLost,
+// ErrReleased and ErrClosed), releases them on the server in one
 // pipelined round, stops the watchdog and pub/sub, and waits for the
 // Locker's goroutines; all of it within one node timeout. A call still stuck
 // on an unresponsive server after that (only possible when the client does

@@ -190,11 +190,13 @@ type reply struct {
 	ok   bool  // the script said yes (granted, released, extended, raised)
 	code int64 // the script's status, by script
 	val  int64 // token or PTTL, by script
+	// holder is the value of the key when acquire.lua found another owner.
+	holder string
 	// codes holds per-lock results of a pipelined batch (see batch).
 	codes []int8
-	// holder is inspect.lua's answer (see inspect.go).
-	holder *nodeHolder
-	err    error
+	// inspected is inspect.lua's answer (see inspect.go).
+	inspected *nodeHolder
+	err       error
 }
 
 // fanOut calls every node in nodes concurrently. go-redis applies ctx

@@ -24,6 +24,8 @@ type config struct {
 	fencing       bool
 	retry         RetryFunc
 	logger        *slog.Logger
+	maxHold       time.Duration // 0: no cap
+	observer      Observer      // nil: none
 }
 
 func defaultConfig() config {
@@ -92,10 +94,20 @@ func WithFencing(on bool) Option { return func(c *config) { c.fencing = on } }
 
 // WithRetry sets how long Lock waits between attempts on a contended lock
 // when it cannot rely on release messages: before its subscription is
-// confirmed and while the pub/sub connection is down. Default
-// ExponentialRetry(8ms, 512ms). Whatever the policy says, a waiter never
+// confirmed and while the pub/sub connection is down; and, with [LimitRetry]
+// or [NoRetry], after how many attempts Lock gives up. Default
+// ExponentialRetry(8ms, 512ms), never giving up before ctx ends. Whatever the policy says, a waiter never
 // sleeps past the moment the holder's lease would expire.
 func WithRetry(f RetryFunc) Option { return func(c *config) { c.retry = f } }
+
+// WithMaxHold caps how long a lock is held: d after it was acquired, the
+// watchdog stops renewing it, the lock is reported lost ([Lock.Done]
+// closes, [Lock.Err] matches [ErrLost] and [LossMaxHold], a Do function's
+// context is cancelled with that cause) and its key is released, so a stuck
+// holder cannot keep a name forever. The loss comes at d, or at Until if
+// that is earlier (a failed renewal). Default 0: no cap. Negative values are
+// refused.
+func WithMaxHold(d time.Duration) Option { return func(c *config) { c.maxHold = d } }
 
 // WithLogger sets where renewal failures and lost locks are logged. Default:
 // nowhere. The library logs nothing else.
@@ -141,6 +153,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("redlock: key prefix must be non-empty and free of '{' and '}', got %q", c.prefix)
 	case c.retry == nil:
 		return fmt.Errorf("redlock: nil RetryFunc")
+	case c.maxHold < 0:
+		return fmt.Errorf("redlock: max hold must not be negative, got %v", c.maxHold)
 	}
 	return nil
 }

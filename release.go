@@ -217,7 +217,7 @@ func (c *core) extend(ctx context.Context, l *Lock, ttl time.Duration) error {
 	until := validUntil(t1, ttl, l.driftFactor)
 	ch, err := c.fanOut(context.WithoutCancel(ctx), c.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node) reply {
 		v, err := scriptExtend.Run(ctx, n.client, l.keys[:1], l.owner, ttlMillis(ttl)).Int64()
-		return reply{ok: v == 1, err: err}
+		return reply{ok: v == 1, code: v, err: err}
 	})
 	if err != nil {
 		return err
@@ -234,7 +234,7 @@ func (c *core) extend(ctx context.Context, l *Lock, ttl time.Duration) error {
 		}
 		return nil
 	case c.impossible(t.no):
-		l.finish(stateLost, "extend found the key gone or owned by another owner")
+		l.lose(refusalReason(t.no, takenIn(rs)), nil)
 		return fmt.Errorf("%w: %w", ErrNotHeld, l.Err())
 	}
 	errs := append([]error{fmt.Errorf("redlock: extend reached %d of %d nodes within validity, need %d; the lock stays held until its current Until", t.ok, len(c.nodes), c.quorum)}, t.errs...)

@@ -13,10 +13,11 @@ var (
 	scriptRaise   = newScript("raise.lua")
 	scriptHandOff = newScript("handoff.lua")
 	scriptInspect = newScript("inspect.lua")
+	scriptPTTL    = newScript("pttl.lua")
 
 	// allScripts are loaded into each node's cache when a Locker or Redlock
 	// is made, so the first call pays no NOSCRIPT round trip.
-	allScripts = []*redis.Script{scriptAcquire, scriptRelease, scriptExtend, scriptRaise, scriptHandOff, scriptInspect}
+	allScripts = []*redis.Script{scriptAcquire, scriptRelease, scriptExtend, scriptRaise, scriptHandOff, scriptInspect, scriptPTTL}
 )
 
 //go:embed scripts/*.lua

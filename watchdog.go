@@ -177,9 +177,19 @@ func (w *watchdog) renew(due []*Lock) {
 			if l.renewed(ttls[i], until) {
 				w.schedule(l, l.renewAt(t1))
 			}
+			if l.obs != nil {
+				l.observeRenew(false, ttls[i], t1, l.Err(), r.err)
+			}
 		case c.impossible(r.no):
-			l.finish(stateLost, "renewal found the key gone or owned by another owner")
+			if l.obs != nil {
+				l.observeRenew(false, ttls[i], t1, refusalReason(r.no, r.taken), r.err)
+			}
+			l.lose(refusalReason(r.no, r.taken), r.err)
 		default:
+			if l.obs != nil {
+				l.observeRenew(false, ttls[i], t1, r.err, r.err)
+			}
+			l.renewFailed(r.err, r.no > 0)
 			if l.logger.Enabled(context.Background(), slog.LevelWarn) {
 				l.logger.Warn("redlock: renewal failed, retrying", "name", l.name, "extended", r.ok, "nodes", len(c.nodes), "err", r.err)
 			}
@@ -193,6 +203,7 @@ func (w *watchdog) renew(due []*Lock) {
 // nodes.
 type batchResult struct {
 	ok, no, failed int
+	taken          int // of no: another owner's value, not a missing key
 	err            error
 }
 
@@ -266,6 +277,9 @@ func (c *core) tallyBatch(res *batchResult, r reply, i int, withErr bool) {
 		res.ok++
 	default:
 		res.no++
+		if r.codes[i] == extTaken {
+			res.taken++
+		}
 	}
 }
 
@@ -341,6 +355,8 @@ func pipelineScript(ctx context.Context, cl Client, locks []*Lock, ttls []time.D
 			}
 		case v == 1:
 			codes[i] = 1
+		case v == extTaken:
+			codes[i] = extTaken
 		}
 	}
 	return codes, firstErr

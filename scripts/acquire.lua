@@ -10,7 +10,8 @@
 --          they mint the same token and need no write-back round)
 --
 -- Returns {1, token} when the lock is ours (token 0 with fencing off),
--- {0, pttl} when another owner holds it (pttl: its remaining lease in ms),
+-- {0, pttl, owner} when another owner holds it (pttl: its remaining lease in
+-- ms, -1 for a key without expiry; owner: the value it holds),
 -- {-1, counter} when the counter reached 2^53-1, where a Lua double can no
 -- longer count up by one (the lock is not taken: a repeated token would let
 -- a fence admit two owners), or {-2, 0} when the fence key holds something
@@ -27,7 +28,7 @@ if cur == ARGV[1] then
   return {1, tok}
 end
 if cur then
-  return {0, redis.call('PTTL', KEYS[1])}
+  return {0, redis.call('PTTL', KEYS[1]), cur}
 end
 local tok = 0
 if ARGV[3] == '1' then

@@ -1,0 +1,146 @@
+package redlock
+
+import (
+	"errors"
+	"fmt"
+)
+
+// LossReason says why a held lock stopped being held without an Unlock. It
+// is an error itself, so errors.Is(lock.Err(), LossTaken) asks for one
+// reason; [LostError] carries it with what the library last heard.
+type LossReason uint8
+
+// The reasons a lock is lost. On a Redlock, a reason that names what the
+// nodes said (taken, deleted) is given when every refusing node said the
+// same; a mix of answers is LossQuorum.
+const (
+	// LossExpired: no renewal succeeded before Until (the server was
+	// unreachable, paused or too slow), or, with auto-renew off, the lease
+	// ran out. LostError.Err holds the last renewal's error, if any.
+	LossExpired LossReason = iota + 1
+	// LossTaken: a renewal or Extend found the key holding another owner's
+	// value.
+	LossTaken
+	// LossDeleted: a renewal or Extend found the key gone (deleted, or
+	// expired on the server while this process was paused).
+	LossDeleted
+	// LossQuorum: on a Redlock, too few masters still held the key, with
+	// mixed answers (some gone, some another owner's, some unreachable).
+	LossQuorum
+	// LossClosed: Close of the Locker or Redlock released the lock while it
+	// was held.
+	LossClosed
+	// LossMaxHold: the lock was held for the duration given to
+	// [WithMaxHold]; the watchdog stopped renewing it and the library
+	// released it.
+	LossMaxHold
+)
+
+var lossName = [...]string{
+	LossExpired: "expired",
+	LossTaken:   "taken",
+	LossDeleted: "deleted",
+	LossQuorum:  "quorum",
+	LossClosed:  "closed",
+	LossMaxHold: "max_hold",
+}
+
+var lossText = [...]string{
+	LossExpired: "expired: no renewal succeeded before its validity ran out",
+	LossTaken:   "taken by another owner",
+	LossDeleted: "key deleted or expired on the server",
+	LossQuorum:  "quorum of nodes lost",
+	LossClosed:  "closed",
+	LossMaxHold: "maximum hold time reached",
+}
+
+// String returns the reason's short name, fit for a log field or a metric
+// attribute: "expired", "taken", "deleted", "quorum", "closed", "max_hold".
+func (r LossReason) String() string {
+	if int(r) < len(lossName) && lossName[r] != "" {
+		return lossName[r]
+	}
+	return fmt.Sprintf("LossReason(%d)", uint8(r))
+}
+
+// Error returns the same short name as String, so that a reason prints
+// the same with %v and %s; it makes a reason usable as an errors.Is target.
+// [LostError.Error] gives the long description.
+func (r LossReason) Error() string { return r.String() }
+
+func (r LossReason) text() string {
+	if int(r) < len(lossText) && lossText[r] != "" {
+		return lossText[r]
+	}
+	return r.String()
+}
+
+// LostError is what [Lock.Err] returns once a lock was lost, and the cause
+// of the context [Locker.Do] passes its function when it is cancelled for
+// that loss. It matches [ErrLost] and its Reason with errors.Is; one lost by
+// Close also matches [ErrClosed] and [ErrReleased].
+type LostError struct {
+	// Name is the lock's name.
+	Name string
+	// Reason says why the lock was lost.
+	Reason LossReason
+	// Err is what the library last heard about the lock, when that explains
+	// the loss: the last failed renewal's error (joined [NodeError]s), or
+	// nil.
+	Err error
+}
+
+func (e *LostError) Error() string {
+	s := fmt.Sprintf("redlock: lock %q lost: %s", e.Name, e.Reason.text())
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+// Is reports whether target is ErrLost or e's Reason (and ErrClosed or
+// ErrReleased for a lock that Close released).
+func (e *LostError) Is(target error) bool {
+	switch target {
+	case ErrLost, error(e.Reason):
+		return true
+	case ErrClosed, ErrReleased:
+		return e.Reason == LossClosed
+	}
+	return false
+}
+
+// Unwrap returns Err.
+func (e *LostError) Unwrap() error { return e.Err }
+
+// refusalReason names what the refusing nodes said when a renewal or Extend
+// found the lock no longer ours on too many of them: taken nodes held another
+// owner's value, the rest of the no nodes had no key.
+func refusalReason(no, taken int) LossReason {
+	switch {
+	case taken == no:
+		return LossTaken
+	case taken == 0:
+		return LossDeleted
+	}
+	return LossQuorum
+}
+
+// errNoRenewal is what a loss by time heard when the renewal in flight had
+// not answered by then.
+var errNoRenewal = errors.New("no renewal answered before the validity ran out")
+
+// extTaken is extend.lua's reply for a key that holds another owner's value.
+const extTaken = 2
+
+// takenIn counts the replies of an Extend round that found another owner's
+// value.
+func takenIn(rs []reply) int {
+	n := 0
+	for _, r := range rs {
+		if r.err == nil && r.code == extTaken {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,208 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlockgo/redlock/internal/redistest"
+)
+
+// waitDone waits for l's Done, failing the test after within.
+func waitDone(t *testing.T, l *Lock, within time.Duration) {
+	t.Helper()
+	select {
+	case <-l.Done():
+	case <-time.After(within):
+		t.Fatalf("Done of %q not closed within %v", l.Name(), within)
+	}
+}
+
+// requireLoss checks that err is a loss for reason and for no other one.
+func requireLoss(t *testing.T, err error, reason LossReason) *LostError {
+	t.Helper()
+	require.ErrorIs(t, err, ErrLost)
+	require.ErrorIs(t, err, reason)
+	var le *LostError
+	require.ErrorAs(t, err, &le)
+	assert.Equal(t, reason, le.Reason, "LostError.Reason of %v", err)
+	for r := LossExpired; r <= LossMaxHold; r++ {
+		if r != reason {
+			assert.NotErrorIs(t, err, r)
+		}
+	}
+	return le
+}
+
+// TestLossReasons: each way a lock is lost on a real server says so.
+func TestLossReasons(t *testing.T) {
+	srv := redistest.Start(t)
+	cl := srv.Client(t)
+	ctx := context.Background()
+	const renew = 50 * time.Millisecond
+	lk := newLocker(t, cl, WithTTL(3*time.Second), WithRenewInterval(renew))
+
+	t.Run("deleted", func(t *testing.T) {
+		l, err := lk.TryLock(ctx, "loss-deleted")
+		require.NoError(t, err)
+		require.NoError(t, cl.Del(ctx, "{redlock:loss-deleted}").Err())
+		waitDone(t, l, 3*time.Second)
+		requireLoss(t, l.Err(), LossDeleted)
+		assert.NotErrorIs(t, l.Err(), ErrClosed)
+	})
+	t.Run("taken", func(t *testing.T) {
+		l, err := lk.TryLock(ctx, "loss-taken")
+		require.NoError(t, err)
+		require.NoError(t, cl.Set(ctx, "{redlock:loss-taken}", "someone-else", 10*time.Second).Err())
+		waitDone(t, l, 3*time.Second)
+		requireLoss(t, l.Err(), LossTaken)
+		assert.Equal(t, "someone-else", get(t, cl, "{redlock:loss-taken}"), "other owner's key")
+	})
+	t.Run("extend finds it taken", func(t *testing.T) {
+		l, err := lk.TryLock(ctx, "loss-extend", WithAutoRenew(false))
+		require.NoError(t, err)
+		require.NoError(t, cl.Set(ctx, "{redlock:loss-extend}", "someone-else", 10*time.Second).Err())
+		err = l.Extend(ctx, time.Second)
+		require.ErrorIs(t, err, ErrNotHeld)
+		requireLoss(t, err, LossTaken)
+		requireLoss(t, l.Err(), LossTaken)
+	})
+	t.Run("lease ran out", func(t *testing.T) {
+		l, err := lk.TryLock(ctx, "loss-lease", WithAutoRenew(false), WithTTL(100*time.Millisecond))
+		require.NoError(t, err)
+		waitDone(t, l, 3*time.Second)
+		requireLoss(t, l.Err(), LossExpired)
+	})
+}
+
+// TestLossReasonUnreachable: a paused server makes the lock expire, and the
+// loss carries the failed renewals' error.
+func TestLossReasonUnreachable(t *testing.T) {
+	srv := redistest.Start(t)
+	lk := newLocker(t, srv.Client(t), WithTTL(600*time.Millisecond), WithNodeTimeout(100*time.Millisecond))
+	l, err := lk.TryLock(context.Background(), "loss-paused")
+	require.NoError(t, err)
+	srv.Pause(t)
+	defer srv.Resume(t)
+	waitDone(t, l, 3*time.Second)
+	le := requireLoss(t, l.Err(), LossExpired)
+	assert.Error(t, le.Err, "what the renewals heard")
+}
+
+// TestLossReasonClosed: Close under a held lock and under Do.
+func TestLossReasonClosed(t *testing.T) {
+	srv := redistest.Start(t)
+	lk, err := NewLocker(srv.Client(t))
+	require.NoError(t, err)
+	ctx := context.Background()
+	l, err := lk.TryLock(ctx, "loss-closed")
+	require.NoError(t, err)
+
+	started := make(chan struct{})
+	result := make(chan error, 1)
+	causes := make(chan error, 1)
+	go func() {
+		result <- lk.Do(ctx, "loss-closed-do", func(ctx context.Context) error {
+			close(started)
+			<-ctx.Done()
+			causes <- context.Cause(ctx)
+			return nil
+		})
+	}()
+	<-started
+	require.NoError(t, lk.Close())
+	for _, err := range []error{l.Err(), <-causes, <-result} {
+		requireLoss(t, err, LossClosed)
+		assert.ErrorIs(t, err, ErrClosed)
+		assert.ErrorIs(t, err, ErrReleased)
+	}
+}
+
+// TestMaxHold: the watchdog stops at the cap, the loss says why, Done closes
+// by Until, the name is free at once for others, and Do's ctx says the same.
+func TestMaxHold(t *testing.T) {
+	srv := redistest.Start(t)
+	cl := srv.Client(t)
+	ctx := context.Background()
+	const hold = 400 * time.Millisecond
+	lk := newLocker(t, cl, WithTTL(time.Second), WithRenewInterval(100*time.Millisecond), WithMaxHold(hold))
+	other := newLocker(t, cl)
+
+	start := time.Now()
+	l, err := lk.TryLock(ctx, "max-hold")
+	require.NoError(t, err)
+	waitDone(t, l, 5*time.Second)
+	assert.GreaterOrEqual(t, time.Since(start), hold, "lost before the cap")
+	assert.False(t, time.Now().After(l.Until().Add(timerSlack)), "Done closed after Until")
+	requireLoss(t, l.Err(), LossMaxHold)
+	require.ErrorIs(t, l.Extend(ctx, time.Second), ErrNotHeld)
+
+	// Released by the library: another owner gets it long before the lease
+	// (1s, renewed) would have run out.
+	lctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	ol, err := other.Lock(lctx, "max-hold")
+	require.NoError(t, err, "other Lock() after the max hold")
+	require.NoError(t, ol.Unlock(ctx))
+
+	var cause error
+	err = lk.Do(ctx, "max-hold-do", func(ctx context.Context) error {
+		select {
+		case <-ctx.Done():
+			cause = context.Cause(ctx)
+		case <-time.After(5 * time.Second):
+			t.Error("Do's ctx not cancelled at the max hold")
+		}
+		return nil
+	})
+	requireLoss(t, err, LossMaxHold)
+	requireLoss(t, cause, LossMaxHold)
+
+	// Without renewals the cap still applies, and Until still bounds it.
+	l, err = lk.TryLock(ctx, "max-hold-short", WithAutoRenew(false), WithTTL(200*time.Millisecond), WithMaxHold(time.Hour))
+	require.NoError(t, err)
+	waitDone(t, l, 3*time.Second)
+	requireLoss(t, l.Err(), LossExpired)
+}
+
+// TestRedlockLossQuorum: on three masters, one loses the key and another
+// hands it to someone else: a mixed answer is a lost quorum; the same
+// answer everywhere names it.
+func TestRedlockLossQuorum(t *testing.T) {
+	nodes := startRLNodes(t, 3, false, time.Second)
+	r := newRL(t, nodes, WithTTL(3*time.Second), WithRenewInterval(50*time.Millisecond))
+	ctx := context.Background()
+
+	l, err := r.TryLock(ctx, "rl-mixed")
+	require.NoError(t, err)
+	require.NoError(t, nodes[0].admin.Del(ctx, rlKey("rl-mixed")).Err())
+	require.NoError(t, nodes[1].admin.Set(ctx, rlKey("rl-mixed"), "someone-else", 10*time.Second).Err())
+	waitDone(t, l, 3*time.Second)
+	requireLoss(t, l.Err(), LossQuorum)
+
+	l, err = r.TryLock(ctx, "rl-taken")
+	require.NoError(t, err)
+	for _, i := range []int{0, 2} {
+		require.NoError(t, nodes[i].admin.Set(ctx, rlKey("rl-taken"), "someone-else", 10*time.Second).Err())
+	}
+	waitDone(t, l, 3*time.Second)
+	requireLoss(t, l.Err(), LossTaken)
+}
+
+func TestLossReasonText(t *testing.T) {
+	err := &LostError{Name: "n", Reason: LossDeleted, Err: errors.New("boom")}
+	assert.Equal(t, `redlock: lock "n" lost: key deleted or expired on the server: boom`, err.Error())
+	assert.Equal(t, "LossReason(99)", LossReason(99).String())
+	assert.NotErrorIs(t, err, ErrClosed)
+	assert.ErrorIs(t, &LostError{Reason: LossClosed}, ErrClosed)
+}
+
+func TestWithMaxHoldRejectsNegative(t *testing.T) {
+	cl, _ := miniClient(t)
+	_, err := NewLocker(cl, WithMaxHold(-time.Second))
+	require.Error(t, err)
+}

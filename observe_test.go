@@ -1,0 +1,346 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlockgo/redlock/internal/redistest"
+)
+
+// eventLog is an Observer that keeps every event, in order.
+type eventLog struct {
+	mu       sync.Mutex
+	acquires []AcquireEvent
+	renews   []RenewEvent
+	releases []ReleaseEvent
+	losses   []LossEvent
+	nodes    []NodeErrorEvent
+	seq      []string // "acquire:<name>:<outcome>", "renew:<name>:ok|err", "release:<name>", "loss:<name>:<reason>"
+}
+
+func (r *eventLog) OnAcquire(e AcquireEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.acquires = append(r.acquires, e)
+	r.seq = append(r.seq, fmt.Sprintf("acquire:%s:%s", e.Name, e.Outcome))
+}
+
+func (r *eventLog) OnRenew(e RenewEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.renews = append(r.renews, e)
+	res := "ok"
+	if e.Err != nil {
+		res = "err"
+	}
+	r.seq = append(r.seq, fmt.Sprintf("renew:%s:%s", e.Name, res))
+}
+
+func (r *eventLog) OnRelease(e ReleaseEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.releases = append(r.releases, e)
+	r.seq = append(r.seq, "release:"+e.Name)
+}
+
+func (r *eventLog) OnLoss(e LossEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.losses = append(r.losses, e)
+	r.seq = append(r.seq, fmt.Sprintf("loss:%s:%s", e.Name, e.Err.Reason.String()))
+}
+
+func (r *eventLog) OnNodeError(e NodeErrorEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.nodes = append(r.nodes, e)
+}
+
+func (r *eventLog) nodeEvents() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, e := range r.nodes {
+		out = append(out, fmt.Sprintf("%s %s %v", e.Name, e.Op, e.Err))
+	}
+	return out
+}
+
+// events returns the sequence recorded for name, consecutive duplicates
+// (renewals) collapsed.
+func (r *eventLog) events(name string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, s := range r.seq {
+		var n string
+		for i, part := range splitN(s) {
+			if i == 1 {
+				n = part
+			}
+		}
+		if n != name || (len(out) > 0 && out[len(out)-1] == s) {
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func splitN(s string) []string {
+	var parts []string
+	start := 0
+	for i := range len(s) {
+		if s[i] == ':' {
+			parts = append(parts, s[start:i])
+			start = i + 1
+		}
+	}
+	return append(parts, s[start:])
+}
+
+// TestObserverSequence: on a real server, one lock's life reaches the
+// observer in order with the right outcomes: acquired, renewed, taken by
+// someone else, lost with that reason; a contended TryLock and a waiting
+// Lock report contention, the holder and the wait.
+func TestObserverSequence(t *testing.T) {
+	srv := redistest.Start(t)
+	cl := srv.Client(t)
+	ctx := context.Background()
+	rec := &eventLog{}
+	lk := newLocker(t, cl, WithObserver(rec), WithTTL(3*time.Second), WithRenewInterval(50*time.Millisecond))
+	other := newLocker(t, srv.Client(t), WithObserver(rec))
+
+	l, err := lk.TryLock(ctx, "obs-life")
+	require.NoError(t, err)
+	require.True(t, eventually(3*time.Second, func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return len(rec.renews) >= 2
+	}), "two renewals observed")
+
+	// Contended TryLock: who holds it and for how long.
+	_, err = other.TryLock(ctx, "obs-life")
+	require.ErrorIs(t, err, ErrNotObtained)
+	var te *TakenError
+	require.ErrorAs(t, err, &te)
+	assert.Equal(t, l.Owner(), te.Owner)
+	assert.Greater(t, te.TTL, time.Second)
+	assert.Equal(t, []int{0}, te.Nodes)
+
+	require.NoError(t, cl.Set(ctx, "{redlock:obs-life}", "thief", 10*time.Second).Err())
+	waitDone(t, l, 3*time.Second)
+	requireLoss(t, l.Err(), LossTaken)
+	assert.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
+
+	// How many renewals fall between the other events depends on the
+	// machine's speed: drop the successful ones, checked above.
+	assert.Equal(t, []string{
+		"acquire:obs-life:acquired",
+		"acquire:obs-life:contended",
+		"renew:obs-life:err",
+		"loss:obs-life:taken",
+		"release:obs-life",
+	}, withoutRenewals(rec.events("obs-life")))
+	assert.Equal(t, "renew:obs-life:ok", rec.events("obs-life")[1], "first event after the acquisition")
+
+	rec.mu.Lock()
+	acq := rec.acquires[0]
+	assert.Equal(t, Acquired, acq.Outcome)
+	assert.Same(t, l, acq.Lock)
+	assert.Equal(t, 1, acq.Attempts)
+	assert.False(t, acq.Contended)
+	assert.Zero(t, acq.WaitTime)
+	assert.NotNil(t, acq.Ctx)
+	refused := rec.acquires[1]
+	assert.True(t, refused.Contended)
+	assert.Nil(t, refused.Lock)
+	assert.False(t, refused.Wait)
+	loss := rec.losses[0]
+	assert.Same(t, l, loss.Lock)
+	assert.Positive(t, loss.Held)
+	assert.ErrorIs(t, rec.releases[0].Err, ErrNotHeld)
+	rec.mu.Unlock()
+
+	// A Lock that waits for the holder's Unlock: contended, with a wait.
+	holder, err := lk.TryLock(ctx, "obs-wait")
+	require.NoError(t, err)
+	got := make(chan *Lock, 1)
+	go func() {
+		wl, err := other.Lock(ctx, "obs-wait")
+		assert.NoError(t, err)
+		got <- wl
+	}()
+	waiting(t, other.c, "obs-wait")
+	require.NoError(t, holder.Unlock(ctx))
+	wl := <-got
+	require.NotNil(t, wl)
+	require.NoError(t, wl.Unlock(ctx))
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var waited *AcquireEvent
+	for i := range rec.acquires {
+		if e := &rec.acquires[i]; e.Name == "obs-wait" && e.Wait {
+			waited = e
+		}
+	}
+	require.NotNil(t, waited)
+	assert.Equal(t, Acquired, waited.Outcome)
+	assert.True(t, waited.Contended)
+	assert.GreaterOrEqual(t, waited.Attempts, 2)
+	assert.Positive(t, waited.WaitTime)
+	assert.LessOrEqual(t, waited.WaitTime, waited.Duration)
+	for _, r := range rec.releases {
+		if r.Name == "obs-wait" {
+			assert.NoError(t, r.Err)
+			assert.Positive(t, r.Held)
+		}
+	}
+}
+
+// withoutRenewals drops the successful renewals from seq.
+func withoutRenewals(seq []string) []string {
+	var out []string
+	for _, s := range seq {
+		if !strings.HasPrefix(s, "renew:") || !strings.HasSuffix(s, ":ok") {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// TestObserverCanceledAndClosed: a Lock cut short by its ctx reports
+// Canceled; Close reports the loss of every held lock.
+func TestObserverCanceledAndClosed(t *testing.T) {
+	srv := redistest.Start(t)
+	rec := &eventLog{}
+	lk, err := NewLocker(srv.Client(t), WithObserver(rec))
+	require.NoError(t, err)
+	ctx := context.Background()
+	l, err := lk.TryLock(ctx, "obs-close")
+	require.NoError(t, err)
+	other := newLocker(t, srv.Client(t), WithObserver(rec))
+	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	_, err = other.Lock(cctx, "obs-close")
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NoError(t, lk.Close())
+	requireLoss(t, l.Err(), LossClosed)
+	assert.Equal(t, []string{
+		"acquire:obs-close:acquired",
+		"acquire:obs-close:canceled",
+		"loss:obs-close:closed",
+	}, rec.events("obs-close"))
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	assert.True(t, rec.acquires[1].Contended)
+	var te *TakenError
+	assert.ErrorAs(t, rec.acquires[1].Err, &te)
+}
+
+// TestObserverRedlockNodeErrors: a dead master shows up as node errors of
+// the acquire and of the renewals, while the lock is held by the others.
+func TestObserverRedlockNodeErrors(t *testing.T) {
+	nodes := startRLNodes(t, 3, false, time.Second)
+	rec := &eventLog{}
+	r := newRL(t, nodes, WithObserver(rec), WithTTL(2*time.Second), WithRenewInterval(50*time.Millisecond))
+	warmUp(t, r)
+	ctx := context.Background()
+	l, err := r.TryLock(ctx, "obs-rl")
+	require.NoError(t, err)
+	nodes[2].srv.Kill(t)
+	failed := func(name, op string, node int) bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		for _, e := range rec.nodes {
+			if e.Name == name && e.Op == op && e.Err.Node == node {
+				return true
+			}
+		}
+		return false
+	}
+	require.True(t, eventually(3*time.Second, func() bool { return failed("obs-rl", opRenew, 2) }),
+		"node 2 errors for the renewals: %v", rec.nodeEvents())
+	require.NoError(t, l.Err(), "held by the other two")
+	require.NoError(t, l.Unlock(ctx))
+
+	// With two masters down an acquisition fails, and says where.
+	nodes[1].srv.Kill(t)
+	_, err = r.TryLock(ctx, "obs-rl-2")
+	require.ErrorIs(t, err, ErrNotObtained)
+	assert.True(t, failed("obs-rl-2", opAcquire, 1), "node 1: %v", rec.nodeEvents())
+	assert.True(t, failed("obs-rl-2", opAcquire, 2), "node 2: %v", rec.nodeEvents())
+	rec.mu.Lock()
+	for _, e := range rec.nodes {
+		assert.NotEqual(t, 0, e.Err.Node, "the live master never fails: %v", e.Err)
+	}
+	rec.mu.Unlock()
+	assert.Contains(t, rec.events("obs-rl"), "release:obs-rl")
+	assert.Contains(t, rec.events("obs-rl-2"), "acquire:obs-rl-2:failed")
+}
+
+// TestObserverMaxHold: the cap is reported as a loss with its reason.
+func TestObserverMaxHold(t *testing.T) {
+	cl, _ := miniClient(t)
+	rec := &eventLog{}
+	lk := newLocker(t, cl, WithObserver(rec), WithMaxHold(100*time.Millisecond))
+	l, err := lk.TryLock(context.Background(), "obs-max")
+	require.NoError(t, err)
+	waitDone(t, l, 3*time.Second)
+	want := []string{"acquire:obs-max:acquired", "loss:obs-max:max_hold"}
+	// OnLoss runs right after Done closes, on the loss clock's goroutine.
+	assert.Eventually(t, func() bool { return len(rec.events("obs-max")) == 2 }, 3*time.Second, 5*time.Millisecond)
+	assert.Equal(t, want, rec.events("obs-max"))
+}
+
+// TestObserverUnsetAllocatesNothing: the hook calls on every path cost no
+// allocation without an observer.
+func TestObserverUnsetAllocatesNothing(t *testing.T) {
+	cfg := defaultConfig()
+	ctx := context.Background()
+	err := errors.Join(ErrNotObtained, &NodeError{Err: errNodeTimeout})
+	l := &Lock{name: "x"}
+	allocs := testing.AllocsPerRun(100, func() {
+		tr := newAcquireTrace(ctx, &cfg, "x", true)
+		tr.attempted(err)
+		tr.done(l, nil)
+		observeNodes(cfg.observer, "x", opAcquire, err)
+	})
+	assert.Zero(t, allocs)
+}
+
+// BenchmarkObserver measures TryLock+Unlock on a real server without an
+// observer and with one that does nothing: the cost of the hooks.
+func BenchmarkObserver(b *testing.B) {
+	srv := redistest.Start(b)
+	for _, bc := range []struct {
+		name string
+		opts []Option
+	}{
+		{"unset", nil},
+		{"nop", []Option{WithObserver(NopObserver{})}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			lk := newLocker(b, srv.Client(b), bc.opts...)
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				l, err := lk.TryLock(ctx, "bench-obs")
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := l.Unlock(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

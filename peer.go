@@ -1,0 +1,171 @@
+package redlock
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// TakenError reports that another owner holds the lock: the error of a
+// TryLock refused for that reason, and of a Lock that gave up (its retry
+// policy ran out, or its context ended) after such a refusal, carries one;
+// get it with errors.As. It matches ErrNotObtained. On a Redlock it
+// describes the masters that refused.
+type TakenError struct {
+	// Name is the lock's name.
+	Name string
+	// Owner is the value the holder stored under the key (on the first
+	// refusing master): its Lock.Owner, if it is a lock of this library.
+	Owner string
+	// TTL is the holder's remaining lease, the shortest among the refusing
+	// masters, or negative when the key has no expiry.
+	TTL time.Duration
+	// Nodes are the indices of the refusing masters (0 for a Locker) among
+	// those that answered before the attempt was settled: a Redlock stops
+	// listening once a majority refused.
+	Nodes []int
+}
+
+func (e *TakenError) Error() string {
+	return fmt.Sprintf("redlock: lock %q held by owner %s for another %v", e.Name, e.Owner, e.TTL)
+}
+
+// Is reports whether target is ErrNotObtained.
+func (e *TakenError) Is(target error) bool { return target == ErrNotObtained }
+
+// Key returns the Redis key that holds the lock ("{<prefix><name>}"), for
+// tools and tests that inspect or break it (see package redlocktest).
+func (l *Lock) Key() string {
+	if l == nil {
+		return ""
+	}
+	return l.keys[0]
+}
+
+// TTL asks the server for the lock's remaining lease, as bsm/redislock's
+// Lock.TTL does: the key's PTTL while it still holds this lock's owner
+// value. On a Redlock it is the lease that a quorum of masters still grants
+// (the quorum-th longest). It returns an error matching ErrNotHeld when the
+// key is gone or another owner's (on too many masters), and another error
+// when too few nodes answered within the node timeout. It does not look at
+// the local state: use [Lock.Err] or [Lock.Until] for that, which cost no
+// round trip and are the safer bound (they subtract drift).
+func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
+	if l == nil {
+		return 0, errNilLock
+	}
+	return l.eng.remaining(ctx, l)
+}
+
+// Valid reports whether the lock is still held: locally (Err is nil) and on
+// the server (a quorum of nodes still hold its owner value), as redsync's
+// Valid does, but never true after Until. An error means the server could
+// not be asked; false with a nil error means it is not held.
+func (l *Lock) Valid(ctx context.Context) (bool, error) {
+	if l.Err() != nil {
+		return false, nil
+	}
+	d, err := l.TTL(ctx)
+	switch {
+	case errors.Is(err, ErrNotHeld):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return d != 0 && l.Err() == nil, nil
+}
+
+// pttlGone is pttl.lua's reply for a key that is not ours.
+const pttlGone = -3
+
+// remaining is Lock.TTL (engine).
+func (c *core) remaining(ctx context.Context, l *Lock) (time.Duration, error) {
+	ch, err := c.fanOut(ctx, c.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node) reply {
+		v, err := scriptPTTL.Run(ctx, n.client, l.keys[:1], l.owner).Int64()
+		return reply{ok: err == nil && v != pttlGone, val: v, err: err}
+	})
+	if err != nil {
+		return 0, err
+	}
+	rs, interrupted := gather(ch, c.nodes, time.Now().Add(l.timeout), ctx.Done(), never)
+	t := c.count(rs)
+	if t.ok >= c.quorum {
+		var ttls []time.Duration
+		for _, r := range rs {
+			if r.err == nil && r.ok && !c.nodes[r.node].isDup() {
+				d := time.Duration(r.val) * time.Millisecond
+				if r.val < 0 {
+					d = -1 // no expiry: only when someone changed the key by hand
+				}
+				ttls = append(ttls, d)
+			}
+		}
+		forever := func(d time.Duration) time.Duration {
+			if d < 0 {
+				return math.MaxInt64
+			}
+			return d
+		}
+		// Longest first: the quorum-th is what a quorum still grants.
+		slices.SortFunc(ttls, func(a, b time.Duration) int { return cmp.Compare(forever(b), forever(a)) })
+		return ttls[c.quorum-1], nil
+	}
+	if c.impossible(t.no) {
+		return 0, fmt.Errorf("%w: the key is gone or another owner's on %d of %d nodes", ErrNotHeld, t.no, len(c.nodes))
+	}
+	errs := append([]error{fmt.Errorf("redlock: TTL reached %d of %d nodes, need %d", t.ok, len(c.nodes), c.quorum)}, t.errs...)
+	if interrupted {
+		errs = append(errs, ctx.Err())
+	}
+	return 0, errors.Join(errs...)
+}
+
+// appendTaken adds to errs a TakenError for the nodes in rs that refused
+// because another owner held the key; hint is the shortest lease among them.
+func appendTaken(errs []error, name string, rs []reply, hint time.Duration) []error {
+	var te *TakenError
+	for _, r := range rs {
+		if r.err != nil || r.ok {
+			continue
+		}
+		if te == nil {
+			te = &TakenError{Name: name, Owner: r.holder, TTL: hint}
+		}
+		te.Nodes = append(te.Nodes, r.node)
+	}
+	if te == nil {
+		return errs
+	}
+	return append(errs, te)
+}
+
+// acquireReply reads acquire.lua's reply: status and value, plus the
+// holder's owner value on refusal.
+func acquireReply(cmd *redis.Cmd) ([]int64, string, error) {
+	vals, err := cmd.Slice()
+	if err != nil {
+		return nil, "", err
+	}
+	if len(vals) < 2 || len(vals) > 3 {
+		return nil, "", fmt.Errorf("%w: %v", errBadReply, vals)
+	}
+	res := make([]int64, 2)
+	for i := range res {
+		v, ok := vals[i].(int64)
+		if !ok {
+			return nil, "", fmt.Errorf("%w: %v", errBadReply, vals)
+		}
+		res[i] = v
+	}
+	var holder string
+	if len(vals) == 3 {
+		holder, _ = vals[2].(string)
+	}
+	return res, holder, nil
+}
