@@ -362,9 +362,16 @@ func TestLossClockScales(t *testing.T) {
 	assert.Less(t, worst, allowance+sched, "Done closed after Until by more than the drift allowance plus the machine's own timer delay")
 
 	srv.Resume(t)
+	// Another owner gets every name once its key expires on the server. Not
+	// necessarily at once: a renewal sent just before Until and held in the
+	// paused server's socket buffer runs on resume, while the key still
+	// lives (its server TTL outlasts Until by the drift allowance), and
+	// extends a key nobody holds any more by one TTL. Lock waits for that.
 	other := newLocker(t, srv.Client(t), WithAutoRenew(false))
+	wctx, cancel := context.WithTimeout(ctx, 3*ttl)
+	defer cancel()
 	for i := 0; i < n; i += n / 200 {
-		l, err := other.TryLock(ctx, fmt.Sprintf("loss-%d", i))
+		l, err := other.Lock(wctx, fmt.Sprintf("loss-%d", i))
 		require.NoError(t, err, "another owner after the paused server resumed")
 		a := rec.Acquired(l.Name(), l.Owner(), l.Token(), time.Now(), l.Until())
 		rec.Released(a, time.Now())
