@@ -123,7 +123,14 @@ func (c *core) acquireOn(ctx context.Context, n *node, l *Lock, cfg *config, fen
 	if err := c.identify(ctx, n); err != nil {
 		return reply{err: err}, taken // nothing was sent: nothing of ours there
 	}
-	res, holder, err := acquireReply(scriptAcquire.Run(ctx, n.client, l.keys[:2], l.owner, ttlMillis(cfg.ttl), fence, floor))
+	var run *redis.Cmd
+	if l.metadata == "" {
+		run = scriptAcquire.Run(ctx, n.client, l.keys[:2], l.owner, ttlMillis(cfg.ttl), fence, floor)
+	} else {
+		keys := []string{l.keys[0], l.keys[1], l.keys[5]}
+		run = scriptAcquire.Run(ctx, n.client, keys, l.owner, ttlMillis(cfg.ttl), fence, floor, metaValue(l.owner, l.metadata))
+	}
+	res, holder, err := acquireReply(run)
 	switch {
 	case err != nil:
 		return reply{err: err}, failed
@@ -141,12 +148,22 @@ func (c *core) acquireOn(ctx context.Context, n *node, l *Lock, cfg *config, fen
 	return reply{err: fmt.Errorf("%w: %v", errBadReply, res)}, failed
 }
 
+// lockKeys lays out a lock's keys: lock, fence counter (acquire.lua), lock,
+// released marker (release.lua, relKeys), and with metadata: lock, metadata
+// (extend.lua, extendKeys). All share one hash tag.
+func lockKeys(tag string, metadata bool) []string {
+	if !metadata {
+		return []string{tag, tag + ":fence", tag, tag + ":released"}
+	}
+	return []string{tag, tag + ":fence", tag, tag + ":released", tag, tag + metaSuffix}
+}
+
 func (c *core) newLock(name, tag, channel string, cfg *config) *Lock {
 	return &Lock{
 		eng:           c,
 		name:          name,
 		owner:         uuid.NewString(),
-		keys:          []string{tag, tag + ":fence", tag, tag + ":released"},
+		keys:          lockKeys(tag, cfg.metadata != ""),
 		channel:       channel,
 		fencing:       cfg.fencing,
 		autoRenew:     cfg.autoRenew,
@@ -156,6 +173,7 @@ func (c *core) newLock(name, tag, channel string, cfg *config) *Lock {
 		logger:        cfg.logger,
 		obs:           cfg.observer,
 		maxHold:       cfg.maxHold,
+		metadata:      cfg.metadata,
 		done:          make(chan struct{}),
 		ttl:           cfg.ttl,
 		outcome:       make([]outcome, len(c.nodes)),

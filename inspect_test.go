@@ -34,11 +34,12 @@ func TestInspectLocker(t *testing.T) {
 	assert.Empty(t, h.Metadata)
 	assert.Zero(t, h.Readers)
 
-	// The metadata key is the holder's to write; Inspect only reads it.
-	require.NoError(t, admin.Set(ctx, rlKey(name)+":meta", "host-a pid 42", 5*time.Second).Err())
+	// A metadata key that does not name the holder (left by an earlier
+	// one) is not the holder's.
+	require.NoError(t, admin.Set(ctx, rlKey(name)+":meta", "other-owner\nhost-a pid 42", 5*time.Second).Err())
 	h, err = lk.Inspect(ctx, name)
 	require.NoError(t, err)
-	assert.Equal(t, "host-a pid 42", h.Metadata)
+	assert.Empty(t, h.Metadata, "metadata stored by another owner")
 
 	require.NoError(t, l.Unlock(ctx))
 	h, err = lk.Inspect(ctx, name)

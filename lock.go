@@ -80,6 +80,7 @@ type Lock struct {
 	renewErr     error
 	renewRefused bool
 	maxHold      time.Duration // 0: no cap (WithMaxHold)
+	metadata     string        // WithMetadata; stored at keys[5] when not ""
 	holdEnd      time.Time     // when maxHold runs out; zero without a cap
 	ttl          time.Duration
 	until        time.Time
@@ -132,6 +133,27 @@ func (l *Lock) Owner() string {
 	}
 	return l.owner
 }
+
+// Metadata returns what [WithMetadata] attached to the lock, "" if nothing.
+func (l *Lock) Metadata() string {
+	if l == nil {
+		return ""
+	}
+	return l.metadata
+}
+
+// extendKeys are extend.lua's KEYS for l: the lock key, and the metadata
+// key when l has metadata, so that a renewal keeps both alive.
+func (l *Lock) extendKeys() []string {
+	if l.metadata == "" {
+		return l.keys[:1]
+	}
+	return l.keys[4:6]
+}
+
+// metaValue is what l stores at its metadata key: its owner value first, so
+// that a holder after it without metadata never shows l's.
+func metaValue(owner, metadata string) string { return owner + "\n" + metadata }
 
 // Token returns the lock's fencing token: strictly increasing across
 // acquisitions of one name, and >= 1. Pass it to a [Fence] or [RedisFence]

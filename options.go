@@ -26,6 +26,7 @@ type config struct {
 	logger        *slog.Logger
 	maxHold       time.Duration // 0: no cap
 	observer      Observer      // nil: none
+	metadata      string        // "": none (WithMetadata)
 }
 
 func defaultConfig() config {
@@ -109,6 +110,18 @@ func WithRetry(f RetryFunc) Option { return func(c *config) { c.retry = f } }
 // refused.
 func WithMaxHold(d time.Duration) Option { return func(c *config) { c.maxHold = d } }
 
+// WithMetadata attaches s to the locks taken with this option, stored on
+// the server next to the lock for as long as the lock is held (renewals and
+// Extend keep it), and readable by [Locker.Inspect], [Redlock.Inspect] and
+// the redlock command's status: who holds a name ("host-a pid 4711, nightly
+// report"), not only a random owner value. [Lock.Metadata] returns it. A
+// new holder without metadata shows none: the stored value names its owner,
+// and a stale one is never reported. At most 64 KiB.
+func WithMetadata(s string) Option { return func(c *config) { c.metadata = s } }
+
+// maxMetadata bounds WithMetadata: it travels with every acquisition.
+const maxMetadata = 64 << 10
+
 // WithLogger sets where renewal failures and lost locks are logged. Default:
 // nowhere. The library logs nothing else.
 func WithLogger(l *slog.Logger) Option {
@@ -153,6 +166,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("redlock: key prefix must be non-empty and free of '{' and '}', got %q", c.prefix)
 	case c.retry == nil:
 		return fmt.Errorf("redlock: nil RetryFunc")
+	case len(c.metadata) > maxMetadata:
+		return fmt.Errorf("redlock: metadata of %d bytes, at most %d", len(c.metadata), maxMetadata)
 	case c.maxHold < 0:
 		return fmt.Errorf("redlock: max hold must not be negative, got %v", c.maxHold)
 	}

@@ -85,10 +85,15 @@ func (c *core) handOff(ctx context.Context, l *Lock, w *waiter) (done bool, err 
 		fence = "1"
 	}
 	keys := []string{l.keys[0], l.keys[1], l.keys[3]}
+	args := []any{l.owner, nl.owner, ttlMillis(w.cfg.ttl), fence, ttlMillis(l.leaseTTL())}
+	if nl.metadata != "" {
+		keys = append(keys, nl.keys[5])
+		args = append(args, metaValue(nl.owner, nl.metadata))
+	}
 	t1 := time.Now()
 	until := validUntil(t1, w.cfg.ttl, w.cfg.driftFactor)
 	ch, err := c.fanOut(context.WithoutCancel(ctx), c.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node) reply {
-		res, err := scriptHandOff.Run(ctx, n.client, keys, l.owner, nl.owner, ttlMillis(w.cfg.ttl), fence, ttlMillis(l.leaseTTL())).Int64Slice()
+		res, err := scriptHandOff.Run(ctx, n.client, keys, args...).Int64Slice()
 		switch {
 		case err != nil:
 			return reply{err: err}
@@ -216,7 +221,7 @@ func (c *core) extend(ctx context.Context, l *Lock, ttl time.Duration) error {
 	t1 := time.Now()
 	until := validUntil(t1, ttl, l.driftFactor)
 	ch, err := c.fanOut(context.WithoutCancel(ctx), c.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node) reply {
-		v, err := scriptExtend.Run(ctx, n.client, l.keys[:1], l.owner, ttlMillis(ttl)).Int64()
+		v, err := scriptExtend.Run(ctx, n.client, l.extendKeys(), l.owner, ttlMillis(ttl)).Int64()
 		return reply{ok: v == 1, code: v, err: err}
 	})
 	if err != nil {

@@ -310,7 +310,7 @@ func pipelineScript(ctx context.Context, cl Client, locks []*Lock, ttls []time.D
 	}
 	keys := func(i int) []string {
 		if ttls != nil {
-			return locks[i].keys[:1]
+			return locks[i].extendKeys()
 		}
 		return locks[i].relKeys()
 	}

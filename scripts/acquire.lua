@@ -2,12 +2,15 @@
 --
 -- KEYS[1]  lock key        "{<prefix><name>}"
 -- KEYS[2]  fence counter   "{<prefix><name>}:fence"  (never expires)
+-- KEYS[3]  metadata        "{<prefix><name>}:meta"   (only with ARGV[5])
 -- ARGV[1]  owner value (a fresh UUID per attempt)
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3]  "1" to mint a fencing token, "0" to skip it
 -- ARGV[4]  time floor of the token in microseconds, or "" to use this
 --          server's TIME (Redlock proposes one floor to all masters so that
 --          they mint the same token and need no write-back round)
+-- ARGV[5]  metadata value "<owner>\n<metadata>" (WithMetadata), stored at
+--          KEYS[3] with the lock's TTL; absent without metadata
 --
 -- Returns {1, token} when the lock is ours (token 0 with fencing off),
 -- {0, pttl, owner} when another owner holds it (pttl: its remaining lease in
@@ -52,4 +55,5 @@ if ARGV[3] == '1' then
   redis.call('SET', KEYS[2], string.format('%.0f', tok))
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+if ARGV[5] then redis.call('SET', KEYS[3], ARGV[5], 'PX', ARGV[2]) end
 return {1, tok}

@@ -4,11 +4,13 @@
 -- KEYS[1]  lock key
 -- KEYS[2]  fence counter
 -- KEYS[3]  released marker "<lock key>:released"
+-- KEYS[4]  metadata key, when the next owner has metadata (ARGV[6])
 -- ARGV[1]  current owner value
 -- ARGV[2]  next owner value
 -- ARGV[3]  next owner's TTL in milliseconds
 -- ARGV[4]  "1" to mint a fencing token for the next owner, "0" to skip it
 -- ARGV[5]  lifetime of the released marker in milliseconds (the current TTL)
+-- ARGV[6]  next owner's metadata value "<owner>\n<metadata>", if any
 --
 -- Returns {1, token} when the lock passed to the next owner (also when this
 -- very hand-off already ran: a client-side retry after a lost reply);
@@ -41,5 +43,6 @@ if ARGV[4] == '1' then
   redis.call('SET', KEYS[2], string.format('%.0f', tok))
 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+if ARGV[6] then redis.call('SET', KEYS[4], ARGV[6], 'PX', ARGV[3]) end
 redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[5])
 return {1, tok}
