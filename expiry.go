@@ -80,17 +80,23 @@ func (e *expiry) run() {
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	var due, pending []*Lock // pending: lost, bookkeeping not done yet
+	var dueAt []time.Time    // the marks of due
 	var lead time.Duration   // how much earlier a batch starts, for its size
+	// slack is how much earlier still, learnt from batches that closed a
+	// Done after its mark: on a loaded machine the loop wakes late and runs
+	// slowly, and the next batch starts earlier by what the last one missed.
+	var slack time.Duration
 	for {
 		now := time.Now()
-		due = due[:0]
+		due, dueAt = due[:0], dueAt[:0]
 		e.mu.Lock()
 		for {
 			_, at, ok := e.queue.head()
-			if !ok || at.After(now.Add(lead)) {
+			if !ok || at.After(now.Add(lead+slack)) {
 				break
 			}
 			due = append(due, e.queue.pop())
+			dueAt = append(dueAt, at)
 		}
 		if len(due) == 0 && len(pending) == 0 {
 			// Wake early by the time the locks due with the next one will
@@ -98,7 +104,7 @@ func (e *expiry) run() {
 			lead = 2 * e.cost * time.Duration(e.dueWith())
 			e.next = farFuture
 			if _, at, ok := e.queue.head(); ok {
-				e.next = at.Add(-lead)
+				e.next = at.Add(-lead - slack)
 			}
 		} else {
 			e.next = time.Time{}
@@ -108,12 +114,19 @@ func (e *expiry) run() {
 			// Close every Done first: other owners may be granted the names
 			// soon.
 			start := time.Now()
-			for _, l := range due {
-				if l.expireLocked(lead) {
+			var over time.Duration // the latest Done past its mark
+			for i, l := range due {
+				if l.expireLocked(lead + slack) {
 					pending = append(pending, l)
+					over = max(over, time.Since(dueAt[i]))
 				}
 			}
 			e.cost = (e.cost*3 + time.Since(start)/time.Duration(len(due))) / 4
+			if over > 0 {
+				slack = min(slack+over, maxSlack)
+			} else {
+				slack -= slack / 16
+			}
 			continue
 		}
 		if len(pending) > 0 {
@@ -136,6 +149,10 @@ func (e *expiry) run() {
 		}
 	}
 }
+
+// maxSlack caps the loss clock's learnt slack. Each lock takes at most an
+// eighth of its TTL of it (see Lock.expireLocked).
+const maxSlack = 250 * time.Millisecond
 
 // dueWith counts the locks due within timerLead of the first one (e.mu
 // held). It scans the heap: this runs once per wake, not per lock.

@@ -346,17 +346,29 @@ func (l *Lock) lossLead() time.Duration {
 // expireLocked marks the lock lost if its Until is less than its loss lead
 // plus extra away, closing Done; afterTransition must follow when it
 // returns true.
+//
+// Of extra, a lock takes at most an eighth of its TTL: a healthy lock is
+// renewed while more than two thirds of its TTL are left, so no renewal
+// that still arrives in time is overtaken. Due by extra but not by that
+// share, it goes back on the loss clock for the moment it is.
 func (l *Lock) expireLocked(extra time.Duration) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.state != stateHeld {
 		return false
 	}
-	if l.pastHoldEnd(extra) {
+	own := min(extra, l.ttl/8)
+	if l.pastHoldEnd(own) {
 		return l.loseLocked(LossMaxHold, nil)
 	}
-	if time.Until(l.until) > l.lossLead()+extra {
-		return false // a renewal moved Until meanwhile
+	if time.Until(l.until) > l.lossLead()+own {
+		mark := l.lossAt()
+		if time.Until(mark) <= extra {
+			// Due by extra, not by its own share: the clock pops a lock
+			// extra ahead of its mark, so the mark moves by the difference.
+			l.eng.armLoss(l, mark.Add(extra-own))
+		} // else a renewal moved Until meanwhile, and re-armed it
+		return false
 	}
 	reason, err := LossExpired, l.renewErr
 	if l.renewRefused {
