@@ -435,6 +435,7 @@ func TestStatus(t *testing.T) {
 	assert.Contains(t, out, "owner: "+owner+"\n")
 	assert.Contains(t, out, fmt.Sprintf("token: %d\n", token))
 	assert.Regexp(t, `(?m)^ttl: \d+(\.\d+)?m?s$`, out)
+	assert.Regexp(t, `(?m)^metadata: .+ pid \d+: sh$`, out, "the default metadata names host, pid and command")
 
 	code, out, _ = rl(t, nil, "status", "st", "--json", "--addr", srv.Addr())
 	assert.Equal(t, 0, code)
@@ -446,6 +447,7 @@ func TestStatus(t *testing.T) {
 	require.Equal(t, 0, p.wait(t, longWait))
 	code, out, _ = rl(t, nil, "status", "--addr", srv.Addr(), "st")
 	assert.Equal(t, 1, code, "status after the run")
+	assert.Contains(t, out, "metadata: \n", "no metadata once free")
 	assert.Contains(t, out, "held: false\n")
 	assert.Contains(t, out, fmt.Sprintf("token: %d\n", token), "the last token stays")
 

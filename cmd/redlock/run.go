@@ -30,6 +30,7 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	wait := c.fs.Duration("wait", 0, "give up (exit 75) if the lock is not obtained within this `duration`; 0: wait forever")
 	try := c.fs.Bool("try", false, "one attempt: exit 75 at once if the lock is held")
 	grace := c.fs.Duration("grace", 5*time.Second, "after the lock is lost, SIGKILL this long after SIGTERM")
+	meta := c.fs.String("metadata", "", "what `status` shows about the holder; default \"HOST pid PID: COMMAND\"")
 	pos, command, code, done := c.parse(args, 1, stdout, stderr)
 	switch {
 	case done:
@@ -44,11 +45,16 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 		return c.bad(stderr, "--wait must not be negative, got %v", *wait)
 	case *grace < 0:
 		return c.bad(stderr, "--grace must not be negative, got %v", *grace)
+	case len(*meta) > 64<<10:
+		return c.bad(stderr, "--metadata of %d bytes, at most 64 KiB", len(*meta))
 	}
 	if err := cf.validate(); err != nil {
 		return c.bad(stderr, "%v", err)
 	}
 	name := pos[0]
+	if *meta == "" {
+		*meta = defaultMetadata(command[0])
+	}
 
 	// Before anything else: a signal while waiting for the lock must stop
 	// the wait, not kill redlock with a wait's key half set.
@@ -63,16 +69,26 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	defer t.close()
 	defer lk.Close()
 
-	l, code, ok := acquire(lk, t, name, *try, *wait, sigs, stderr)
+	l, code, ok := acquire(lk, t, name, *meta, *try, *wait, sigs, stderr)
 	if !ok {
 		return code
 	}
 	return supervise(l, name, command, *grace, cf.timeout, sigs, stderr)
 }
 
+// defaultMetadata names this run for `status`: host, redlock's pid (the
+// command's process group leader is the command) and the command.
+func defaultMetadata(command string) string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "?"
+	}
+	return fmt.Sprintf("%s pid %d: %s", host, os.Getpid(), command)
+}
+
 // acquire takes the lock, giving up on --wait, on a signal (exit 128+N), or
 // when Redis stops answering for --timeout while it waits.
-func acquire(lk locks, t *target, name string, try bool, wait time.Duration, sigs <-chan os.Signal, stderr io.Writer) (*redlock.Lock, int, bool) {
+func acquire(lk locks, t *target, name, meta string, try bool, wait time.Duration, sigs <-chan os.Signal, stderr io.Writer) (*redlock.Lock, int, bool) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
 	if wait > 0 {
@@ -99,9 +115,9 @@ func acquire(lk locks, t *target, name string, try bool, wait time.Duration, sig
 		err error
 	)
 	if try {
-		l, err = lk.TryLock(ctx, name)
+		l, err = lk.TryLock(ctx, name, redlock.WithMetadata(meta))
 	} else {
-		l, err = lk.Lock(ctx, name)
+		l, err = lk.Lock(ctx, name, redlock.WithMetadata(meta))
 	}
 	var sig signalled
 	if err == nil {
