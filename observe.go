@@ -216,7 +216,9 @@ func (tr *acquireTrace) done(l *Lock, err error) {
 	switch {
 	case err == nil:
 		ev.Outcome = Acquired
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	case tr.ctx.Err() != nil:
+		// The caller's ctx ended. A node call's own deadline (a NodeError
+		// wrapping DeadlineExceeded) is a failure, not a cancellation.
 		ev.Outcome = Canceled
 	case errors.As(err, &te):
 		ev.Outcome, ev.Contended = Contended, true
