@@ -123,12 +123,23 @@ func (c *core) acquireOn(ctx context.Context, n *node, l *Lock, cfg *config, fen
 	if err := c.identify(ctx, n); err != nil {
 		return reply{err: err}, taken // nothing was sent: nothing of ours there
 	}
-	res, holder, err := acquireReply(scriptAcquire.Run(ctx, n.client, l.keys[:2], l.owner, ttlMillis(cfg.ttl), fence, floor))
+	var cmd *redis.Cmd
+	var ackErr error
+	if cfg.replicas > 0 {
+		cmd, ackErr = scriptAcked(ctx, n.client, scriptAcquire, l.keys[:2], cfg.replicas, cfg.ackTimeout, l.owner, ttlMillis(cfg.ttl), fence, floor)
+	} else {
+		cmd = scriptAcquire.Run(ctx, n.client, l.keys[:2], l.owner, ttlMillis(cfg.ttl), fence, floor)
+	}
+	res, holder, err := acquireReply(cmd)
 	switch {
 	case err != nil:
 		return reply{err: err}, failed
 	case len(res) != 2:
 		return reply{err: fmt.Errorf("%w: %v", errBadReply, res)}, failed
+	case res[0] == acqGranted && ackErr != nil:
+		// Granted on the master but not known to the replicas asked for: not
+		// a vote. The outcome stays granted, so the key is released.
+		return reply{err: ackErr}, granted
 	case res[0] == acqGranted:
 		return reply{ok: true, val: res[1]}, granted
 	case res[0] == acqTaken:
@@ -156,6 +167,8 @@ func (c *core) newLock(name, tag, channel string, cfg *config) *Lock {
 		logger:        cfg.logger,
 		obs:           cfg.observer,
 		maxHold:       cfg.maxHold,
+		replicas:      cfg.replicas,
+		ackTimeout:    cfg.ackTimeout,
 		done:          make(chan struct{}),
 		ttl:           cfg.ttl,
 		outcome:       make([]outcome, len(c.nodes)),

@@ -52,6 +52,8 @@ type Lock struct {
 	driftFactor   float64
 	renewInterval time.Duration
 	timeout       time.Duration
+	replicas      int           // WithReplicaAcks; 0: no WAIT
+	ackTimeout    time.Duration // WithReplicaAcks
 	logger        *slog.Logger
 	obs           Observer // nil: none (WithObserver)
 	done          chan struct{}

@@ -216,7 +216,16 @@ func (c *core) extend(ctx context.Context, l *Lock, ttl time.Duration) error {
 	t1 := time.Now()
 	until := validUntil(t1, ttl, l.driftFactor)
 	ch, err := c.fanOut(context.WithoutCancel(ctx), c.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node) reply {
-		v, err := scriptExtend.Run(ctx, n.client, l.keys[:1], l.owner, ttlMillis(ttl)).Int64()
+		if l.replicas == 0 {
+			v, err := scriptExtend.Run(ctx, n.client, l.keys[:1], l.owner, ttlMillis(ttl)).Int64()
+			return reply{ok: v == 1, code: v, err: err}
+		}
+		cmd, ackErr := scriptAcked(ctx, n.client, scriptExtend, l.keys[:1], l.replicas, l.ackTimeout, l.owner, ttlMillis(ttl))
+		v, err := cmd.Int64()
+		if err == nil && v == 1 && ackErr != nil {
+			// Extended on the master only: a failed attempt, not a refusal.
+			return reply{code: v, err: ackErr}
+		}
 		return reply{ok: v == 1, code: v, err: err}
 	})
 	if err != nil {
