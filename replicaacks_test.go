@@ -191,3 +191,27 @@ func TestReplicaAcksRenewal(t *testing.T) {
 	closeAll(t, a)
 	s.check()
 }
+
+// TestReplicaAcksNoScript: after SCRIPT FLUSH (a restart, a failover), the
+// acquire, Extend and renewal with acks fall back to EVAL with a WAIT of
+// their own and still succeed while replication flows.
+func TestReplicaAcksNoScript(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pair := redistest.StartPair(t)
+	admin := pair.Master.Client(t)
+	const ttl = 900 * time.Millisecond
+	a := lockerOn(t, plainClient(t, pair.Master.Addr(), -1), WithTTL(ttl), WithReplicaAcks(1, 200*time.Millisecond))
+
+	require.NoError(t, admin.ScriptFlush(ctx).Err())
+	l, err := a.TryLock(ctx, "acks-noscript")
+	require.NoError(t, err, "TryLock after SCRIPT FLUSH")
+	require.NoError(t, admin.ScriptFlush(ctx).Err())
+	require.NoError(t, l.Extend(ctx, ttl), "Extend after SCRIPT FLUSH")
+	require.NoError(t, admin.ScriptFlush(ctx).Err())
+	first := l.Until()
+	require.Eventually(t, func() bool { return l.Until().After(first) }, 10*time.Second, 10*time.Millisecond, "a renewal after SCRIPT FLUSH")
+	require.NoError(t, l.Err())
+	require.NoError(t, l.Unlock(ctx))
+	require.NoError(t, a.Close())
+}
