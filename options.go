@@ -140,8 +140,8 @@ func WithMaxHold(d time.Duration) Option { return func(c *config) { c.maxHold = 
 // acknowledged may lose the write in its own restart, and a renewal
 // acknowledged by no replica still extended the key on the master. Use
 // fencing tokens ([Fence], [RedisFence]) for what must not happen twice.
-// Negative replicas, more than 1024, a timeout below 1ms with replicas > 0
-// or a negative timeout are refused.
+// Negative replicas, more than 1024, a timeout below 1ms with replicas > 0,
+// a negative timeout or one above a minute are refused.
 func WithReplicaAcks(replicas int, timeout time.Duration) Option {
 	return func(c *config) { c.replicas, c.ackTimeout = replicas, timeout }
 }
@@ -194,8 +194,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("redlock: max hold must not be negative, got %v", c.maxHold)
 	case c.replicas < 0 || c.replicas > maxReplicaAcks:
 		return fmt.Errorf("redlock: replica acks must be in [0, %d], got %d", maxReplicaAcks, c.replicas)
-	case c.ackTimeout < 0:
-		return fmt.Errorf("redlock: replica ack timeout must not be negative, got %v", c.ackTimeout)
+	case c.ackTimeout < 0 || c.ackTimeout > maxAckTimeout:
+		return fmt.Errorf("redlock: replica ack timeout must be in [0, %v], got %v", maxAckTimeout, c.ackTimeout)
 	case c.replicas > 0 && c.ackTimeout < time.Millisecond:
 		return fmt.Errorf("redlock: replica ack timeout must be at least 1ms with %d replicas, got %v", c.replicas, c.ackTimeout)
 	case c.replicas > 0 && c.ackTimeout >= c.ttl:
@@ -207,6 +207,10 @@ func (c *config) validate() error {
 // maxReplicaAcks bounds WithReplicaAcks's replicas: far beyond any real
 // deployment, so a larger number is a mistake, not a wish.
 const maxReplicaAcks = 1024
+
+// maxAckTimeout bounds WithReplicaAcks's timeout: WAIT is for
+// milliseconds, and a lock that waits minutes for a replica is a mistake.
+const maxAckTimeout = time.Minute
 
 // waitLateness is how late Redis (7.0) may answer a WAIT past its timeout:
 // blocked clients are timed out by the server's cron, which runs every

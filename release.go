@@ -220,7 +220,7 @@ func (c *core) extend(ctx context.Context, l *Lock, ttl time.Duration) error {
 			v, err := scriptExtend.Run(ctx, n.client, l.keys[:1], l.owner, ttlMillis(ttl)).Int64()
 			return reply{ok: v == 1, code: v, err: err}
 		}
-		cmd, ackErr := scriptAcked(ctx, n.client, scriptExtend, l.keys[:1], l.replicas, l.ackTimeout, l.owner, ttlMillis(ttl))
+		cmd, ackErr := scriptAcked(ctx, n.client, scriptExtend, l.keys[:1], int(l.replicas), l.ackTimeout(), l.owner, ttlMillis(ttl))
 		v, err := cmd.Int64()
 		if err == nil && v == 1 && ackErr != nil {
 			// Extended on the master only: a failed attempt, not a refusal.

@@ -103,8 +103,8 @@ func batchAcks(locks []*Lock) (int, time.Duration) {
 	var timeout time.Duration
 	for _, l := range locks {
 		if l.replicas > 0 {
-			replicas = max(replicas, l.replicas)
-			timeout = max(timeout, l.ackTimeout)
+			replicas = max(replicas, int(l.replicas))
+			timeout = max(timeout, l.ackTimeout())
 		}
 	}
 	return replicas, timeout
@@ -122,7 +122,7 @@ func renewAcked(ctx context.Context, cl Client, locks []*Lock, ttls []time.Durat
 		if l.replicas > 0 {
 			var cmd *redis.Cmd
 			var ackErr error
-			cmd, ackErr = scriptAcked(ctx, cl, scriptExtend, l.keys[:1], l.replicas, l.ackTimeout, l.owner, ttlMillis(ttls[i]))
+			cmd, ackErr = scriptAcked(ctx, cl, scriptExtend, l.keys[:1], int(l.replicas), l.ackTimeout(), l.owner, ttlMillis(ttls[i]))
 			v, err = cmd.Int64()
 			if err == nil && v == 1 && ackErr != nil {
 				err = ackErr

@@ -28,7 +28,8 @@ func TestReplicaAcksOptionValidation(t *testing.T) {
 		{"absurd replicas", []Option{WithReplicaAcks(100000, time.Second)}, "replica acks must be in [0, 1024], got 100000"},
 		{"no timeout", []Option{WithReplicaAcks(1, 0)}, "replica ack timeout must be at least 1ms"},
 		{"sub-millisecond timeout", []Option{WithReplicaAcks(1, 500*time.Microsecond)}, "replica ack timeout must be at least 1ms"},
-		{"negative timeout", []Option{WithReplicaAcks(0, -time.Second)}, "replica ack timeout must not be negative"},
+		{"negative timeout", []Option{WithReplicaAcks(0, -time.Second)}, "replica ack timeout must be in [0, 1m0s], got -1s"},
+		{"absurd timeout", []Option{WithTTL(time.Hour), WithReplicaAcks(1, 2*time.Minute)}, "replica ack timeout must be in [0, 1m0s], got 2m0s"},
 		{"timeout not below TTL", []Option{WithTTL(time.Second), WithReplicaAcks(1, time.Second)}, "replica ack timeout 1s must be shorter than TTL 1s"},
 	}
 	for _, tt := range tests {

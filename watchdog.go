@@ -375,7 +375,7 @@ func pipelineScript(ctx context.Context, cl Client, locks []*Lock, ttls []time.D
 			if waitAgain != nil && slices.Contains(again, i) {
 				w = waitAgain
 			}
-			if err := ackError(w, locks[i].replicas, ackTimeout); err != nil {
+			if err := ackError(w, int(locks[i].replicas), ackTimeout); err != nil {
 				codes[i] = -1
 				if firstErr == nil {
 					firstErr = err
