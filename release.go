@@ -79,6 +79,12 @@ func (c *core) unlock(ctx context.Context, l *Lock) error {
 // the lock was left untouched and the ordinary release must run instead
 // (no token could be minted).
 func (c *core) handOff(ctx context.Context, l *Lock, w *waiter) (done bool, err error) {
+	if w.cfg.replicas > 0 {
+		// handoff.lua's grant would reach w without the WAIT its options
+		// ask for: w acquires by itself, woken by the ordinary release.
+		c.waits.unreserve(l.channel, w, false)
+		return false, nil
+	}
 	nl := c.newLock(w.name, l.keys[0], l.channel, w.cfg)
 	fence := "0"
 	if w.cfg.fencing {

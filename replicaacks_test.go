@@ -61,6 +61,19 @@ func TestReplicaAcksTimeoutBudget(t *testing.T) {
 	assert.Equal(t, base+250*time.Millisecond+waitLateness, c.timeout(c.ttl), "per-node bound with acks")
 }
 
+// ackClient is a client of addr whose reads wait long enough for the
+// generous ack timeouts of the tests where acks must be met: on a loaded
+// machine the replica's ack, relayed by the test's proxy, can take a while.
+func ackClient(t *testing.T, addr string) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: time.Second, MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// metAck is the ack timeout of tests whose replica must acknowledge.
+const metAck = 1500 * time.Millisecond
+
 // splitClient runs scripts on one client and pipelines on another (two
 // pools of one server), so that an implementation that sent its WAIT apart
 // from its script could not land on the script's connection by luck.
@@ -157,8 +170,8 @@ func TestReplicaAcksRenewal(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pair := redistest.StartPair(t)
-	const ttl = 1200 * time.Millisecond
-	a := lockerOn(t, plainClient(t, pair.Master.Addr(), -1), WithTTL(ttl), WithNodeTimeout(300*time.Millisecond), WithReplicaAcks(1, 150*time.Millisecond))
+	const ttl = 4 * time.Second
+	a := lockerOn(t, ackClient(t, pair.Master.Addr()), WithTTL(ttl), WithNodeTimeout(300*time.Millisecond), WithReplicaAcks(1, metAck))
 	s := newScene(t)
 
 	la, err := a.TryLock(ctx, "renew-acks")
@@ -178,7 +191,7 @@ func TestReplicaAcksRenewal(t *testing.T) {
 	var ae *ReplicaAcksError
 	require.ErrorAs(t, err, &ae, "Extend while replication is held")
 	assert.Equal(t, 1, ae.Wanted)
-	assert.Contains(t, err.Error(), "of 1 replicas acknowledged within 150ms")
+	assert.Contains(t, err.Error(), "of 1 replicas acknowledged within 1.5s")
 	assert.NotErrorIs(t, err, ErrNotHeld, "an unacknowledged Extend is a failed attempt, not a loss")
 	assert.False(t, la.Until().After(before), "an unacknowledged Extend does not move Until")
 
@@ -201,8 +214,8 @@ func TestReplicaAcksNoScript(t *testing.T) {
 	ctx := context.Background()
 	pair := redistest.StartPair(t)
 	admin := pair.Master.Client(t)
-	const ttl = 900 * time.Millisecond
-	a := lockerOn(t, plainClient(t, pair.Master.Addr(), -1), WithTTL(ttl), WithReplicaAcks(1, 200*time.Millisecond))
+	const ttl = 3 * time.Second
+	a := lockerOn(t, ackClient(t, pair.Master.Addr()), WithTTL(ttl), WithReplicaAcks(1, metAck))
 
 	require.NoError(t, admin.ScriptFlush(ctx).Err())
 	l, err := a.TryLock(ctx, "acks-noscript")
@@ -214,5 +227,34 @@ func TestReplicaAcksNoScript(t *testing.T) {
 	require.Eventually(t, func() bool { return l.Until().After(first) }, 10*time.Second, 10*time.Millisecond, "a renewal after SCRIPT FLUSH")
 	require.NoError(t, l.Err())
 	require.NoError(t, l.Unlock(ctx))
+	require.NoError(t, a.Close())
+}
+
+// TestReplicaAcksWaiter: a Lock call with acks waiting behind a holder of
+// the same Locker gets the name after Unlock by acquiring it itself (with
+// its WAIT), not through the one-script hand-off, which sends no WAIT.
+func TestReplicaAcksWaiter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pair := redistest.StartPair(t)
+	a := lockerOn(t, ackClient(t, pair.Master.Addr()), WithReplicaAcks(1, metAck))
+	l1, err := a.TryLock(ctx, "acks-wait")
+	require.NoError(t, err)
+	got := make(chan *Lock, 1)
+	errc := make(chan error, 1)
+	go func() {
+		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		l, err := a.Lock(lctx, "acks-wait")
+		got <- l
+		errc <- err
+	}()
+	// Unlock whether or not the waiter has queued yet: either way it must
+	// end up holding the name.
+	require.NoError(t, l1.Unlock(ctx))
+	l2 := <-got
+	require.NoError(t, <-errc)
+	require.NoError(t, l2.Err())
+	require.NoError(t, l2.Unlock(ctx))
 	require.NoError(t, a.Close())
 }
