@@ -231,30 +231,35 @@ func TestReplicaAcksNoScript(t *testing.T) {
 }
 
 // TestReplicaAcksWaiter: a Lock call with acks waiting behind a holder of
-// the same Locker gets the name after Unlock by acquiring it itself (with
-// its WAIT), not through the one-script hand-off, which sends no WAIT.
+// the same Locker is not handed the name by Unlock's one-script hand-off,
+// which sends no WAIT: with replication held, it must not get the lock.
 func TestReplicaAcksWaiter(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pair := redistest.StartPair(t)
-	a := lockerOn(t, ackClient(t, pair.Master.Addr()), WithReplicaAcks(1, metAck))
+	a := lockerOn(t, plainClient(t, pair.Master.Addr(), -1))
 	l1, err := a.TryLock(ctx, "acks-wait")
 	require.NoError(t, err)
-	got := make(chan *Lock, 1)
-	errc := make(chan error, 1)
+	type result struct {
+		l   *Lock
+		err error
+	}
+	res := make(chan result, 1)
 	go func() {
-		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		lctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
-		l, err := a.Lock(lctx, "acks-wait")
-		got <- l
-		errc <- err
+		l, err := a.Lock(lctx, "acks-wait", WithReplicaAcks(1, 300*time.Millisecond))
+		res <- result{l, err}
 	}()
-	// Unlock whether or not the waiter has queued yet: either way it must
-	// end up holding the name.
+	// Queued behind l1, so that Unlock would hand the name over.
+	channel := releaseChannel(lockKey("redlock:", "acks-wait"))
+	require.Eventually(t, func() bool { return a.c.waits.busy(channel) }, 10*time.Second, 5*time.Millisecond, "the Lock call queued")
+	pair.HoldReplication(true)
+	defer pair.HoldReplication(false)
 	require.NoError(t, l1.Unlock(ctx))
-	l2 := <-got
-	require.NoError(t, <-errc)
-	require.NoError(t, l2.Err())
-	require.NoError(t, l2.Unlock(ctx))
+	r := <-res
+	assert.Nil(t, r.l, "a lock no replica acknowledged")
+	require.ErrorIs(t, r.err, ErrNotObtained)
+	require.ErrorIs(t, r.err, context.DeadlineExceeded)
 	require.NoError(t, a.Close())
 }
