@@ -123,19 +123,28 @@ func (c *core) acquireOn(ctx context.Context, n *node, l *Lock, cfg *config, fen
 	if err := c.identify(ctx, n); err != nil {
 		return reply{err: err}, taken // nothing was sent: nothing of ours there
 	}
-	var run *redis.Cmd
-	if l.metadata == "" {
-		run = scriptAcquire.Run(ctx, n.client, l.keys[:2], l.owner, ttlMillis(cfg.ttl), fence, floor)
-	} else {
-		keys := []string{l.keys[0], l.keys[1], l.keys[5]}
-		run = scriptAcquire.Run(ctx, n.client, keys, l.owner, ttlMillis(cfg.ttl), fence, floor, metaValue(l.owner, l.metadata))
+	keys, args := l.keys[:2], []any{l.owner, ttlMillis(cfg.ttl), fence, floor}
+	if l.metadata != "" {
+		keys = []string{l.keys[0], l.keys[1], l.keys[5]}
+		args = append(args, metaValue(l.owner, l.metadata))
 	}
-	res, holder, err := acquireReply(run)
+	var cmd *redis.Cmd
+	var ackErr error
+	if cfg.replicas > 0 {
+		cmd, ackErr = scriptAcked(ctx, n.client, scriptAcquire, keys, cfg.replicas, cfg.ackTimeout, args...)
+	} else {
+		cmd = scriptAcquire.Run(ctx, n.client, keys, args...)
+	}
+	res, holder, err := acquireReply(cmd)
 	switch {
 	case err != nil:
 		return reply{err: err}, failed
 	case len(res) != 2:
 		return reply{err: fmt.Errorf("%w: %v", errBadReply, res)}, failed
+	case res[0] == acqGranted && ackErr != nil:
+		// Granted on the master but not known to the replicas asked for: not
+		// a vote. The outcome stays granted, so the key is released.
+		return reply{err: ackErr}, granted
 	case res[0] == acqGranted:
 		return reply{ok: true, val: res[1]}, granted
 	case res[0] == acqTaken:
@@ -174,6 +183,8 @@ func (c *core) newLock(name, tag, channel string, cfg *config) *Lock {
 		obs:           cfg.observer,
 		maxHold:       cfg.maxHold,
 		metadata:      cfg.metadata,
+		replicas:      uint16(cfg.replicas),
+		ackMillis:     int32(cfg.ackTimeout.Milliseconds()),
 		done:          make(chan struct{}),
 		ttl:           cfg.ttl,
 		outcome:       make([]outcome, len(c.nodes)),

@@ -3,6 +3,7 @@ package redlock
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Sentinel errors. Match them with [errors.Is]; the library wraps and joins them
@@ -61,3 +62,17 @@ func (e *NodeError) Error() string {
 
 // Unwrap returns the node's error.
 func (e *NodeError) Unwrap() error { return e.Err }
+
+// ReplicaAcksError says that fewer replicas acknowledged a lock's write than
+// [WithReplicaAcks] asked for within its timeout. An acquisition that ends
+// with it is released and its error also matches [ErrNotObtained]; a
+// renewal or Extend that ends with it is a failed attempt.
+type ReplicaAcksError struct {
+	Acked   int           // replicas that acknowledged, as WAIT counted them
+	Wanted  int           // replicas asked for
+	Timeout time.Duration // how long WAIT waited
+}
+
+func (e *ReplicaAcksError) Error() string {
+	return fmt.Sprintf("redlock: %d of %d replicas acknowledged within %v", e.Acked, e.Wanted, e.Timeout)
+}

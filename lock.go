@@ -42,13 +42,18 @@ const whyClosed = "closed"
 // several concurrent Unlock calls returns nil. The methods of a nil *Lock
 // do not panic: it is not held.
 type Lock struct {
-	eng           engine
-	name          string
-	owner         string
-	keys          []string // lock, fence counter, lock, released marker: one hash tag (see relKeys)
-	channel       string   // where releases are published (wait.go)
-	fencing       bool
-	autoRenew     bool
+	eng       engine
+	name      string
+	owner     string
+	keys      []string // lock, fence counter, lock, released marker: one hash tag (see relKeys)
+	channel   string   // where releases are published (wait.go)
+	fencing   bool
+	autoRenew bool
+	// WithReplicaAcks, packed into the padding after the bools so that a
+	// Lock without acks costs no more memory than before: replicas (0: no
+	// WAIT) and the ack timeout in milliseconds (validate bounds both).
+	replicas      uint16
+	ackMillis     int32
 	driftFactor   float64
 	renewInterval time.Duration
 	timeout       time.Duration
@@ -96,6 +101,9 @@ type Lock struct {
 
 // relKeys are release.lua's KEYS: the lock key and its released marker.
 func (l *Lock) relKeys() []string { return l.keys[2:4] }
+
+// ackTimeout is WAIT's timeout for this lock's writes (WithReplicaAcks).
+func (l *Lock) ackTimeout() time.Duration { return time.Duration(l.ackMillis) * time.Millisecond }
 
 // outcome is how one node answered a lock's acquire call.
 type outcome uint8

@@ -27,6 +27,8 @@ type config struct {
 	maxHold       time.Duration // 0: no cap
 	observer      Observer      // nil: none
 	metadata      string        // "": none (WithMetadata)
+	replicas      int           // 0: no WAIT
+	ackTimeout    time.Duration // WAIT's timeout when replicas > 0
 }
 
 func defaultConfig() config {
@@ -122,6 +124,41 @@ func WithMetadata(s string) Option { return func(c *config) { c.metadata = s } }
 // maxMetadata bounds WithMetadata: it travels with every acquisition.
 const maxMetadata = 64 << 10
 
+// WithReplicaAcks makes every write that takes or keeps a lock wait for
+// replicas replicas of the node to acknowledge it, for at most timeout: the
+// acquire script, each watchdog renewal and [Lock.Extend] are followed by
+// WAIT replicas timeout on the same connection that ran the script (WAIT
+// counts the acknowledgements of its own connection's writes, so a WAIT on
+// another connection would answer at once, whatever replication is doing).
+// An acquisition with fewer acknowledgements than asked is released and
+// fails with an error matching [ErrNotObtained] and [*ReplicaAcksError]
+// (saying how many replicas acknowledged); a renewal or Extend with too few
+// is a failed attempt, retried until Until, after which the lock is lost.
+// Default replicas 0: no WAIT is sent and nothing else changes.
+//
+// The per-node time bound ([WithNodeTimeout]) of these calls grows by
+// timeout plus 100ms, because Redis answers a timed-out WAIT up to about
+// 100ms late. timeout is sent in whole milliseconds, must be at least 1ms
+// (WAIT 0 would block forever) and shorter than the TTL, and must stay
+// below the client's ReadTimeout, or the client gives up on the reply
+// first. A watchdog renewing several locks together on one node sends one
+// WAIT for the largest replicas and timeout among them. Replica acks need a
+// client that talks to one master per key: a *redis.Client (Sentinel
+// failover clients included) or a *redis.ClusterClient; a *redis.Ring is
+// refused.
+//
+// It narrows the window in which a failover loses a lock, it does not
+// close it: WAIT is not consensus. Sentinel or Cluster may still promote a
+// replica that did not acknowledge (when another one did), a replica that
+// acknowledged may lose the write in its own restart, and a renewal
+// acknowledged by no replica still extended the key on the master. Use
+// fencing tokens ([Fence], [RedisFence]) for what must not happen twice.
+// Negative replicas, more than 1024, a timeout below 1ms with replicas > 0,
+// a negative timeout or one above a minute are refused.
+func WithReplicaAcks(replicas int, timeout time.Duration) Option {
+	return func(c *config) { c.replicas, c.ackTimeout = replicas, timeout }
+}
+
 // WithLogger sets where renewal failures and lost locks are logged. Default:
 // nowhere. The library logs nothing else.
 func WithLogger(l *slog.Logger) Option {
@@ -170,12 +207,42 @@ func (c *config) validate() error {
 		return fmt.Errorf("redlock: metadata of %d bytes, at most %d", len(c.metadata), maxMetadata)
 	case c.maxHold < 0:
 		return fmt.Errorf("redlock: max hold must not be negative, got %v", c.maxHold)
+	case c.replicas < 0 || c.replicas > maxReplicaAcks:
+		return fmt.Errorf("redlock: replica acks must be in [0, %d], got %d", maxReplicaAcks, c.replicas)
+	case c.ackTimeout < 0 || c.ackTimeout > maxAckTimeout:
+		return fmt.Errorf("redlock: replica ack timeout must be in [0, %v], got %v", maxAckTimeout, c.ackTimeout)
+	case c.replicas > 0 && c.ackTimeout < time.Millisecond:
+		return fmt.Errorf("redlock: replica ack timeout must be at least 1ms with %d replicas, got %v", c.replicas, c.ackTimeout)
+	case c.replicas > 0 && c.ackTimeout >= c.ttl:
+		return fmt.Errorf("redlock: replica ack timeout %v must be shorter than TTL %v", c.ackTimeout, c.ttl)
 	}
 	return nil
 }
 
-// timeout is the per-node call bound for a lease of ttl.
+// maxReplicaAcks bounds WithReplicaAcks's replicas: far beyond any real
+// deployment, so a larger number is a mistake, not a wish.
+const maxReplicaAcks = 1024
+
+// maxAckTimeout bounds WithReplicaAcks's timeout: WAIT is for
+// milliseconds, and a lock that waits minutes for a replica is a mistake.
+const maxAckTimeout = time.Minute
+
+// waitLateness is how late Redis (7.0) may answer a WAIT past its timeout:
+// blocked clients are timed out by the server's cron, which runs every
+// 100ms at the default hz.
+const waitLateness = 100 * time.Millisecond
+
+// timeout is the per-node call bound for a lease of ttl: the node timeout,
+// plus the replica ack timeout and WAIT's lateness when acks are asked for.
 func (c *config) timeout(ttl time.Duration) time.Duration {
+	if c.replicas > 0 {
+		return c.nodeTimeoutFor(ttl) + c.ackTimeout + waitLateness
+	}
+	return c.nodeTimeoutFor(ttl)
+}
+
+// nodeTimeoutFor is the per-node bound of a call without WAIT.
+func (c *config) nodeTimeoutFor(ttl time.Duration) time.Duration {
 	if c.nodeTimeout > 0 {
 		return c.nodeTimeout
 	}

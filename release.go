@@ -79,6 +79,12 @@ func (c *core) unlock(ctx context.Context, l *Lock) error {
 // the lock was left untouched and the ordinary release must run instead
 // (no token could be minted).
 func (c *core) handOff(ctx context.Context, l *Lock, w *waiter) (done bool, err error) {
+	if w.cfg.replicas > 0 {
+		// handoff.lua's grant would reach w without the WAIT its options
+		// ask for: w acquires by itself, woken by the ordinary release.
+		c.waits.unreserve(l.channel, w, false)
+		return false, nil
+	}
 	nl := c.newLock(w.name, l.keys[0], l.channel, w.cfg)
 	fence := "0"
 	if w.cfg.fencing {
@@ -221,7 +227,16 @@ func (c *core) extend(ctx context.Context, l *Lock, ttl time.Duration) error {
 	t1 := time.Now()
 	until := validUntil(t1, ttl, l.driftFactor)
 	ch, err := c.fanOut(context.WithoutCancel(ctx), c.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node) reply {
-		v, err := scriptExtend.Run(ctx, n.client, l.extendKeys(), l.owner, ttlMillis(ttl)).Int64()
+		if l.replicas == 0 {
+			v, err := scriptExtend.Run(ctx, n.client, l.extendKeys(), l.owner, ttlMillis(ttl)).Int64()
+			return reply{ok: v == 1, code: v, err: err}
+		}
+		cmd, ackErr := scriptAcked(ctx, n.client, scriptExtend, l.extendKeys(), int(l.replicas), l.ackTimeout(), l.owner, ttlMillis(ttl))
+		v, err := cmd.Int64()
+		if err == nil && v == 1 && ackErr != nil {
+			// Extended on the master only: a failed attempt, not a refusal.
+			return reply{code: v, err: ackErr}
+		}
 		return reply{ok: v == 1, code: v, err: err}
 	})
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -305,8 +306,13 @@ func (c *core) batchSettled(rs []reply, n int) bool {
 // EVAL: a missing script must never read as "not held".
 func pipelineScript(ctx context.Context, cl Client, locks []*Lock, ttls []time.Duration) ([]int8, error) {
 	script := scriptRelease
+	var replicas int
+	var ackTimeout time.Duration
 	if ttls != nil {
 		script = scriptExtend
+		if replicas, ackTimeout = batchAcks(locks); replicas > 0 && keyRouted(cl) {
+			return renewAcked(ctx, cl, locks, ttls)
+		}
 	}
 	keys := func(i int) []string {
 		if ttls != nil {
@@ -325,6 +331,12 @@ func pipelineScript(ctx context.Context, cl Client, locks []*Lock, ttls []time.D
 	for i := range locks {
 		cmds[i] = script.EvalSha(ctx, pipe, keys(i), args(i)...)
 	}
+	// With replica acks, one WAIT ends each pipeline: it runs on the
+	// pipeline's connection, after its scripts (see replicaacks.go).
+	var wait, waitAgain *redis.Cmd
+	if replicas > 0 {
+		wait = waitCmd(ctx, pipe, replicas, ackTimeout)
+	}
 	_, _ = pipe.Exec(ctx) // errors are read per command below
 	var again []int
 	for i, cmd := range cmds {
@@ -336,6 +348,9 @@ func pipelineScript(ctx context.Context, cl Client, locks []*Lock, ttls []time.D
 		pipe = cl.Pipeline()
 		for _, i := range again {
 			cmds[i] = script.Eval(ctx, pipe, keys(i), args(i)...)
+		}
+		if replicas > 0 {
+			waitAgain = waitCmd(ctx, pipe, replicas, ackTimeout)
 		}
 		_, _ = pipe.Exec(ctx)
 	}
@@ -353,6 +368,21 @@ func pipelineScript(ctx context.Context, cl Client, locks []*Lock, ttls []time.D
 			if r := releaseReply(locks[i], v, nil); r.ok {
 				codes[i] = 1
 			}
+		case v == 1 && locks[i].replicas > 0:
+			// Extended on the master; a vote only with the replicas' acks,
+			// counted by the WAIT of the connection this script ran on.
+			w := wait
+			if waitAgain != nil && slices.Contains(again, i) {
+				w = waitAgain
+			}
+			if err := ackError(w, int(locks[i].replicas), ackTimeout); err != nil {
+				codes[i] = -1
+				if firstErr == nil {
+					firstErr = err
+				}
+				continue
+			}
+			codes[i] = 1
 		case v == 1:
 			codes[i] = 1
 		case v == extTaken:
