@@ -417,10 +417,9 @@ func (c *core) do(ctx context.Context, name string, fn func(context.Context) err
 		}
 		switch lerr := l.Err(); {
 		case errors.Is(lerr, ErrLost):
+			// Lost, or Close released it while fn still ran (a LostError
+			// with reason closed, which also matches ErrClosed).
 			err = errors.Join(err, lerr)
-		case errors.Is(lerr, ErrClosed):
-			// Close released the lock while fn still ran: for fn, it was lost.
-			err = errors.Join(err, ErrLost, ErrClosed)
 		case errors.Is(uerr, errAlreadyReleased):
 			// fn released the lock itself, through FromContext.
 		case errors.Is(uerr, ErrNotHeld):

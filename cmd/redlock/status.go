@@ -34,19 +34,18 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	name := pos[0]
 
-	t, lk, code, ok := openLocks(&cf, stderr)
-	if !ok {
-		return code
-	}
-	defer t.close()
-	defer lk.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), cf.timeout)
-	defer cancel()
+	return oneCall(&cf, stderr, func(ctx context.Context, lk locks) int {
+		return printStatus(ctx, lk, name, *asJSON, stdout, stderr)
+	})
+}
+
+// printStatus is status once connected.
+func printStatus(ctx context.Context, lk locks, name string, asJSON bool, stdout, stderr io.Writer) int {
 	h, err := lk.Inspect(ctx, name)
 	if err != nil {
 		return fail(stderr, exitUnavailable, "status of %s: %s", name, oneLine(err))
 	}
-	if *asJSON {
+	if asJSON {
 		b, err := json.Marshal(statusJSON{
 			Name: name, Held: h.Held, Owner: h.Owner, TTL: ttlString(h.TTL), TTLMillis: ttlMillis(h.TTL),
 			Token: h.Token, Metadata: h.Metadata, Readers: h.Readers,
@@ -119,7 +118,22 @@ func unlockCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	name := pos[0]
 
-	t, lk, code, ok := openLocks(&cf, stderr)
+	return oneCall(&cf, stderr, func(ctx context.Context, lk locks) int {
+		switch err := lk.Release(ctx, name, *owner); {
+		case err == nil:
+			return exitOK
+		case errors.Is(err, redlock.ErrNotHeld):
+			return fail(stderr, exitFree, "%s is not held by owner %s", name, *owner)
+		default:
+			return fail(stderr, exitUnavailable, "unlock %s: %s", name, oneLine(err))
+		}
+	})
+}
+
+// oneCall connects, runs fn with a ctx bounded by --timeout, and
+// disconnects: status and unlock are one request each.
+func oneCall(cf *connFlags, stderr io.Writer, fn func(context.Context, locks) int) int {
+	t, lk, code, ok := openLocks(cf, stderr)
 	if !ok {
 		return code
 	}
@@ -127,12 +141,5 @@ func unlockCmd(args []string, stdout, stderr io.Writer) int {
 	defer lk.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), cf.timeout)
 	defer cancel()
-	switch err := lk.Release(ctx, name, *owner); {
-	case err == nil:
-		return exitOK
-	case errors.Is(err, redlock.ErrNotHeld):
-		return fail(stderr, exitFree, "%s is not held by owner %s", name, *owner)
-	default:
-		return fail(stderr, exitUnavailable, "unlock %s: %s", name, oneLine(err))
-	}
+	return fn(ctx, lk)
 }
