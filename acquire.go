@@ -32,11 +32,20 @@ const (
 // lease has left (negative when unknown) and whether retrying is pointless.
 // key and channel are the name's lock key and release channel (see lockKey,
 // releaseChannel), computed once per Lock call rather than per attempt.
-func (c *core) acquire(ctx context.Context, name, key, channel string, cfg *config) (*Lock, time.Duration, bool, error) {
+func (c *core) acquire(ctx context.Context, l *Lock, cfg *config, ww *writerWait) (*Lock, time.Duration, bool, error) {
 	if c.isClosing() {
 		return nil, -1, true, errors.Join(ErrNotObtained, ErrClosed)
 	}
-	l := c.newLock(name, key, channel, cfg)
+	name := l.name
+	wait := ""
+	if ww != nil {
+		// The first attempt's owner value names the caller among the
+		// waiting writers for the rest of its Lock call.
+		if ww.id == "" {
+			ww.id = l.owner
+		}
+		wait = ww.id
+	}
 	timeout := cfg.timeout(cfg.ttl)
 	fence, floor := "0", ""
 	if cfg.fencing {
@@ -53,7 +62,7 @@ func (c *core) acquire(ctx context.Context, name, key, channel string, cfg *conf
 	t1 := time.Now()
 	until := validUntil(t1, cfg.ttl, cfg.driftFactor)
 	ch, err := c.fanOut(context.WithoutCancel(ctx), c.nodes, timeout, timeout, func(ctx context.Context, n *node) reply {
-		r, o := c.acquireOn(ctx, n, l, cfg, fence, floor)
+		r, o := c.acquireOn(ctx, n, l, cfg, fence, floor, wait)
 		if l.settle(n.idx, o) {
 			// The reply arrived after the attempt was given up or the lock
 			// released or lost: nobody else will delete this key, so we do.
@@ -78,7 +87,7 @@ func (c *core) acquire(ctx context.Context, name, key, channel string, cfg *conf
 			}
 		}
 	}
-	t.errs = appendTaken(t.errs, name, rs, hint)
+	t.errs = appendTaken(t.errs, l, rs, hint)
 	if t.ok >= c.quorum && !interrupted {
 		token, err := c.settleToken(ctx, l, rs, timeout, until)
 		if err != nil {
@@ -119,23 +128,26 @@ func (c *core) acquire(ctx context.Context, name, key, channel string, cfg *conf
 }
 
 // acquireOn runs acquire.lua on one node and says how it answered.
-func (c *core) acquireOn(ctx context.Context, n *node, l *Lock, cfg *config, fence, floor string) (reply, outcome) {
+func (c *core) acquireOn(ctx context.Context, n *node, l *Lock, cfg *config, fence, floor, wait string) (reply, outcome) {
 	if err := c.identify(ctx, n); err != nil {
 		return reply{err: err}, taken // nothing was sent: nothing of ours there
 	}
-	keys, args := l.keys[:2], []any{l.owner, ttlMillis(cfg.ttl), fence, floor}
-	if l.metadata != "" {
-		keys = []string{l.keys[0], l.keys[1], l.keys[5]}
-		args = append(args, metaValue(l.owner, l.metadata))
+	if l.parts() > 1 {
+		return c.multiAcquireOn(ctx, n, l, cfg, fence, floor)
 	}
+	script, keys, args := l.acquireCmd(cfg, fence, floor, wait)
 	var cmd *redis.Cmd
 	var ackErr error
 	if cfg.replicas > 0 {
-		cmd, ackErr = scriptAcked(ctx, n.client, scriptAcquire, keys, cfg.replicas, cfg.ackTimeout, args...)
+		cmd, ackErr = scriptAcked(ctx, n.client, script, keys, cfg.replicas, cfg.ackTimeout, args...)
 	} else {
-		cmd = scriptAcquire.Run(ctx, n.client, keys, args...)
+		cmd = script.Run(ctx, n.client, keys, args...)
 	}
 	res, holder, err := acquireReply(cmd)
+	var refusing int64 // multi_acquire.lua: the index of the name that refused
+	if err == nil && len(res) == 3 {
+		refusing, res = res[2]-1, res[:2] // 1-based in the script
+	}
 	switch {
 	case err != nil:
 		return reply{err: err}, failed
@@ -148,7 +160,7 @@ func (c *core) acquireOn(ctx context.Context, n *node, l *Lock, cfg *config, fen
 	case res[0] == acqGranted:
 		return reply{ok: true, val: res[1]}, granted
 	case res[0] == acqTaken:
-		return reply{val: res[1], holder: holder}, taken
+		return reply{val: res[1], holder: holder, code: refusing}, taken
 	case res[0] == acqExhausted:
 		return reply{err: fmt.Errorf("%w (counter %s at %d)", errTokenSpace, l.keys[1], res[1])}, taken
 	case res[0] == acqBadFence:
@@ -157,22 +169,53 @@ func (c *core) acquireOn(ctx context.Context, n *node, l *Lock, cfg *config, fen
 	return reply{err: fmt.Errorf("%w: %v", errBadReply, res)}, failed
 }
 
-// lockKeys lays out a lock's keys: lock, fence counter (acquire.lua), lock,
-// released marker (release.lua, relKeys), and with metadata: lock, metadata
-// (extend.lua, extendKeys). All share one hash tag.
+// lockKeys lays out an exclusive lock's keys, all under one hash tag:
+//
+//	0 lock, 1 fence counter (acquire.lua: keys[:2])
+//	2 lock, 3 released marker (release.lua: relKeys)
+//	4 lock, 5 metadata, with metadata only (extend.lua: extendKeys)
+//
+// The names are cut from one string: one allocation for all of them.
 func lockKeys(tag string, metadata bool) []string {
-	if !metadata {
-		return []string{tag, tag + ":fence", tag, tag + ":released"}
+	all := tag + fenceSuffix + tag + releasedSuffix
+	if metadata {
+		all += tag + metaSuffix
 	}
-	return []string{tag, tag + ":fence", tag, tag + ":released", tag, tag + metaSuffix}
+	cut := func(suffix string) string {
+		k := all[:len(tag)+len(suffix)]
+		all = all[len(k):]
+		return k
+	}
+	keys := make([]string, 4, 6)
+	keys[0], keys[1], keys[2], keys[3] = tag, cut(fenceSuffix), tag, cut(releasedSuffix)
+	if metadata {
+		keys = append(keys, tag, cut(metaSuffix))
+	}
+	return keys
 }
 
+// Suffixes of a name's keys after its lock key "{<prefix><name>}".
+const (
+	fenceSuffix    = ":fence"
+	readersSuffix  = ":readers" // read holds (RLock); acquire.lua knows it too
+	writersSuffix  = ":writers" // writers waiting (writer preference); acquire.lua knows it too
+	releasedSuffix = ":released"
+)
+
+// newLock makes the lock of one attempt at the exclusive lock of name.
 func (c *core) newLock(name, tag, channel string, cfg *config) *Lock {
+	l := c.makeLock(name, channel, cfg)
+	l.keys = lockKeys(tag, cfg.metadata != "")
+	return l
+}
+
+// makeLock makes the lock of one attempt, with a fresh owner value and no
+// keys yet.
+func (c *core) makeLock(name, channel string, cfg *config) *Lock {
 	return &Lock{
 		eng:           c,
 		name:          name,
 		owner:         uuid.NewString(),
-		keys:          lockKeys(tag, cfg.metadata != ""),
 		channel:       channel,
 		fencing:       cfg.fencing,
 		autoRenew:     cfg.autoRenew,
@@ -253,47 +296,126 @@ func (c *core) settleToken(ctx context.Context, l *Lock, rs []reply, timeout tim
 }
 
 // lock is Lock (wait=true) and TryLock (wait=false).
-func (c *core) lock(ctx context.Context, name string, opts []Option, wait bool) (l *Lock, err error) {
+func (c *core) lock(ctx context.Context, name string, opts []Option, wait bool) (*Lock, error) {
 	if c == nil {
 		return nil, errNoCore
 	}
 	if name == "" {
 		return nil, errors.New("redlock: empty lock name")
 	}
-	cfg := &c.cfg // read-only after construction: shared by calls without options
-	if len(opts) > 0 {
-		own, err := c.cfg.with(opts)
-		if err != nil {
-			return nil, err
-		}
-		cfg = &own
+	cfg, err := c.callConfig(opts)
+	if err != nil {
+		return nil, err
 	}
+	key := lockKey(cfg.prefix, name)
+	channel := releaseChannel(key)
+	a := acquisition{kind: kindExclusive, name: name, tag: key, channel: channel, cfg: cfg, queue: channel, held: key}
+	// A waiting writer keeps new read holds out (writer preference).
+	// Redlock offers no read holds: its masters need no entry.
+	a.writer = wait && len(c.nodes) == 1
+	return c.obtain(ctx, &a, wait)
+}
+
+// callConfig is the config of one call: the core's, shared read-only by
+// calls without options, or a copy with opts applied.
+func (c *core) callConfig(opts []Option) (*config, error) {
+	if len(opts) == 0 {
+		return &c.cfg, nil
+	}
+	own, err := c.cfg.with(opts)
+	if err != nil {
+		return nil, err
+	}
+	return &own, nil
+}
+
+// acquisition is what obtain needs to know of one acquire call: what to
+// make an attempt at (attempt), and where to wait between attempts. It has
+// no function fields, so that it and what it points to stay on the
+// caller's stack.
+type acquisition struct {
+	kind    lockKind
+	name    string
+	tag     string // the name's lock key, or a semaphore's set key
+	channel string // where its releases are published
+	cfg     *config
+	permits int        // a semaphore's
+	multi   *multiKeys // a LockAll's
+	// queue is the key of the local queue to wait in (wait.go); an attempt
+	// may move it (a multi-name lock waits for the name that refused it).
+	queue string
+	// held is a lock key that, held by this core, makes a first attempt
+	// pointless ("" for none).
+	held string
+	// writer: the call is a writer that waits, with an entry among the
+	// name's waiting writers on the server (ww).
+	writer bool
+	ww     writerWait
+}
+
+// attempt makes one attempt of a: the lock, or an error matching
+// ErrNotObtained with the holder's remaining lease (negative when unknown)
+// and whether retrying is pointless.
+func (c *core) attempt(ctx context.Context, a *acquisition) (*Lock, time.Duration, bool, error) {
+	var l *Lock
+	switch a.kind {
+	case kindRead:
+		l = c.newReadLock(a.name, a.tag, a.channel, a.cfg)
+	case kindPermit:
+		l = c.newPermit(a.name, a.tag, a.channel, a.cfg, a.permits)
+	case kindMulti:
+		l = c.newMultiLock(a.name, a.channel, a.cfg, a.multi)
+	default:
+		l = c.newLock(a.name, a.tag, a.channel, a.cfg)
+	}
+	var ww *writerWait
+	if a.writer {
+		ww = &a.ww
+	}
+	got, hint, permanent, err := c.acquire(ctx, l, a.cfg, ww)
+	if a.kind == kindMulti && err != nil {
+		var te *TakenError
+		if errors.As(err, &te) && te.Name != "" {
+			// Wait for the name that refused.
+			a.queue = queueKey(releaseChannel(lockKey(a.cfg.prefix, te.Name)), queueMulti)
+		}
+	}
+	return got, hint, permanent, err
+}
+
+// obtain drives an acquisition: one attempt (wait=false), or attempts until
+// one succeeds, ctx ends or the retry policy gives up, waiting in between
+// for a release message or a timer.
+func (c *core) obtain(ctx context.Context, a *acquisition, wait bool) (l *Lock, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Join(ErrNotObtained, err)
 	}
 	if c.isClosing() {
 		return nil, errors.Join(ErrNotObtained, ErrClosed)
 	}
-	tr := newAcquireTrace(ctx, cfg, name, wait)
+	cfg := a.cfg
+	tr := newAcquireTrace(ctx, cfg, a.name, wait)
 	defer func() { tr.done(l, err) }()
-	key := lockKey(cfg.prefix, name)
-	channel := releaseChannel(key)
 	if !wait {
-		l, _, _, err := c.acquire(ctx, name, key, channel, cfg)
+		l, _, _, err := c.attempt(ctx, a)
 		tr.attempted(err)
 		return l, err
 	}
 	// FIFO within this core: no attempt while others of ours wait or hold the
 	// name; queue behind them instead (see wait.go). An uncontended Lock
 	// never touches pub/sub: it subscribes only after a failed attempt.
-	try := !c.waits.busy(channel) && !c.holds(key)
+	try := !c.waits.busy(a.queue) && (a.held == "" || !c.holds(a.held))
 	var w *waiter
+	qk := a.queue // the queue w is in
 	acquired := false
 	defer func() {
+		if !acquired && a.writer && a.ww.entered {
+			c.unwait(a)
+		}
 		if w == nil {
 			return
 		}
-		c.waits.leave(channel, w, acquired)
+		c.waits.leave(qk, w, acquired)
 		if !acquired {
 			// A lock handed over just before leave marked w gone: nobody
 			// else will own it.
@@ -309,7 +431,7 @@ func (c *core) lock(ctx context.Context, name string, opts []Option, wait bool) 
 	woke := wokeNone
 	for attempt := 0; ; attempt++ {
 		if try {
-			l, h, permanent, err := c.acquire(ctx, name, key, channel, cfg)
+			l, h, permanent, err := c.attempt(ctx, a)
 			tr.attempted(err)
 			if err == nil {
 				acquired = true
@@ -318,9 +440,13 @@ func (c *core) lock(ctx context.Context, name string, opts []Option, wait bool) 
 					// before the holder's lease ended: the subscription did
 					// not hear that release (a failover moved the master, a
 					// connection that reads but hears nothing). Re-home it.
-					c.waits.suspect(channel)
+					c.waits.suspect(channelOf(qk))
 				}
 				return l, nil
+			}
+			if a.writer {
+				// Refused, or unknown: the script may have entered us.
+				a.ww.entered = true
 			}
 			if permanent {
 				return nil, err
@@ -339,13 +465,22 @@ func (c *core) lock(ctx context.Context, name string, opts []Option, wait bool) 
 			lastErr, hint = err, h
 			if redis.IsReadOnlyError(err) {
 				// A failover demoted the master: pub/sub may sit on it.
-				c.waits.suspect(channel)
+				c.waits.suspect(channelOf(qk))
 			}
 		}
 		try = true
+		if w != nil && qk != a.queue {
+			c.waits.leave(qk, w, false)
+			w = nil
+		}
 		if w == nil {
 			var sent <-chan struct{}
-			w, sent = c.waits.join(channel, name, cfg)
+			wid := ""
+			if a.writer {
+				wid = a.ww.id
+			}
+			qk = a.queue
+			w, sent = c.waits.join(qk, a.name, wid, cfg)
 			subscribed(ctx, sent, c.quorum, cfg.timeout(cfg.ttl))
 		}
 		d := cfg.retry(attempt)
@@ -371,7 +506,7 @@ func (c *core) lock(ctx context.Context, name string, opts []Option, wait bool) 
 			err    error
 			handed *Lock
 		)
-		woke, handed, err = c.await(ctx, channel, w, d)
+		woke, handed, err = c.await(ctx, qk, w, d)
 		if err != nil {
 			return nil, errors.Join(lastErr, err)
 		}
@@ -383,6 +518,24 @@ func (c *core) lock(ctx context.Context, name string, opts []Option, wait bool) 
 			woke = wokeEarly
 		}
 	}
+}
+
+// unwait withdraws a writer that gave up waiting from its name's waiting
+// writers, from a goroutine of the core (unwait.lua): new read holds need
+// not wait for its entry to lapse.
+func (c *core) unwait(a *acquisition) {
+	if !c.goCount(1) {
+		return
+	}
+	key := lockKey(a.cfg.prefix, a.name)
+	keys := []string{key + writersSuffix, key}
+	id, channel, timeout := a.ww.id, releaseChannel(key), a.cfg.timeout(a.cfg.ttl)
+	go func() {
+		defer c.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		_ = scriptUnwait.Run(ctx, c.nodes[0].client, keys, id, channel).Err() // the entry lapses by itself if this fails
+	}()
 }
 
 // maxTrustedSleep caps a waiter's sleep while it relies on release messages:

@@ -16,16 +16,17 @@ import (
 // does.
 type Holder struct {
 	// Held reports whether the name is held: on a Locker, whether the lock
-	// key exists; on a Redlock, whether a quorum of masters agrees on one
-	// owner.
+	// key exists or read holds are live; on a Redlock, whether a quorum of
+	// masters agrees on one owner.
 	Held bool
 	// Owner is the owner value of the writer/exclusive holder ([Lock.Owner]),
 	// "" if none.
 	Owner string
 	// TTL is the remaining lease on the server: 0 when the name is free, and
 	// negative when the lock key has no expiry (a key this library did not
-	// write). On a Redlock it is the time until fewer than a quorum of
-	// masters would still hold the key.
+	// write); while only read holds hold it, the longest of their leases. On
+	// a Redlock it is the time until fewer than a quorum of masters would
+	// still hold the key.
 	TTL time.Duration
 	// Token is the last fencing token issued for the name, 0 if none yet (or
 	// with fencing off). It stays after a release: the next holder gets a
@@ -34,7 +35,8 @@ type Holder struct {
 	// Metadata is what the holder attached with WithMetadata, "" if nothing
 	// or if the name is not held.
 	Metadata string
-	// Readers is the number of current read holders.
+	// Readers is the number of live read holds ([Locker.RLock]); always 0
+	// on a Redlock, which offers none.
 	Readers int
 }
 
@@ -48,11 +50,13 @@ type nodeHolder struct {
 	pttl     int64  // ms; -1: no expiry; -2: no key
 	token    int64
 	metadata string
+	readers  int   // live read holds
+	rpttl    int64 // ms until the last of them ends
 }
 
 // Inspect reports who holds the lock name, its remaining lease on the
-// server, the last fencing token issued for it and the holder's metadata, in
-// one round trip of a read-only script. It uses the Locker's key prefix
+// server, the last fencing token issued for it, the holder's metadata and the
+// number of read holds, in one round trip of a read-only script. It uses the Locker's key prefix
 // ([WithKeyPrefix]). It returns an error for an empty name, a nil Locker,
 // after Close (ErrClosed), when Redis does not answer within the node timeout
 // or ctx ends first (then matching ctx.Err()), and when the keys hold what
@@ -96,7 +100,7 @@ func (c *core) inspect(ctx context.Context, name string) (Holder, error) {
 		return Holder{}, ErrClosed
 	}
 	key := lockKey(c.cfg.prefix, name)
-	keys := []string{key, key + ":fence", key + metaSuffix}
+	keys := []string{key, key + fenceSuffix, key + metaSuffix, key + readersSuffix}
 	timeout := c.cfg.timeout(c.cfg.ttl)
 	// Detached, as every call of the core: gather stops waiting when ctx
 	// ends, and the read left behind is bounded by the node timeout.
@@ -131,17 +135,19 @@ func inspectOn(ctx context.Context, n *node, keys []string) reply {
 	if err != nil {
 		return reply{err: err}
 	}
-	if len(res) != 4 {
+	if len(res) != 6 {
 		return reply{err: fmt.Errorf("%w: %v", errBadReply, res)}
 	}
 	owner, ok1 := res[0].(string)
 	pttl, ok2 := res[1].(int64)
 	counter, ok3 := res[2].(string)
 	meta, ok4 := res[3].(string)
-	if !ok1 || !ok2 || !ok3 || !ok4 {
+	readers, ok5 := res[4].(int64)
+	rpttl, ok6 := res[5].(int64)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 {
 		return reply{err: fmt.Errorf("%w: %v", errBadReply, res)}
 	}
-	h := &nodeHolder{owner: owner, pttl: pttl, metadata: meta}
+	h := &nodeHolder{owner: owner, pttl: pttl, metadata: meta, readers: int(readers), rpttl: rpttl}
 	if counter != "" {
 		if h.token, err = strconv.ParseInt(counter, 10, 64); err != nil {
 			return reply{err: fmt.Errorf("fence key %s does not hold a token: %q", keys[1], counter)}
@@ -184,6 +190,11 @@ func (c *core) judge(rs []reply) (Holder, bool) {
 		}
 	}
 	if !h.Held {
+		if len(c.nodes) == 1 && answered[0].readers > 0 {
+			// Read holds live only on a Locker (RLock): one node.
+			a := answered[0]
+			h.Held, h.Readers, h.TTL = true, a.readers, time.Duration(a.rpttl)*time.Millisecond
+		}
 		return h, true
 	}
 	// The lock keeps a quorum until the quorum-th longest lease among the

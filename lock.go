@@ -45,10 +45,13 @@ type Lock struct {
 	eng       engine
 	name      string
 	owner     string
-	keys      []string // lock, fence counter, lock, released marker: one hash tag (see relKeys)
+	keys      []string // one hash tag; the layout depends on kind (lockKeys, kinds.go)
 	channel   string   // where releases are published (wait.go)
 	fencing   bool
 	autoRenew bool
+	kind      lockKind   // what it holds: the scripts that release and extend it (kinds.go)
+	multi     *multiKeys // the names and keys of a multi-name lock (LockAll), else nil
+	permits   int        // a permit's Semaphore size (sem_acquire.lua), else 0
 	// WithReplicaAcks, packed into the padding after the bools so that a
 	// Lock without acks costs no more memory than before: replicas (0: no
 	// WAIT) and the ack timeout in milliseconds (validate bounds both).
@@ -125,7 +128,8 @@ var closedChan = func() chan struct{} {
 // errNilLock is what the methods of a nil *Lock report.
 var errNilLock = fmt.Errorf("%w: nil *Lock", ErrNotHeld)
 
-// Name returns the lock's name as given to the acquire call.
+// Name returns the lock's name as given to the acquire call; for a
+// [Locker.LockAll] lock, its names in order, joined by commas (see Names).
 func (l *Lock) Name() string {
 	if l == nil {
 		return ""
@@ -165,7 +169,10 @@ func metaValue(owner, metadata string) string { return owner + "\n" + metadata }
 
 // Token returns the lock's fencing token: strictly increasing across
 // acquisitions of one name, and >= 1. Pass it to a [Fence] or [RedisFence]
-// guarding the resource. It is 0 when fencing is off ([WithFencing]).
+// guarding the resource. It is 0 when fencing is off ([WithFencing]) and
+// for a read hold ([Locker.RLock]), which shares the name and so cannot be
+// told apart by a token; a [Semaphore]'s permits count on their own, and a
+// [Locker.LockAll] lock has one token valid for each of its names.
 func (l *Lock) Token() int64 {
 	if l == nil {
 		return 0

@@ -118,7 +118,8 @@ func WithMaxHold(d time.Duration) Option { return func(c *config) { c.maxHold = 
 // the redlock command's status: who holds a name ("host-a pid 4711, nightly
 // report"), not only a random owner value. [Lock.Metadata] returns it. A
 // new holder without metadata shows none: the stored value names its owner,
-// and a stale one is never reported. At most 64 KiB.
+// and a stale one is never reported. At most 64 KiB. Exclusive locks only:
+// read holds, permits and LockAll locks ignore it.
 func WithMetadata(s string) Option { return func(c *config) { c.metadata = s } }
 
 // maxMetadata bounds WithMetadata: it travels with every acquisition.

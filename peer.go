@@ -87,7 +87,10 @@ const pttlGone = -3
 // remaining is Lock.TTL (engine).
 func (c *core) remaining(ctx context.Context, l *Lock) (time.Duration, error) {
 	ch, err := c.fanOut(ctx, c.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node) reply {
-		v, err := scriptPTTL.Run(ctx, n.client, l.keys[:1], l.owner).Int64()
+		v, err := l.runParts(ctx, n.client, func(p int) (*redis.Script, []string, []any) {
+			s, keys := l.pttlCmd(p)
+			return s, keys, []any{l.owner}
+		}, foldPTTL)
 		return reply{ok: err == nil && v != pttlGone, val: v, err: err}
 	})
 	if err != nil {
@@ -127,14 +130,19 @@ func (c *core) remaining(ctx context.Context, l *Lock) (time.Duration, error) {
 }
 
 // appendTaken adds to errs a TakenError for the nodes in rs that refused
-// because another owner held the key; hint is the shortest lease among them.
-func appendTaken(errs []error, name string, rs []reply, hint time.Duration) []error {
+// l because another owner held the key; hint is the shortest lease among
+// them. For a multi-name lock it names the name that was held.
+func appendTaken(errs []error, l *Lock, rs []reply, hint time.Duration) []error {
 	var te *TakenError
 	for _, r := range rs {
 		if r.err != nil || r.ok {
 			continue
 		}
 		if te == nil {
+			name := l.name
+			if l.multi != nil && r.code >= 0 && int(r.code) < len(l.multi.names) {
+				name = l.multi.names[r.code]
+			}
 			te = &TakenError{Name: name, Owner: r.holder, TTL: hint}
 		}
 		te.Nodes = append(te.Nodes, r.node)
@@ -152,10 +160,10 @@ func acquireReply(cmd *redis.Cmd) ([]int64, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	if len(vals) < 2 || len(vals) > 3 {
+	if len(vals) < 2 || len(vals) > 4 {
 		return nil, "", fmt.Errorf("%w: %v", errBadReply, vals)
 	}
-	res := make([]int64, 2)
+	res := make([]int64, 2, 3)
 	for i := range res {
 		v, ok := vals[i].(int64)
 		if !ok {
@@ -164,8 +172,16 @@ func acquireReply(cmd *redis.Cmd) ([]int64, string, error) {
 		res[i] = v
 	}
 	var holder string
-	if len(vals) == 3 {
+	if len(vals) >= 3 {
 		holder, _ = vals[2].(string)
+	}
+	if len(vals) == 4 {
+		// multi_acquire.lua: which of the names refused.
+		i, ok := vals[3].(int64)
+		if !ok {
+			return nil, "", fmt.Errorf("%w: %v", errBadReply, vals)
+		}
+		res = append(res, i)
 	}
 	return res, holder, nil
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // release.lua's replies; handoff.lua answers relNotOurs and relAlready
@@ -40,7 +42,7 @@ func (c *core) unlock(ctx context.Context, l *Lock) error {
 	l.mu.Unlock()
 	if changed {
 		l.afterTransition(stateReleased)
-		if len(c.nodes) == 1 {
+		if len(c.nodes) == 1 && l.kind == kindExclusive {
 			// A goroutine of ours waits for the name: release and grant
 			// in one script, no message, no acquire round trip.
 			if w := c.waits.reserveHead(l.channel); w != nil {
@@ -91,7 +93,7 @@ func (c *core) handOff(ctx context.Context, l *Lock, w *waiter) (done bool, err 
 		fence = "1"
 	}
 	keys := []string{l.keys[0], l.keys[1], l.keys[3]}
-	args := []any{l.owner, nl.owner, ttlMillis(w.cfg.ttl), fence, ttlMillis(l.leaseTTL())}
+	args := []any{l.owner, nl.owner, ttlMillis(w.cfg.ttl), fence, ttlMillis(l.leaseTTL()), w.writerID()}
 	if nl.metadata != "" {
 		keys = append(keys, nl.keys[5])
 		args = append(args, metaValue(nl.owner, nl.metadata))
@@ -213,6 +215,10 @@ func (c *core) releaseNode(ctx context.Context, n *node, l *Lock) {
 
 // releaseCall runs release.lua for l on one node.
 func releaseCall(ctx context.Context, n *node, l *Lock) reply {
+	if l.kind != kindExclusive {
+		v, err := l.runParts(ctx, n.client, l.releaseCmd, foldRelease)
+		return releaseReply(l, v, err)
+	}
 	v, err := scriptRelease.Run(ctx, n.client, l.relKeys(), releaseArgs(l)...).Int64()
 	return releaseReply(l, v, err)
 }
@@ -228,10 +234,11 @@ func (c *core) extend(ctx context.Context, l *Lock, ttl time.Duration) error {
 	until := validUntil(t1, ttl, l.driftFactor)
 	ch, err := c.fanOut(context.WithoutCancel(ctx), c.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node) reply {
 		if l.replicas == 0 {
-			v, err := scriptExtend.Run(ctx, n.client, l.extendKeys(), l.owner, ttlMillis(ttl)).Int64()
+			v, err := l.runParts(ctx, n.client, func(p int) (*redis.Script, []string, []any) { return l.extendCmd(p, ttl) }, foldExtend)
 			return reply{ok: v == 1, code: v, err: err}
 		}
-		cmd, ackErr := scriptAcked(ctx, n.client, scriptExtend, l.extendKeys(), int(l.replicas), l.ackTimeout(), l.owner, ttlMillis(ttl))
+		s, keys, args := l.extendCmd(0, ttl) // one part: LockAll refuses acks over shards
+		cmd, ackErr := scriptAcked(ctx, n.client, s, keys, int(l.replicas), l.ackTimeout(), args...)
 		v, err := cmd.Int64()
 		if err == nil && v == 1 && ackErr != nil {
 			// Extended on the master only: a failed attempt, not a refusal.

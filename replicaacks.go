@@ -122,13 +122,14 @@ func renewAcked(ctx context.Context, cl Client, locks []*Lock, ttls []time.Durat
 		if l.replicas > 0 {
 			var cmd *redis.Cmd
 			var ackErr error
-			cmd, ackErr = scriptAcked(ctx, cl, scriptExtend, l.extendKeys(), int(l.replicas), l.ackTimeout(), l.owner, ttlMillis(ttls[i]))
+			s, keys, args := l.extendCmd(0, ttls[i])
+			cmd, ackErr = scriptAcked(ctx, cl, s, keys, int(l.replicas), l.ackTimeout(), args...)
 			v, err = cmd.Int64()
 			if err == nil && v == 1 && ackErr != nil {
 				err = ackErr
 			}
 		} else {
-			v, err = scriptExtend.Run(ctx, cl, l.extendKeys(), l.owner, ttlMillis(ttls[i])).Int64()
+			v, err = l.runParts(ctx, cl, func(p int) (*redis.Script, []string, []any) { return l.extendCmd(p, ttls[i]) }, foldExtend)
 		}
 		codes[i] = extendCode(v, err)
 		if err != nil && firstErr == nil {

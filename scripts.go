@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"embed"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -15,21 +16,46 @@ var (
 	scriptInspect = newScript("inspect.lua")
 	scriptPTTL    = newScript("pttl.lua")
 
+	// Read holds (RLock) and permits (Semaphore): sorted sets of owners.
+	scriptRLock      = newScript("rlock.lua")
+	scriptSemAcquire = newScript("sem_acquire.lua")
+	scriptZExtend    = newScript("zextend.lua")
+	scriptZRelease   = newScript("zrelease.lua")
+	scriptZPTTL      = newScript("zpttl.lua")
+	scriptUnwait     = newScript("unwait.lua")
+
+	// Multi-name locks (LockAll).
+	scriptMultiAcquire = newScript("multi_acquire.lua")
+	scriptMultiRelease = newScript("multi_release.lua")
+	scriptMultiExtend  = newScript("multi_extend.lua")
+	scriptMultiPTTL    = newScript("multi_pttl.lua")
+
 	// allScripts are loaded into each node's cache when a Locker or Redlock
-	// is made, so the first call pays no NOSCRIPT round trip.
+	// is made, so the first call pays no NOSCRIPT round trip. The others
+	// load on first use (EVALSHA, then EVAL once).
 	allScripts = []*redis.Script{scriptAcquire, scriptRelease, scriptExtend, scriptRaise, scriptHandOff, scriptInspect, scriptPTTL}
 )
 
 //go:embed scripts/*.lua
 var scriptFS embed.FS
 
-// newScript loads an embedded script. go-redis runs it with EVALSHA and falls
-// back to EVAL on NOSCRIPT, so a SCRIPT FLUSH, a restart or a failover to a
-// node with an empty script cache costs one extra round trip, never an error.
+// newScript loads an embedded script, with the helpers of scripts/_lib.lua
+// (mint, nowms) in front when it calls them. go-redis runs it with EVALSHA
+// and falls back to EVAL on NOSCRIPT, so a SCRIPT FLUSH, a restart or a
+// failover to a node with an empty script cache costs one extra round trip,
+// never an error.
 func newScript(name string) *redis.Script {
 	src, err := scriptFS.ReadFile("scripts/" + name)
 	if err != nil {
 		panic("redlock: missing embedded script " + name) // a build defect, not a runtime condition
 	}
-	return redis.NewScript(string(src))
+	body := string(src)
+	if strings.Contains(body, "mint(") || strings.Contains(body, "nowms()") {
+		lib, err := scriptFS.ReadFile("scripts/_lib.lua")
+		if err != nil {
+			panic("redlock: missing embedded script _lib.lua")
+		}
+		body = string(lib) + body
+	}
+	return redis.NewScript(body)
 }

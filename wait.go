@@ -51,7 +51,7 @@ import (
 type waiters struct {
 	c      *core
 	mu     sync.Mutex
-	queues map[string]*waitQueue // by channel
+	queues map[string]*waitQueue // by queue key (see queueKey)
 	subs   []*nodeSubs           // one per node, nil until the first waiter
 	closed bool                  // set by close: no connection may open after it
 	sweep  *time.Timer           // unsubscribes idle channels; nil when none are idle
@@ -135,6 +135,7 @@ type waiter struct {
 	handed chan *Lock    // buffered 1: an Unlock of this core handed the lock over
 	name   string
 	cfg    *config // the options of its Lock call, for a lock handed to it
+	wid    string  // its id among the name's waiting writers (acquire.lua), or ""
 	// Guarded by ws.mu: an Unlock is handing the lock to it; it left.
 	reserved, left bool
 }
@@ -146,22 +147,84 @@ func releaseChannel(lockKey string) string { return lockKey + channelSuffix }
 // heldKey is the lock key of a release channel.
 func heldKey(channel string) string { return strings.TrimSuffix(channel, channelSuffix) }
 
+// Queues. The waiters of one release channel queue apart by what they wait
+// for, so that no waiter waits in line behind one that wants something else:
+// writers (Lock) in the queue keyed by the channel itself, which is the only
+// one Unlock hands a name off from; read holds (RLock), a semaphore's
+// permits and multi-name locks (LockAll) each in a queue of their own,
+// keyed by the channel and a suffix. One release message wakes the head of
+// every queue of its channel, and in the queues other than the writers' a
+// head that got what it waited for wakes the next (readers share, a release
+// may free more than one permit).
+const (
+	queueReaders = "#r"
+	queuePermits = "#s"
+	queueMulti   = "#m"
+)
+
+var queueSuffixes = [...]string{"", queueReaders, queuePermits, queueMulti}
+
+// queueKey is the key of the queue of channel for waiters of one kind
+// (suffix "" for writers). Channels end with channelSuffix, so the key says
+// which it is.
+func queueKey(channel, suffix string) string { return channel + suffix }
+
+// queueOf is the queue of channel for waiters of one kind, or nil; it
+// builds the key in a stack buffer, since Unlock looks on every release.
+// Under ws.mu.
+func (ws *waiters) queueOf(channel, suffix string) *waitQueue {
+	if suffix == "" {
+		return ws.queues[channel]
+	}
+	var buf [128]byte
+	return ws.queues[string(append(append(buf[:0], channel...), suffix...))]
+}
+
+// channelOf is the release channel of a queue key.
+func channelOf(qk string) string {
+	if strings.HasSuffix(qk, channelSuffix) {
+		return qk
+	}
+	return qk[:len(qk)-len(queueReaders)]
+}
+
+// sharedQueue reports a queue whose head, once served, wakes the next.
+func sharedQueue(qk string) bool { return !strings.HasSuffix(qk, channelSuffix) }
+
+// otherQueues reports whether a queue of qk's channel other than qk exists,
+// which keeps the channel subscribed. Under ws.mu.
+func (ws *waiters) otherQueues(qk string) bool {
+	ch := channelOf(qk)
+	for _, suffix := range queueSuffixes {
+		if q := ws.queueOf(ch, suffix); q != nil && queueKey(ch, suffix) != qk {
+			return true
+		}
+	}
+	return false
+}
+
+// writerID is w's id among the waiting writers of its name, which a
+// hand-off to it withdraws.
+func (w *waiter) writerID() string { return w.wid }
+
 // join queues a waiter for channel at the tail, subscribing the channel on
 // every node if it is the first. It returns a channel that receives once per
 // node whose SUBSCRIBE was sent (nil when nothing was sent): the caller waits
 // for a quorum of them, bounded by the node timeout and its ctx, before its
 // next attempt, so that a release right after that attempt is not missed,
 // and a hung node delays nothing.
-func (ws *waiters) join(channel, name string, cfg *config) (*waiter, <-chan struct{}) {
-	w := &waiter{wake: make(chan struct{}, 1), handed: make(chan *Lock, 1), name: name, cfg: cfg}
+func (ws *waiters) join(qk, name, wid string, cfg *config) (*waiter, <-chan struct{}) {
+	w := &waiter{wake: make(chan struct{}, 1), handed: make(chan *Lock, 1), name: name, cfg: cfg, wid: wid}
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	q := ws.queues[channel]
+	q := ws.queues[qk]
 	var sent <-chan struct{}
 	if q == nil {
 		q = &waitQueue{}
-		ws.queues[channel] = q
-		sent = ws.subscribe(channel)
+		if !ws.otherQueues(qk) {
+			sent = ws.subscribe(channelOf(qk))
+		}
+		ws.queues[qk] = q
 	}
 	q.idleSince = time.Time{}
 	q.list = append(q.list, w)
@@ -190,12 +253,13 @@ func subscribed(ctx context.Context, ack <-chan struct{}, need int, timeout time
 
 // leave removes w. A waiter that leaves without the lock (ctx ended) hands a
 // wake-up it had not used yet to the new head; one that got the lock drops
-// it: that release came before its own acquisition.
-func (ws *waiters) leave(channel string, w *waiter, acquired bool) {
+// it (that release came before its own acquisition), except in a shared
+// queue, whose next head may get in too.
+func (ws *waiters) leave(qk string, w *waiter, acquired bool) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	w.left = true
-	q := ws.queues[channel]
+	q := ws.queues[qk]
 	if q == nil {
 		return
 	}
@@ -206,7 +270,11 @@ func (ws *waiters) leave(channel string, w *waiter, acquired bool) {
 		}
 	}
 	if len(q.list) == 0 {
-		ws.dropIfIdle(channel, q)
+		ws.dropIfIdle(qk, q)
+		return
+	}
+	if acquired && sharedQueue(qk) {
+		notify(q.list[0])
 		return
 	}
 	select {
@@ -282,8 +350,13 @@ func (ws *waiters) unreserve(channel string, w *waiter, wake bool) {
 func (ws *waiters) idle(channel string) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	if q := ws.queues[channel]; q != nil && len(q.list) == 0 {
-		ws.dropIfIdle(channel, q)
+	if len(ws.queues) == 0 {
+		return
+	}
+	for _, suffix := range queueSuffixes {
+		if q := ws.queueOf(channel, suffix); q != nil && len(q.list) == 0 {
+			ws.dropIfIdle(queueKey(channel, suffix), q)
+		}
 	}
 }
 
@@ -297,8 +370,8 @@ const idleGrace = 2 * time.Second
 // the name (a goroutine of ours is likely to want it next); the sweep
 // unsubscribes it once idle for idleGrace. Called under ws.mu (lock order:
 // ws.mu, then c.mu).
-func (ws *waiters) dropIfIdle(channel string, q *waitQueue) {
-	if ws.c.holds(heldKey(channel)) {
+func (ws *waiters) dropIfIdle(qk string, q *waitQueue) {
+	if ws.c.holds(heldKey(channelOf(qk))) {
 		return
 	}
 	q.idleSince = time.Now()
@@ -318,7 +391,7 @@ func (ws *waiters) sweepIdle() {
 	}
 	now := time.Now()
 	var next time.Duration
-	for channel, q := range ws.queues {
+	for qk, q := range ws.queues {
 		if len(q.list) > 0 || q.idleSince.IsZero() {
 			continue
 		}
@@ -328,12 +401,14 @@ func (ws *waiters) sweepIdle() {
 			}
 			continue
 		}
-		if ws.c.holds(heldKey(channel)) {
+		if ws.c.holds(heldKey(channelOf(qk))) {
 			q.idleSince = time.Time{}
 			continue
 		}
-		delete(ws.queues, channel)
-		ws.unsubscribe(channel)
+		delete(ws.queues, qk)
+		if !ws.otherQueues(qk) {
+			ws.unsubscribe(channelOf(qk))
+		}
 	}
 	if next > 0 {
 		ws.sweep = time.AfterFunc(next, ws.sweepIdle)
@@ -343,30 +418,33 @@ func (ws *waiters) sweepIdle() {
 // busy reports whether a new Lock call for channel should queue without
 // trying because others wait already (the caller also checks whether this
 // core holds the name).
-func (ws *waiters) busy(channel string) bool {
+func (ws *waiters) busy(qk string) bool {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	q := ws.queues[channel]
+	q := ws.queues[qk]
 	return q != nil && len(q.list) > 0
 }
 
-func (ws *waiters) isHead(channel string, w *waiter) bool {
+func (ws *waiters) isHead(qk string, w *waiter) bool {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	q := ws.queues[channel]
+	q := ws.queues[qk]
 	return q != nil && len(q.list) > 0 && q.list[0] == w
 }
 
-// dispatch wakes the head waiter of channel for a release of owner.
+// dispatch wakes the head waiter of every queue of channel for a release of
+// owner.
 func (ws *waiters) dispatch(channel, owner string) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	q := ws.queues[channel]
-	if q == nil || len(q.list) == 0 || owner == q.lastOwner {
-		return
+	for _, suffix := range queueSuffixes {
+		q := ws.queueOf(channel, suffix)
+		if q == nil || len(q.list) == 0 || owner == q.lastOwner {
+			continue
+		}
+		q.lastOwner = owner
+		notify(q.list[0])
 	}
-	q.lastOwner = owner
-	notify(q.list[0])
 }
 
 func (ws *waiters) wakeHeads() {
@@ -628,7 +706,7 @@ const (
 // or, as head, when its timer (the retry delay, capped at the holder's
 // remaining lease) runs out. Waiters behind the head only re-check their
 // place when their timer fires.
-func (c *core) await(ctx context.Context, channel string, w *waiter, delay time.Duration) (wokeBy, *Lock, error) {
+func (c *core) await(ctx context.Context, qk string, w *waiter, delay time.Duration) (wokeBy, *Lock, error) {
 	t := time.NewTimer(delay)
 	defer t.Stop()
 	for {
@@ -638,7 +716,7 @@ func (c *core) await(ctx context.Context, channel string, w *waiter, delay time.
 		case <-w.wake:
 			return wokeMessage, nil, nil
 		case <-t.C:
-			if c.waits.isHead(channel, w) {
+			if c.waits.isHead(qk, w) {
 				return wokeTimer, nil, nil
 			}
 			t.Reset(delay)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -305,31 +304,35 @@ func (c *core) batchSettled(rs []reply, n int) bool {
 // NOSCRIPT (after SCRIPT FLUSH, a restart, a failover) are sent again with
 // EVAL: a missing script must never read as "not held".
 func pipelineScript(ctx context.Context, cl Client, locks []*Lock, ttls []time.Duration) ([]int8, error) {
-	script := scriptRelease
+	renew := ttls != nil
 	var replicas int
 	var ackTimeout time.Duration
-	if ttls != nil {
-		script = scriptExtend
+	if renew {
 		if replicas, ackTimeout = batchAcks(locks); replicas > 0 && keyRouted(cl) {
 			return renewAcked(ctx, cl, locks, ttls)
 		}
 	}
-	keys := func(i int) []string {
-		if ttls != nil {
-			return locks[i].extendKeys()
+	call := func(i, p int) (*redis.Script, []string, []any) {
+		if renew {
+			return locks[i].extendCmd(p, ttls[i])
 		}
-		return locks[i].relKeys()
+		return locks[i].releaseCmd(p)
 	}
-	args := func(i int) []any {
-		if ttls != nil {
-			return []any{locks[i].owner, ttlMillis(ttls[i])}
-		}
-		return releaseArgs(locks[i])
+	// One command per part of each lock (one, except for a multi-name lock
+	// spread over shards).
+	type sent struct {
+		cmd     *redis.Cmd
+		lock    int
+		part    int
+		retried bool // sent again with EVAL after NOSCRIPT
 	}
-	cmds := make([]*redis.Cmd, len(locks))
+	cmds := make([]sent, 0, len(locks))
 	pipe := cl.Pipeline()
-	for i := range locks {
-		cmds[i] = script.EvalSha(ctx, pipe, keys(i), args(i)...)
+	for i, l := range locks {
+		for p := range l.parts() {
+			s, keys, args := call(i, p)
+			cmds = append(cmds, sent{cmd: s.EvalSha(ctx, pipe, keys, args...), lock: i, part: p})
+		}
 	}
 	// With replica acks, one WAIT ends each pipeline: it runs on the
 	// pipeline's connection, after its scripts (see replicaacks.go).
@@ -338,44 +341,65 @@ func pipelineScript(ctx context.Context, cl Client, locks []*Lock, ttls []time.D
 		wait = waitCmd(ctx, pipe, replicas, ackTimeout)
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command below
-	var again []int
-	for i, cmd := range cmds {
-		if isNoScript(cmd.Err()) {
-			again = append(again, i)
+	pipe = nil
+	for j := range cmds {
+		if !isNoScript(cmds[j].cmd.Err()) {
+			continue
 		}
+		if pipe == nil {
+			pipe = cl.Pipeline()
+		}
+		s, keys, args := call(cmds[j].lock, cmds[j].part)
+		cmds[j].cmd, cmds[j].retried = s.Eval(ctx, pipe, keys, args...), true
 	}
-	if len(again) > 0 {
-		pipe = cl.Pipeline()
-		for _, i := range again {
-			cmds[i] = script.Eval(ctx, pipe, keys(i), args(i)...)
-		}
+	if pipe != nil {
 		if replicas > 0 {
 			waitAgain = waitCmd(ctx, pipe, replicas, ackTimeout)
 		}
 		_, _ = pipe.Exec(ctx)
 	}
+	vals := make([]int64, len(locks))
+	errs := make([]error, len(locks))
+	retried := make([]bool, len(locks))
+	for _, c := range cmds {
+		i := c.lock
+		if errs[i] != nil {
+			continue
+		}
+		v, err := c.cmd.Int64()
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		retried[i] = retried[i] || c.retried
+		if renew {
+			vals[i] = foldExtend(vals[i], v, c.part == 0)
+		} else {
+			vals[i] = foldRelease(vals[i], v, c.part == 0)
+		}
+	}
 	codes := make([]int8, len(locks))
 	var firstErr error
-	for i, cmd := range cmds {
-		v, err := cmd.Int64()
+	for i, l := range locks {
+		v, err := vals[i], errs[i]
 		switch {
 		case err != nil:
 			codes[i] = -1
 			if firstErr == nil {
 				firstErr = err
 			}
-		case ttls == nil:
-			if r := releaseReply(locks[i], v, nil); r.ok {
+		case !renew:
+			if r := releaseReply(l, v, nil); r.ok {
 				codes[i] = 1
 			}
-		case v == 1 && locks[i].replicas > 0:
+		case v == 1 && l.replicas > 0:
 			// Extended on the master; a vote only with the replicas' acks,
 			// counted by the WAIT of the connection this script ran on.
 			w := wait
-			if waitAgain != nil && slices.Contains(again, i) {
+			if retried[i] {
 				w = waitAgain
 			}
-			if err := ackError(w, int(locks[i].replicas), ackTimeout); err != nil {
+			if err := ackError(w, int(l.replicas), ackTimeout); err != nil {
 				codes[i] = -1
 				if firstErr == nil {
 					firstErr = err

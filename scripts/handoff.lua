@@ -4,22 +4,25 @@
 -- KEYS[1]  lock key
 -- KEYS[2]  fence counter
 -- KEYS[3]  released marker "<lock key>:released"
--- KEYS[4]  metadata key, when the next owner has metadata (ARGV[6])
+-- KEYS[4]  metadata key, when the next owner has metadata (ARGV[7])
 -- ARGV[1]  current owner value
 -- ARGV[2]  next owner value
 -- ARGV[3]  next owner's TTL in milliseconds
 -- ARGV[4]  "1" to mint a fencing token for the next owner, "0" to skip it
 -- ARGV[5]  lifetime of the released marker in milliseconds (the current TTL)
--- ARGV[6]  next owner's metadata value "<owner>\n<metadata>", if any
+-- ARGV[6]  the next owner's id among the waiting writers "<lock key>:writers"
+--          (acquire.lua), removed from there; "" if it has none
+-- ARGV[7]  next owner's metadata value "<owner>\n<metadata>", if any
 --
 -- Returns {1, token} when the lock passed to the next owner (also when this
 -- very hand-off already ran: a client-side retry after a lost reply);
 -- {2, 0} when the current owner had already released it; {0, 0} when the key
 -- is gone or another owner's (left untouched); {-1, counter} or {-2, 0} when
--- no token can be minted (see acquire.lua): nothing was changed.
+-- no token can be minted (see _lib.lua): nothing was changed.
 --
 -- Nothing is published: the name stays held, so no other waiter needs to
--- wake. All keys share one hash tag.
+-- wake. No read hold can exist while the current owner holds the name. All
+-- keys share one hash tag.
 local cur = redis.call('GET', KEYS[1])
 if cur == ARGV[2] then
   local tok = 0
@@ -32,17 +35,12 @@ if cur ~= ARGV[1] then
 end
 local tok = 0
 if ARGV[4] == '1' then
-  local last = tonumber(redis.call('GET', KEYS[2]) or '0')
-  -- tonumber also accepts 'nan', 'inf' and '1e400': none is a counter.
-  if not last or last ~= last or last == math.huge or last == -math.huge then return {-2, 0} end
-  if last >= 9007199254740991 then return {-1, last} end
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  tok = last + 1
-  if now > tok then tok = now end
-  redis.call('SET', KEYS[2], string.format('%.0f', tok))
+  local t, refused = mint({KEYS[2]}, '')
+  if not t then return refused end
+  tok = t
 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-if ARGV[6] then redis.call('SET', KEYS[4], ARGV[6], 'PX', ARGV[3]) end
+if ARGV[7] then redis.call('SET', KEYS[4], ARGV[7], 'PX', ARGV[3]) end
+if ARGV[6] ~= '' then redis.call('ZREM', KEYS[1] .. ':writers', ARGV[6]) end
 redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[5])
 return {1, tok}

@@ -1,0 +1,70 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+)
+
+// Read-write locks.
+//
+// A name's writer is its ordinary lock: Lock, TryLock and Do take it, and
+// acquire.lua refuses it while read holds are live. A read hold is an entry
+// of the sorted set "{<prefix><name>}:readers", scored by the end of its own
+// lease in server time, so that a crashed reader's hold ends at its own TTL
+// whatever the other readers do; rlock.lua refuses it while a writer holds
+// the name or waits for it. A waiting Lock call enters itself in
+// "{<prefix><name>}:writers" for writerWaitMillis at each refused attempt,
+// and leaves it when it gets the lock or gives up: that is the writer
+// preference, which keeps a steady stream of readers from starving writers.
+
+// RLock takes a shared read hold on name: many read holds at once, but
+// never together with a writer (Lock, TryLock or Do on the same name, with
+// the same key prefix). It waits while a writer holds the name or waits for
+// it (writer preference), until ctx ends, like Lock: woken by the writer's
+// release message or by the lease of what blocks it running out. Each read
+// hold is a *Lock of its own: its own owner value and TTL, renewed by the
+// watchdog, Done and Err when it is lost, released by Unlock. Its Token is 0
+// (read holds mint no fencing token; see [Lock.Token]), and it ignores
+// WithMetadata. Read holds of this Locker never queue behind its waiting
+// writers, nor writers behind its waiting readers, so a reader and a writer
+// of one process cannot deadlock each other in the local queue. A goroutine
+// that holds a read hold and asks for the write lock on the same name waits
+// for itself, as with any read-write lock. Errors are those of Lock.
+func (lk *Locker) RLock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
+	return lk.core().rlock(ctx, name, opts, true)
+}
+
+// TryRLock makes one attempt to take a read hold on name, as RLock does.
+// When a writer holds the name or waits for it, the error matches
+// ErrNotObtained (a [*TakenError] whose Owner is the writer's owner value,
+// or "" for a writer that waits).
+func (lk *Locker) TryRLock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
+	return lk.core().rlock(ctx, name, opts, false)
+}
+
+func (c *core) rlock(ctx context.Context, name string, opts []Option, wait bool) (*Lock, error) {
+	if c == nil {
+		return nil, errNoCore
+	}
+	if name == "" {
+		return nil, errors.New("redlock: empty lock name")
+	}
+	cfg, err := c.callConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	key := lockKey(cfg.prefix, name)
+	channel := releaseChannel(key)
+	a := acquisition{kind: kindRead, name: name, tag: key, channel: channel, cfg: cfg, queue: queueKey(channel, queueReaders), held: key}
+	return c.obtain(ctx, &a, wait)
+}
+
+// newReadLock makes the lock of one read-hold attempt. Its keys: the read
+// holds, its own released marker, the lock key, the waiting writers.
+func (c *core) newReadLock(name, tag, channel string, cfg *config) *Lock {
+	l := c.makeLock(name, channel, cfg)
+	l.kind, l.metadata = kindRead, ""
+	readers := tag + readersSuffix
+	l.keys = []string{readers, readers + releasedSuffix + ":" + l.owner, tag, tag + writersSuffix}
+	return l
+}

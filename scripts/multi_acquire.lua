@@ -1,0 +1,49 @@
+-- multi_acquire.lua: take several names at once, all or nothing.
+--
+-- KEYS     for n names: their lock keys (1..n), fence counters (n+1..2n) and
+--          read-hold sets (2n+1..3n), in one global order (sorted by name)
+-- ARGV[1]  owner value shared by all the names (a fresh UUID per attempt)
+-- ARGV[2]  TTL in milliseconds
+-- ARGV[3]  "1" to mint a fencing token, "0" to skip it
+-- ARGV[4]  time floor of the token in microseconds, or "" to use this
+--          server's TIME
+--
+-- Returns {1, token} when every name is ours (also for a client-side retry
+-- of this attempt); {0, pttl, owner, i} when name i is held (owner "" and
+-- the longest lease when read holds refuse it), in which case nothing was
+-- set; {-1, counter} or {-2, 0} when no token can be minted (_lib.lua).
+--
+-- One token serves all the names: every counter is raised to it, so it is
+-- larger than any token issued before for any of them, and a fence of any
+-- of the names admits it.
+--
+-- On Redis Cluster (or a Ring) the keys of one call must share a slot: the
+-- caller sends one call per name there, in the same global order.
+local n = #KEYS / 3
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  local tok = 0
+  if ARGV[3] == '1' then tok = tonumber(redis.call('GET', KEYS[n + 1]) or '0') or 0 end
+  return {1, tok}
+end
+local now
+for i = 1, n do
+  local cur = redis.call('GET', KEYS[i])
+  if cur then return {0, redis.call('PTTL', KEYS[i]), cur, i} end
+  local readers = KEYS[2 * n + i]
+  if redis.call('EXISTS', readers) == 1 then
+    now = now or nowms()
+    redis.call('ZREMRANGEBYSCORE', readers, '-inf', now)
+    local last = redis.call('ZRANGE', readers, -1, -1, 'WITHSCORES')
+    if last[1] then return {0, tonumber(last[2]) - now, '', i} end
+  end
+end
+local tok = 0
+if ARGV[3] == '1' then
+  local fences = {}
+  for i = 1, n do fences[i] = KEYS[n + i] end
+  local t, refused = mint(fences, ARGV[4])
+  if not t then return refused end
+  tok = t
+end
+for i = 1, n do redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2]) end
+return {1, tok}

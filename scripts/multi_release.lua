@@ -1,0 +1,31 @@
+-- multi_release.lua: release the names of a multi-name lock that are still
+-- ours, and tell each name's waiters.
+--
+-- KEYS     for n names: their lock keys (1..n), then their released markers
+--          "<lock key>:released" (n+1..2n)
+-- ARGV[1]  owner value
+-- ARGV[2]  suffix of a name's release channel (":rel"), after its lock key
+-- ARGV[3]  lifetime of the markers in milliseconds (the lock's TTL)
+--
+-- Returns what release.lua returns, for all the names together: 1 when every
+-- name was ours and is released, 3 when so but a PUBLISH was refused, 2 when
+-- this owner had released every one of them before (a retried call), 0 when
+-- some name is gone or another owner's (the names still ours are released
+-- all the same, and others are left untouched).
+local n = #KEYS / 2
+local ours, before, unpublished = 0, 0, false
+for i = 1, n do
+  if redis.call('GET', KEYS[i]) == ARGV[1] then
+    redis.call('DEL', KEYS[i])
+    redis.call('SET', KEYS[n + i], ARGV[1], 'PX', ARGV[3])
+    local res = redis.pcall('PUBLISH', KEYS[i] .. ARGV[2], ARGV[1])
+    if type(res) == 'table' and res.err then unpublished = true end
+    ours = ours + 1
+  elseif redis.call('GET', KEYS[n + i]) == ARGV[1] then
+    before = before + 1
+  end
+end
+if ours + before < n then return 0 end
+if ours == 0 then return 2 end
+if unpublished then return 3 end
+return 1

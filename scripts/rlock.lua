@@ -1,0 +1,32 @@
+-- rlock.lua: take a read hold on a name: shared with other read holds,
+-- never with a writer, and not while a writer waits (writer preference).
+--
+-- KEYS[1]  lock key        "{<prefix><name>}" (the writer's, acquire.lua)
+-- KEYS[2]  read holds      "{<prefix><name>}:readers": a sorted set of
+--                          owner values scored by the end of their lease
+--                          (server time in ms), the key itself expiring with
+--                          the longest lease
+-- KEYS[3]  waiting writers "{<prefix><name>}:writers" (acquire.lua)
+-- ARGV[1]  owner value of this read hold (a fresh UUID per attempt)
+-- ARGV[2]  TTL in milliseconds
+--
+-- Returns {1, 0} when the read hold is ours (also for a client-side retry of
+-- this attempt), {0, pttl, owner} when a writer holds the name (its lease
+-- and owner value), or {0, ms, ""} when a writer waits (ms: until its entry
+-- lapses unless it tries again). Each read hold has a lease of its own: one
+-- live reader never keeps a crashed one's hold alive.
+local now = nowms()
+local mine = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if mine and tonumber(mine) > now then return {1, 0} end
+local w = redis.call('GET', KEYS[1])
+if w then return {0, redis.call('PTTL', KEYS[1]), w} end
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+  local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+  if first[1] then return {0, tonumber(first[2]) - now, ''} end
+end
+local ttl = tonumber(ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+redis.call('ZADD', KEYS[2], now + ttl, ARGV[1])
+if redis.call('PTTL', KEYS[2]) < ttl then redis.call('PEXPIRE', KEYS[2], ttl) end
+return {1, 0}

@@ -1,0 +1,43 @@
+-- sem_acquire.lua: take one permit of a counting semaphore.
+--
+-- KEYS[1]  permits held    "{<prefix><name>}:sem": a sorted set of owner
+--                          values scored by the end of their lease (server
+--                          time in ms), the key expiring with the longest
+-- KEYS[2]  fence counter   "{<prefix><name>}:sem:fence"
+-- ARGV[1]  owner value of this permit (a fresh UUID per attempt)
+-- ARGV[2]  TTL in milliseconds
+-- ARGV[3]  "1" to mint a fencing token, "0" to skip it
+-- ARGV[4]  number of permits
+--
+-- Returns {1, token} when the permit is ours (also for a client-side retry
+-- of this attempt), {0, ms, owner} when all permits are held (ms: until the
+-- first of their leases ends; owner: its holder), or {-1, counter} /
+-- {-2, 0} when no token can be minted (see _lib.lua). A permit whose lease
+-- ended no longer counts, whether or not its holder released it: a crash
+-- cannot leak one.
+local now = nowms()
+local mine = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if mine and tonumber(mine) > now then
+  local tok = 0
+  if ARGV[3] == '1' then tok = tonumber(redis.call('GET', KEYS[2]) or '0') or 0 end
+  return {1, tok}
+end
+local n = 0
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+  n = redis.call('ZCARD', KEYS[1])
+end
+if n >= tonumber(ARGV[4]) then
+  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  return {0, tonumber(first[2]) - now, first[1]}
+end
+local tok = 0
+if ARGV[3] == '1' then
+  local t, refused = mint({KEYS[2]}, '')
+  if not t then return refused end
+  tok = t
+end
+local ttl = tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
+return {1, tok}

@@ -1,0 +1,34 @@
+-- zrelease.lua: end a read hold or a permit that is still ours, and tell
+-- waiters.
+--
+-- KEYS[1]  the sorted set of holds (rlock.lua, sem_acquire.lua)
+-- KEYS[2]  released marker of this owner "<set key>:released:<owner>"
+-- ARGV[1]  owner value
+-- ARGV[2]  release channel
+-- ARGV[3]  lifetime of the marker in milliseconds (the hold's TTL)
+-- ARGV[4]  "1" to publish only when no hold is left (a read hold: only a
+--          writer waits for it), "0" to publish on every release (a permit)
+--
+-- Returns what release.lua returns: 1 released (and published when due), 3
+-- released but the PUBLISH was refused, 2 already released by this owner (a
+-- retried call after a lost reply), 0 not held (gone, or its lease ended).
+local now = nowms()
+local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if s then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  if tonumber(s) > now then
+    redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
+    local publish = ARGV[4] ~= '1'
+    if not publish then
+      redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+      publish = redis.call('EXISTS', KEYS[1]) == 0
+    end
+    if publish then
+      local res = redis.pcall('PUBLISH', ARGV[2], ARGV[1])
+      if type(res) == 'table' and res.err then return 3 end
+    end
+    return 1
+  end
+end
+if redis.call('EXISTS', KEYS[2]) == 1 then return 2 end
+return 0

@@ -1,0 +1,95 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Semaphore is a counting semaphore on one name: at most Permits holders at
+// once, across every process that uses the name with the same number of
+// permits and key prefix. Each permit is a *Lock: a lease with its own
+// owner value and TTL, renewed by the watchdog, reported lost through Done
+// and Err like any lock, returned by Unlock. The holders are an entry each
+// in the sorted set "{<prefix><name>}:sem", scored by the end of their
+// lease in server time, so a crashed holder's permit comes back when its
+// lease ends: no count that a crash can leak.
+//
+// A Semaphore is independent of the lock and read holds of the same name.
+// It is safe for concurrent use; make one per name and share it.
+type Semaphore struct {
+	c       *core
+	name    string
+	permits int
+}
+
+// maxPermits bounds a semaphore's size: past it the set of holders is no
+// longer a sane thing to scan on each acquisition.
+const maxPermits = 1 << 20
+
+// Semaphore returns the semaphore name with permits permits. It makes no
+// call to Redis. It returns an error for an empty name, permits below 1 or
+// above 2^20, or a nil Locker. Processes that share a name must agree on
+// permits: each enforces its own.
+func (lk *Locker) Semaphore(name string, permits int) (*Semaphore, error) {
+	c := lk.core()
+	switch {
+	case c == nil:
+		return nil, errNoCore
+	case name == "":
+		return nil, errors.New("redlock: empty semaphore name")
+	case permits < 1 || permits > maxPermits:
+		return nil, fmt.Errorf("redlock: semaphore permits %d out of range [1, %d]", permits, maxPermits)
+	}
+	return &Semaphore{c: c, name: name, permits: permits}, nil
+}
+
+// Name returns the semaphore's name.
+func (s *Semaphore) Name() string { return s.name }
+
+// Permits returns how many holders the semaphore admits at once.
+func (s *Semaphore) Permits() int { return s.permits }
+
+// Acquire takes a permit, waiting while all are held until one is released
+// (woken by the release message, or by the end of the first lease) or ctx
+// ends. Options apply as for Lock; the permit's Token is a fencing token
+// strictly increasing across the semaphore's permits, and WithMetadata is
+// ignored. Errors are those of Lock.
+func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (*Lock, error) {
+	return s.acquire(ctx, opts, true)
+}
+
+// TryAcquire makes one attempt to take a permit. When all are held, the
+// error matches ErrNotObtained (a [*TakenError] naming the holder whose
+// lease ends first).
+func (s *Semaphore) TryAcquire(ctx context.Context, opts ...Option) (*Lock, error) {
+	return s.acquire(ctx, opts, false)
+}
+
+func (s *Semaphore) acquire(ctx context.Context, opts []Option, wait bool) (*Lock, error) {
+	if s == nil || s.c == nil {
+		return nil, errNoCore
+	}
+	c := s.c
+	cfg, err := c.callConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	set := lockKey(cfg.prefix, s.name) + semSuffix
+	channel := releaseChannel(set)
+	a := acquisition{kind: kindPermit, name: s.name, tag: set, channel: channel, cfg: cfg, permits: s.permits, queue: queueKey(channel, queuePermits)}
+	return c.obtain(ctx, &a, wait)
+}
+
+// newPermit makes the lock of one attempt at a permit of the semaphore
+// whose set of holders is set. Its keys: the set, its own released marker,
+// the fence counter.
+func (c *core) newPermit(name, set, channel string, cfg *config, permits int) *Lock {
+	l := c.makeLock(name, channel, cfg)
+	l.kind, l.metadata, l.permits = kindPermit, "", permits
+	l.keys = []string{set, set + releasedSuffix + ":" + l.owner, set + fenceSuffix}
+	return l
+}
+
+// semSuffix follows the lock key "{<prefix><name>}" in a semaphore's keys.
+const semSuffix = ":sem"

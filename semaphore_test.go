@@ -1,0 +1,178 @@
+package redlock
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlockgo/redlock/internal/redistest"
+)
+
+// TestSemaphoreBound: 10 goroutines over two Lockers share 3 permits: never
+// more than 3 inside, all of them inside at some point, tokens unique.
+func TestSemaphoreBound(t *testing.T) {
+	srv := redistest.Start(t)
+	lks := twoLockers(t, srv)
+	ctx := context.Background()
+	const permits, workers, iters = 3, 10, 8
+	var (
+		inside, most atomic.Int32
+		wg           sync.WaitGroup
+		mu           sync.Mutex
+		tokens       = map[int64]bool{}
+	)
+	for i := range workers {
+		s, err := lks[i%2].Semaphore("sem-bound", permits)
+		require.NoError(t, err)
+		wg.Go(func() {
+			for range iters {
+				cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+				l, err := s.Acquire(cctx)
+				cancel()
+				if !assert.NoError(t, err) {
+					return
+				}
+				n := inside.Add(1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				mu.Lock()
+				assert.False(t, tokens[l.Token()], "token %d twice", l.Token())
+				tokens[l.Token()] = true
+				mu.Unlock()
+				time.Sleep(2 * time.Millisecond) // work inside, not synchronisation
+				inside.Add(-1)
+				assert.NoError(t, l.Unlock(ctx))
+			}
+		})
+	}
+	wg.Wait()
+	assert.LessOrEqual(t, most.Load(), int32(permits), "holders at once")
+	assert.Positive(t, most.Load())
+	assert.Len(t, tokens, workers*iters)
+}
+
+// TestSemaphoreAllHeldAndWake: with every permit held, TryAcquire is
+// refused with the first holder named, and a waiter is woken by the
+// release message (its retry policy alone would sleep for the whole lease).
+func TestSemaphoreAllHeldAndWake(t *testing.T) {
+	srv := redistest.Start(t)
+	lks := twoLockers(t, srv, WithRetry(hourRetry), WithTTL(30*time.Second))
+	ctx := context.Background()
+	s0, err := lks[0].Semaphore("sem-wake", 2)
+	require.NoError(t, err)
+	s1, err := lks[1].Semaphore("sem-wake", 2)
+	require.NoError(t, err)
+	a, err := s0.TryAcquire(ctx)
+	require.NoError(t, err)
+	b, err := s0.TryAcquire(ctx)
+	require.NoError(t, err)
+	assert.Greater(t, b.Token(), a.Token())
+	_, err = s1.TryAcquire(ctx)
+	var te *TakenError
+	require.ErrorAs(t, err, &te)
+	assert.Contains(t, []string{a.Owner(), b.Owner()}, te.Owner, "a holder")
+	assert.Equal(t, "sem-wake", te.Name)
+
+	got := make(chan *Lock, 2)
+	for range 2 {
+		go func() {
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			l, err := s1.Acquire(wctx)
+			assert.NoError(t, err)
+			got <- l
+		}()
+	}
+	// Both waiters of lks[1] wait; each release lets one in.
+	require.True(t, eventually(5*time.Second, func() bool {
+		return lks[1].c.waits.busy(queueKey(releaseChannel("{redlock:sem-wake}"+semSuffix), queuePermits))
+	}))
+	require.NoError(t, a.Unlock(ctx))
+	require.NoError(t, b.Unlock(ctx))
+	for range 2 {
+		l := <-got
+		require.NotNil(t, l)
+		require.NoError(t, l.Unlock(ctx))
+	}
+}
+
+// TestSemaphoreCrashedHolder: a permit whose holder stopped renewing comes
+// back when its lease ends, without anyone releasing it.
+func TestSemaphoreCrashedHolder(t *testing.T) {
+	srv := redistest.Start(t)
+	lks := twoLockers(t, srv)
+	ctx := context.Background()
+	s0, err := lks[0].Semaphore("sem-crash", 1)
+	require.NoError(t, err)
+	s1, err := lks[1].Semaphore("sem-crash", 1)
+	require.NoError(t, err)
+	crashed, err := s0.TryAcquire(ctx, WithTTL(300*time.Millisecond), WithAutoRenew(false))
+	require.NoError(t, err)
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	l, err := s1.Acquire(wctx)
+	require.NoError(t, err, "the crashed holder's permit came back")
+	requireLoss(t, crashed.Err(), LossExpired)
+	require.ErrorIs(t, crashed.Unlock(ctx), ErrNotHeld)
+	require.NoError(t, l.Unlock(ctx))
+}
+
+// TestSemaphoreLostWhenPaused: a permit whose server stops answering past
+// its TTL is reported lost.
+func TestSemaphoreLostWhenPaused(t *testing.T) {
+	srv := redistest.Start(t)
+	lk := newLocker(t, srv.Client(t), WithTTL(600*time.Millisecond), WithNodeTimeout(100*time.Millisecond))
+	s, err := lk.Semaphore("sem-paused", 2)
+	require.NoError(t, err)
+	l, err := s.TryAcquire(context.Background())
+	require.NoError(t, err)
+	srv.Pause(t)
+	defer srv.Resume(t)
+	waitDone(t, l, 3*time.Second)
+	requireLoss(t, l.Err(), LossExpired)
+}
+
+// TestSemaphoreRenewAndInput: the watchdog keeps a permit past its TTL;
+// bad input is an error.
+func TestSemaphoreRenewAndInput(t *testing.T) {
+	srv := redistest.Start(t)
+	lk := newLocker(t, srv.Client(t))
+	ctx := context.Background()
+	for _, p := range []int{0, -1, maxPermits + 1} {
+		_, err := lk.Semaphore("sem-input", p)
+		assert.Error(t, err, "permits %d", p)
+	}
+	_, err := lk.Semaphore("", 1)
+	assert.Error(t, err)
+	var nilLk *Locker
+	_, err = nilLk.Semaphore("x", 1)
+	assert.Error(t, err)
+	var nilSem *Semaphore
+	_, err = nilSem.TryAcquire(ctx)
+	assert.Error(t, err)
+
+	s, err := lk.Semaphore("sem-renew", 1)
+	require.NoError(t, err)
+	assert.Equal(t, 1, s.Permits())
+	assert.Equal(t, "sem-renew", s.Name())
+	l, err := s.TryAcquire(ctx, WithTTL(200*time.Millisecond))
+	require.NoError(t, err)
+	first := l.Until()
+	// Renewed past its first lease by the watchdog.
+	require.True(t, eventually(3*time.Second, func() bool { return l.Until().After(first.Add(300 * time.Millisecond)) }))
+	require.NoError(t, l.Err())
+	d, err := l.TTL(ctx)
+	require.NoError(t, err)
+	assert.Positive(t, d)
+	_, err = s.TryAcquire(ctx)
+	require.ErrorIs(t, err, ErrNotObtained)
+	require.NoError(t, l.Unlock(ctx))
+	l, err = s.TryAcquire(ctx)
+	require.NoError(t, err)
+	require.NoError(t, l.Unlock(ctx))
+}
