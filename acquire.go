@@ -410,7 +410,7 @@ func (c *core) obtain(ctx context.Context, a *acquisition, wait bool) (l *Lock, 
 	acquired := false
 	defer func() {
 		if !acquired && a.writer && a.ww.entered {
-			c.unwait(a)
+			c.unwait(ctx, a)
 		}
 		if w == nil {
 			return
@@ -429,9 +429,13 @@ func (c *core) obtain(ctx context.Context, a *acquisition, wait bool) (l *Lock, 
 	lastErr := ErrNotObtained
 	hint := time.Duration(-1)
 	woke := wokeNone
+	warm := false
 	for attempt := 0; ; attempt++ {
 		if try {
 			l, h, permanent, err := c.attempt(ctx, a)
+			if w != nil {
+				c.waits.setAttempting(w, false)
+			}
 			tr.attempted(err)
 			if err == nil {
 				acquired = true
@@ -477,17 +481,26 @@ func (c *core) obtain(ctx context.Context, a *acquisition, wait bool) (l *Lock, 
 			var sent <-chan struct{}
 			wid := ""
 			if a.writer {
+				if a.ww.id == "" {
+					// Queued without an attempt: the id its attempts and
+					// the messages passing it the name will carry.
+					a.ww.id = uuid.NewString()
+				}
 				wid = a.ww.id
 			}
 			qk = a.queue
 			w, sent = c.waits.join(qk, a.name, wid, cfg)
+			// A channel already subscribed before the failed attempt (a
+			// name this process waits for often) heard any release since:
+			// the first wait can trust messages.
+			warm = sent == nil
 			subscribed(ctx, sent, c.quorum, cfg.timeout(cfg.ttl))
 		}
 		d := cfg.retry(attempt)
 		if d < 0 {
 			return nil, lastErr // the retry policy gave up (LimitRetry, NoRetry)
 		}
-		trusted := attempt > 0 && c.waits.trusted()
+		trusted := (attempt > 0 || warm) && c.waits.trusted()
 		switch {
 		case hint < 0:
 		case trusted:
@@ -520,22 +533,15 @@ func (c *core) obtain(ctx context.Context, a *acquisition, wait bool) (l *Lock, 
 	}
 }
 
-// unwait withdraws a writer that gave up waiting from its name's waiting
-// writers, from a goroutine of the core (unwait.lua): new read holds need
-// not wait for its entry to lapse.
-func (c *core) unwait(a *acquisition) {
-	if !c.goCount(1) {
-		return
-	}
-	key := lockKey(a.cfg.prefix, a.name)
-	keys := []string{key + writersSuffix, key}
-	id, channel, timeout := a.ww.id, releaseChannel(key), a.cfg.timeout(a.cfg.ttl)
-	go func() {
-		defer c.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		defer cancel()
-		_ = scriptUnwait.Run(ctx, c.nodes[0].client, keys, id, channel).Err() // the entry lapses by itself if this fails
-	}()
+// unwait takes a writer that gave up waiting out of its name's queue of
+// waiting writers (unwait.lua), before its Lock call returns, as every key
+// a failed call set: neither the writers behind it nor new read holds wait
+// for its entry to lapse, and a name already passed to it passes on.
+func (c *core) unwait(ctx context.Context, a *acquisition) {
+	keys := []string{a.tag + writersSuffix, a.tag}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.timeout(a.cfg.ttl))
+	defer cancel()
+	_ = scriptUnwait.Run(ctx, c.nodes[0].client, keys, a.ww.id, a.channel).Err() // the entry lapses by itself if this fails
 }
 
 // maxTrustedSleep caps a waiter's sleep while it relies on release messages:

@@ -171,7 +171,7 @@ func TestRWLockWriterPreference(t *testing.T) {
 	}()
 	// The writer's first refused attempt enters it among the waiters.
 	require.True(t, eventually(5*time.Second, func() bool {
-		n, err := srv.Client(t).ZCard(ctx, "{redlock:rw-pref}:writers").Result()
+		n, err := srv.Client(t).LLen(ctx, "{redlock:rw-pref}:writers").Result()
 		return err == nil && n == 1
 	}), "the waiting writer is entered")
 	waitSubscribers(t, srv, "{redlock:rw-pref}:rel", 1)
@@ -190,6 +190,10 @@ func TestRWLockWriterPreference(t *testing.T) {
 		assert.NoError(t, err)
 		rgot <- l
 	}()
+	require.True(t, eventually(5*time.Second, func() bool {
+		return lks[0].c.waits.busy(queueKey("{redlock:rw-pref}:rel", queueReaders))
+	}))
+	waitSubscribers(t, srv, "{redlock:rw-pref}:rel", 2) // both hear every release
 	require.NoError(t, r1.Unlock(ctx))
 	// Woken by the last reader's release message: the retry policy alone
 	// would sleep for the reader's whole lease.
@@ -227,7 +231,7 @@ func TestRWLockWriterGivesUp(t *testing.T) {
 	}()
 	cl := srv.Client(t)
 	require.True(t, eventually(5*time.Second, func() bool {
-		n, err := cl.ZCard(ctx, "{redlock:rw-giveup}:writers").Result()
+		n, err := cl.LLen(ctx, "{redlock:rw-giveup}:writers").Result()
 		return err == nil && n == 1
 	}))
 	rctx, rcancel := context.WithTimeout(ctx, 4*time.Second) // the entry would last 5s

@@ -40,7 +40,7 @@ var (
 var scriptFS embed.FS
 
 // newScript loads an embedded script, with the helpers of scripts/_lib.lua
-// (mint, nowms) in front when it calls them. go-redis runs it with EVALSHA
+// (mint, nowms, the writers' queue) in front when it calls them. go-redis runs it with EVALSHA
 // and falls back to EVAL on NOSCRIPT, so a SCRIPT FLUSH, a restart or a
 // failover to a node with an empty script cache costs one extra round trip,
 // never an error.
@@ -50,7 +50,8 @@ func newScript(name string) *redis.Script {
 		panic("redlock: missing embedded script " + name) // a build defect, not a runtime condition
 	}
 	body := string(src)
-	if strings.Contains(body, "mint(") || strings.Contains(body, "nowms()") {
+	if strings.Contains(body, "mint(") || strings.Contains(body, "nowms()") ||
+		strings.Contains(body, "pass(") || strings.Contains(body, "enqueue(") || strings.Contains(body, "firstwaiter(") {
 		lib, err := scriptFS.ReadFile("scripts/_lib.lua")
 		if err != nil {
 			panic("redlock: missing embedded script _lib.lua")

@@ -136,8 +136,11 @@ type waiter struct {
 	name   string
 	cfg    *config // the options of its Lock call, for a lock handed to it
 	wid    string  // its id among the name's waiting writers (acquire.lua), or ""
-	// Guarded by ws.mu: an Unlock is handing the lock to it; it left.
-	reserved, left bool
+	// Guarded by ws.mu: an Unlock is handing the lock to it; it left; an
+	// attempt of its own is on the wire. A hand-off never overlaps an
+	// attempt: the attempt, refused, would enter it in the server's queue
+	// again after the hand-off took it out.
+	reserved, left, attempting bool
 }
 
 const channelSuffix = ":rel"
@@ -293,7 +296,7 @@ func (ws *waiters) reserveHead(channel string) *waiter {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	q := ws.queues[channel]
-	if q == nil || len(q.list) == 0 || q.list[0].reserved {
+	if q == nil || len(q.list) == 0 || q.list[0].reserved || q.list[0].attempting {
 		return nil
 	}
 	if q.handOffs >= maxHandOffs {
@@ -425,18 +428,61 @@ func (ws *waiters) busy(qk string) bool {
 	return q != nil && len(q.list) > 0
 }
 
-func (ws *waiters) isHead(qk string, w *waiter) bool {
+// startAttempt reports whether w, at the head of its queue and not being
+// (or just) handed the lock, may make an attempt now, and marks it
+// attempting.
+func (ws *waiters) startAttempt(qk string, w *waiter) bool {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	q := ws.queues[qk]
-	return q != nil && len(q.list) > 0 && q.list[0] == w
+	if q == nil || len(q.list) == 0 || q.list[0] != w || w.reserved || len(w.handed) > 0 {
+		return false
+	}
+	w.attempting = true
+	return true
+}
+
+// wokenAttempt marks w, woken by a message, attempting (head or not: a
+// name passed to it is reserved for it), unless an Unlock is handing it the
+// lock or has handed it (await's select may pick the wake-up first).
+func (ws *waiters) wokenAttempt(w *waiter) bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if w.reserved || len(w.handed) > 0 {
+		return false
+	}
+	w.attempting = true
+	return true
+}
+
+// setAttempting marks w done attempting (on false).
+func (ws *waiters) setAttempting(w *waiter, on bool) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	w.attempting = on
 }
 
 // dispatch wakes the head waiter of every queue of channel for a release of
-// owner.
+// owner. A release that passed the name to a queued writer ("w:<id>", see
+// pass in _lib.lua) wakes only the waiter with that id, if it is ours, even
+// when it is not the head of our queue (the server's queue keeps arrival
+// order across processes, which can differ from ours when several calls
+// found the name taken at once): the name is reserved for it, and nobody
+// else could take it.
 func (ws *waiters) dispatch(channel, owner string) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
+	if id, ok := strings.CutPrefix(owner, passedPrefix); ok {
+		if q := ws.queues[channel]; q != nil {
+			for _, w := range q.list {
+				if w.wid == id {
+					notify(w)
+					break
+				}
+			}
+		}
+		return
+	}
 	for _, suffix := range queueSuffixes {
 		q := ws.queueOf(channel, suffix)
 		if q == nil || len(q.list) == 0 || owner == q.lastOwner {
@@ -446,6 +492,10 @@ func (ws *waiters) dispatch(channel, owner string) {
 		notify(q.list[0])
 	}
 }
+
+// passedPrefix starts the message of a release that passed the name to a
+// queued writer: "w:<its id>".
+const passedPrefix = "w:"
 
 func (ws *waiters) wakeHeads() {
 	ws.mu.Lock()
@@ -714,9 +764,13 @@ func (c *core) await(ctx context.Context, qk string, w *waiter, delay time.Durat
 		case l := <-w.handed:
 			return wokeHanded, l, nil
 		case <-w.wake:
-			return wokeMessage, nil, nil
+			if c.waits.wokenAttempt(w) {
+				return wokeMessage, nil, nil
+			}
+			// Being handed the lock: it arrives on handed, or unreserve
+			// wakes w again.
 		case <-t.C:
-			if c.waits.isHead(qk, w) {
+			if c.waits.startAttempt(qk, w) {
 				return wokeTimer, nil, nil
 			}
 			t.Reset(delay)

@@ -1,4 +1,4 @@
--- _lib.lua: prepended to every script that calls mint or nowms (see
+-- _lib.lua: prepended to every script that calls one of its functions (see
 -- newScript); not a script by itself.
 --
 -- mint(fences, floor) raises every counter in fences to one new token,
@@ -38,4 +38,53 @@ end
 local function nowms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- The queue of waiting writers of a name (Locker only): the list
+-- "<lock key>:writers" holds their ids in arrival order, and each id has an
+-- alive key "<lock key>:writers:<id>" that its Lock call renews at every
+-- refused attempt (lapsing writerWaitMillis after the last one), so a
+-- crashed waiter never blocks the queue. The list expires with its last
+-- renewal.
+
+-- enqueue enters or renews writer id in the queue of lock: a new id (or one
+-- whose turn came and went) goes to the tail.
+local function enqueue(lock, id)
+  local q = lock .. ':writers'
+  if not redis.call('SET', q .. ':' .. id, '1', 'PX', 5000, 'GET') then
+    redis.call('RPUSH', q, id)
+  end
+  redis.call('PEXPIRE', q, 5000)
+end
+
+-- firstwaiter returns the id of the first live waiting writer of lock,
+-- dropping dead ones from the head (at most 16), or nil.
+local function firstwaiter(lock)
+  local q = lock .. ':writers'
+  for _ = 1, 16 do
+    local id = redis.call('LINDEX', q, 0)
+    if not id then return nil end
+    if redis.call('EXISTS', q .. ':' .. id) == 1 then return id end
+    redis.call('LPOP', q)
+  end
+  return nil
+end
+
+-- pass gives up lock, which the caller holds: to the first live waiting
+-- writer, for which it is reserved ("queued:<id>", for at most reserve ms)
+-- and woken alone by "w:<id>" on channel; or, with nobody queued, it frees
+-- the name and publishes released, which wakes every waiter. It returns
+-- PUBLISH's reply, an error table when the server refused it.
+local function pass(lock, channel, released, reserve)
+  local q = lock .. ':writers'
+  for _ = 1, 16 do
+    local id = redis.call('LPOP', q)
+    if not id then break end
+    if redis.call('DEL', q .. ':' .. id) == 1 then
+      redis.call('SET', lock, 'queued:' .. id, 'PX', reserve)
+      return redis.pcall('PUBLISH', channel, 'w:' .. id)
+    end
+  end
+  redis.call('DEL', lock)
+  return redis.pcall('PUBLISH', channel, released)
 end

@@ -9,32 +9,30 @@
 -- ARGV[4]  time floor of the token in microseconds, or "" to use this
 --          server's TIME (Redlock proposes one floor to all masters so that
 --          they mint the same token and need no write-back round)
--- ARGV[5]  the id of a Lock call that waits among the waiting writers: the
---          owner value of its first attempt, so equal to ARGV[1] in that
---          attempt, and different in later ones, which were entered by the
---          refusals before them (a grant removes the entry); "" or absent
---          for a call that does not wait. A refused waiting call is entered
---          for writerWaitMillis, so that new read holds wait behind it
---          (writer preference)
+-- ARGV[5]  the id of a Lock call that waits, in the queue of waiting
+--          writers (_lib.lua): the owner value of its first attempt, so equal
+--          to ARGV[1] in that attempt; "" or absent for a call that does not
+--          wait. A refused waiting call enters or renews its id; a name
+--          reserved for it ("queued:<id>", see pass) is its to take.
 -- ARGV[6]  metadata value "<owner>\n<metadata>" (WithMetadata), stored at
 --          KEYS[3] with the lock's TTL; absent without metadata
 --
 -- Two more keys are not passed, to keep the call short (an unauthenticated
 -- connection may send no more than 10 arguments, and a refusal should read
--- NOAUTH): the read holds "<KEYS[1]>:readers" (rlock.lua) and the waiting
--- writers "<KEYS[1]>:writers". They follow the lock key's hash tag, so they
--- live on its slot.
+-- NOAUTH): the read holds "<KEYS[1]>:readers" (rlock.lua) and the queue of
+-- waiting writers "<KEYS[1]>:writers" with its alive keys. They follow the
+-- lock key's hash tag, so they live on its slot.
 --
 -- Returns {1, token} when the lock is ours (token 0 with fencing off),
 -- {0, pttl, owner} when another owner holds it (pttl: its remaining lease in
--- ms, -1 for a key without expiry; owner: the value it holds, "" when read
--- holds refuse it, pttl then being the longest of their leases),
--- {-1, counter} or {-2, 0} when no token can be minted (see _lib.lua): the
--- lock is not taken, since a repeated token would let a fence admit two
--- owners.
+-- ms, -1 for a key without expiry; owner: the value it holds, "queued:<id>"
+-- while reserved for a waiting writer, "" when read holds refuse it, pttl
+-- then being the longest of their leases), {-1, counter} or {-2, 0} when no
+-- token can be minted (see _lib.lua): the lock is not taken, since a
+-- repeated token would let a fence admit two owners.
 --
 -- An uncontended call reads the read holds once (EXISTS) and never touches
--- the waiting writers unless ARGV[5] says it was entered.
+-- the queue.
 local cur = redis.call('GET', KEYS[1])
 if cur == ARGV[1] then
   -- Our own earlier execution of this very attempt (a client-side retry after
@@ -43,23 +41,22 @@ if cur == ARGV[1] then
   if ARGV[3] == '1' then tok = tonumber(redis.call('GET', KEYS[2]) or '0') or 0 end
   return {1, tok}
 end
-local readers, writers = KEYS[1] .. ':readers', KEYS[1] .. ':writers'
 local wid = ARGV[5] or ''
-local function waiting(now)
-  if wid == '' then return end
-  redis.call('ZADD', writers, (now or nowms()) + 5000, wid)
-  redis.call('PEXPIRE', writers, 5000)
+local claimed = false
+if cur and wid ~= '' and cur == 'queued:' .. wid then
+  cur, claimed = nil, true -- our turn: pass took us off the queue
 end
 if cur then
-  waiting()
+  if wid ~= '' then enqueue(KEYS[1], wid) end
   return {0, redis.call('PTTL', KEYS[1]), cur}
 end
+local readers = KEYS[1] .. ':readers'
 if redis.call('EXISTS', readers) == 1 then
   local now = nowms()
   redis.call('ZREMRANGEBYSCORE', readers, '-inf', now)
   local last = redis.call('ZRANGE', readers, -1, -1, 'WITHSCORES')
   if last[1] then
-    waiting(now)
+    if wid ~= '' then enqueue(KEYS[1], wid) end
     return {0, tonumber(last[2]) - now, ''}
   end
 end
@@ -71,5 +68,10 @@ if ARGV[3] == '1' then
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 if ARGV[6] then redis.call('SET', KEYS[3], ARGV[6], 'PX', ARGV[2]) end
-if wid ~= '' and wid ~= ARGV[1] then redis.call('ZREM', writers, wid) end
+if wid ~= '' and wid ~= ARGV[1] and not claimed then
+  -- Entered by an earlier refusal, and the name was free: leave the queue.
+  local q = KEYS[1] .. ':writers'
+  redis.call('LREM', q, 1, wid)
+  redis.call('DEL', q .. ':' .. wid)
+end
 return {1, tok}

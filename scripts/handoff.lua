@@ -10,12 +10,15 @@
 -- ARGV[3]  next owner's TTL in milliseconds
 -- ARGV[4]  "1" to mint a fencing token for the next owner, "0" to skip it
 -- ARGV[5]  lifetime of the released marker in milliseconds (the current TTL)
--- ARGV[6]  the next owner's id among the waiting writers "<lock key>:writers"
---          (acquire.lua), removed from there; "" if it has none
+-- ARGV[6]  the next owner's id in the queue of waiting writers (_lib.lua),
+--          "" if it has none
 -- ARGV[7]  next owner's metadata value "<owner>\n<metadata>", if any
 --
 -- Returns {1, token} when the lock passed to the next owner (also when this
--- very hand-off already ran: a client-side retry after a lost reply);
+-- very hand-off already ran: a client-side retry after a lost reply); {3, 0}
+-- when a writer of another process is first in the queue of waiting
+-- writers (nothing changed: the release must go to it, fair across
+-- processes);
 -- {2, 0} when the current owner had already released it; {0, 0} when the key
 -- is gone or another owner's (left untouched); {-1, counter} or {-2, 0} when
 -- no token can be minted (see _lib.lua): nothing was changed.
@@ -33,6 +36,13 @@ if cur ~= ARGV[1] then
   if redis.call('GET', KEYS[3]) == ARGV[1] then return {2, 0} end
   return {0, 0}
 end
+local first = firstwaiter(KEYS[1])
+if first and first ~= ARGV[6] then return {3, 0} end
+if first then
+  local q = KEYS[1] .. ':writers'
+  redis.call('LPOP', q)
+  redis.call('DEL', q .. ':' .. first)
+end
 local tok = 0
 if ARGV[4] == '1' then
   local t, refused = mint({KEYS[2]}, '')
@@ -41,6 +51,5 @@ if ARGV[4] == '1' then
 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 if ARGV[7] then redis.call('SET', KEYS[4], ARGV[7], 'PX', ARGV[3]) end
-if ARGV[6] ~= '' then redis.call('ZREM', KEYS[1] .. ':writers', ARGV[6]) end
 redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[5])
 return {1, tok}

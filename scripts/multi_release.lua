@@ -1,5 +1,6 @@
 -- multi_release.lua: release the names of a multi-name lock that are still
--- ours, and tell each name's waiters.
+-- ours, and tell each name's waiters: each name goes to its first queued
+-- writer, if any, as release.lua does (pass, in _lib.lua).
 --
 -- KEYS     for n names: their lock keys (1..n), then their released markers
 --          "<lock key>:released" (n+1..2n)
@@ -16,9 +17,8 @@ local n = #KEYS / 2
 local ours, before, unpublished = 0, 0, false
 for i = 1, n do
   if redis.call('GET', KEYS[i]) == ARGV[1] then
-    redis.call('DEL', KEYS[i])
     redis.call('SET', KEYS[n + i], ARGV[1], 'PX', ARGV[3])
-    local res = redis.pcall('PUBLISH', KEYS[i] .. ARGV[2], ARGV[1])
+    local res = pass(KEYS[i], KEYS[i] .. ARGV[2], ARGV[1], math.min(1000, tonumber(ARGV[3])))
     if type(res) == 'table' and res.err then unpublished = true end
     ours = ours + 1
   elseif redis.call('GET', KEYS[n + i]) == ARGV[1] then

@@ -1,25 +1,29 @@
--- release.lua: delete the lock only if it is still ours, and tell waiters.
+-- release.lua: give up the lock only if it is still ours, and tell waiters:
+-- the first live waiting writer in the name's queue gets it reserved and is
+-- woken alone; with nobody queued the key is deleted and every waiter woken
+-- (pass, in _lib.lua).
 --
 -- KEYS[1]  lock key
 -- KEYS[2]  released marker "<lock key>:released"
 -- ARGV[1]  owner value
 -- ARGV[2]  release channel "<lock key>:rel"
--- ARGV[3]  lifetime of the marker in milliseconds (the lock's TTL)
+-- ARGV[3]  lifetime of the marker in milliseconds (the lock's TTL); a
+--          reservation lasts as long, but at most 1s
 --
--- Returns 1 when our key was deleted and the owner published on ARGV[2] (so
--- waiters wake at once instead of polling); 3 when it was deleted but the
--- server refused the PUBLISH (a Redis 7 ACL user without channel rights):
+-- Returns 1 when our lock was given up and the wake-up published on ARGV[2]
+-- (so waiters wake at once instead of polling); 3 when it was given up but
+-- the server refused the PUBLISH (a Redis 7 ACL user without channel rights):
 -- the release stands, waiters wake by their timers; 2 when this owner had
 -- already released it: a client-side retry of a release whose reply was
 -- lost must not read as "not held"; 0 when the key is gone or belongs to
 -- another owner (which is then left untouched, and nothing is published).
 --
 -- PUBLISH rather than SPUBLISH: it works on every server and on Cluster
--- (where it is broadcast over the cluster bus). Both keys share one hash tag.
+-- (where it is broadcast over the cluster bus). Both keys, and the queue
+-- keys pass derives from KEYS[1], share one hash tag.
 if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
   redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[3])
-  local res = redis.pcall('PUBLISH', ARGV[2], ARGV[1])
+  local res = pass(KEYS[1], ARGV[2], ARGV[1], math.min(1000, tonumber(ARGV[3])))
   if type(res) == 'table' and res.err then return 3 end
   return 1
 end

@@ -6,14 +6,15 @@
 --                          owner values scored by the end of their lease
 --                          (server time in ms), the key itself expiring with
 --                          the longest lease
--- KEYS[3]  waiting writers "{<prefix><name>}:writers" (acquire.lua)
+-- KEYS[3]  the queue of waiting writers "{<prefix><name>}:writers" (_lib.lua)
 -- ARGV[1]  owner value of this read hold (a fresh UUID per attempt)
 -- ARGV[2]  TTL in milliseconds
 --
 -- Returns {1, 0} when the read hold is ours (also for a client-side retry of
 -- this attempt), {0, pttl, owner} when a writer holds the name (its lease
--- and owner value), or {0, ms, ""} when a writer waits (ms: until its entry
--- lapses unless it tries again). Each read hold has a lease of its own: one
+-- and owner value; "queued:<id>" while it is reserved for a waiting
+-- writer), or {0, ms, ""} when a writer waits (ms: until its entry lapses
+-- unless it tries again). Each read hold has a lease of its own: one
 -- live reader never keeps a crashed one's hold alive.
 local now = nowms()
 local mine = redis.call('ZSCORE', KEYS[2], ARGV[1])
@@ -21,9 +22,8 @@ if mine and tonumber(mine) > now then return {1, 0} end
 local w = redis.call('GET', KEYS[1])
 if w then return {0, redis.call('PTTL', KEYS[1]), w} end
 if redis.call('EXISTS', KEYS[3]) == 1 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-  local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
-  if first[1] then return {0, tonumber(first[2]) - now, ''} end
+  local first = firstwaiter(KEYS[1])
+  if first then return {0, redis.call('PTTL', KEYS[3] .. ':' .. first), ''} end
 end
 local ttl = tonumber(ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
