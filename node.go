@@ -230,17 +230,56 @@ func (c *core) fanOut(ctx context.Context, nodes []*node, timeout, callLimit tim
 	if !c.goCount(len(nodes)) {
 		return nil, ErrClosed
 	}
-	for _, n := range nodes {
+	limit := max(timeout, callLimit)
+	if len(nodes) == 1 {
+		// Nothing to share: one closure, and no fan to allocate.
+		n := nodes[0]
 		go func() {
 			defer c.wg.Done()
-			cctx, cancel := context.WithTimeout(ctx, max(timeout, callLimit))
+			cctx, cancel := context.WithTimeout(ctx, limit)
 			r := call(cctx, n)
 			cancel()
 			r.node = n.idx
 			ch <- r
 		}()
+		return ch, nil
+	}
+	// One bound for the whole round rather than one per node: every call
+	// gets the same deadline, and a Redlock of N masters pays for one context
+	// and one timer instead of N. The last call to finish releases it.
+	f := &fan{c: c, nodes: nodes, call: call, ch: ch}
+	f.ctx, f.cancel = context.WithTimeout(ctx, limit)
+	f.left.Store(int32(len(nodes)))
+	// One func value shared by the goroutines, each of which takes the next
+	// node: a closure per goroutine would be one allocation per node.
+	run := f.run
+	for range nodes {
+		go run()
 	}
 	return ch, nil
+}
+
+// fan is one round of fanOut's goroutines: one per node, all sharing ctx.
+type fan struct {
+	c      *core
+	ctx    context.Context
+	cancel context.CancelFunc
+	nodes  []*node
+	call   func(context.Context, *node) reply
+	ch     chan reply
+	next   atomic.Int32 // index in nodes of the next goroutine's node
+	left   atomic.Int32 // calls not finished yet
+}
+
+func (f *fan) run() {
+	defer f.c.wg.Done()
+	n := f.nodes[f.next.Add(1)-1]
+	r := f.call(f.ctx, n)
+	if f.left.Add(-1) == 0 {
+		f.cancel()
+	}
+	r.node = n.idx
+	f.ch <- r
 }
 
 // callInline runs call on a node whose client bounds the call itself (by
