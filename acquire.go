@@ -2,13 +2,15 @@ package redlock
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -159,7 +161,8 @@ func (c *core) acquireOn(ctx context.Context, n *node, l *Lock, cfg *config, fen
 
 // lockKeys lays out a lock's keys: lock, fence counter (acquire.lua), lock,
 // released marker (release.lua, relKeys), and with metadata: lock, metadata
-// (extend.lua, extendKeys). All share one hash tag.
+// (extend.lua, extendKeys). All share one hash tag. newLock builds the same
+// layout with fewer allocations (ownerAndKeys); a test holds them equal.
 func lockKeys(tag string, metadata bool) []string {
 	if !metadata {
 		return []string{tag, tag + ":fence", tag, tag + ":released"}
@@ -167,12 +170,24 @@ func lockKeys(tag string, metadata bool) []string {
 	return []string{tag, tag + ":fence", tag, tag + ":released", tag, tag + metaSuffix}
 }
 
+// inlineNodes is how many nodes' outcomes a Lock keeps without a separate
+// allocation: enough for the usual Redlock of 3, 5 or 7 masters.
+const inlineNodes = 8
+
+// lockAlloc is a Lock together with the backing arrays of its keys and
+// outcome slices, so that the slices cost no allocation of their own: a
+// Lock is made per acquire attempt, on the hot path. The Lock is used by
+// its address inside; the arrays live as long as it does.
+type lockAlloc struct {
+	Lock
+	keys    [6]string
+	outcome [inlineNodes]outcome
+}
+
 func (c *core) newLock(name, tag, channel string, cfg *config) *Lock {
-	return &Lock{
+	a := &lockAlloc{Lock: Lock{
 		eng:           c,
 		name:          name,
-		owner:         uuid.NewString(),
-		keys:          lockKeys(tag, cfg.metadata != ""),
 		channel:       channel,
 		fencing:       cfg.fencing,
 		autoRenew:     cfg.autoRenew,
@@ -187,10 +202,59 @@ func (c *core) newLock(name, tag, channel string, cfg *config) *Lock {
 		ackMillis:     int32(cfg.ackTimeout.Milliseconds()),
 		done:          make(chan struct{}),
 		ttl:           cfg.ttl,
-		outcome:       make([]outcome, len(c.nodes)),
 		renewal:       slot{index: -1},
 		loss:          slot{index: -1},
+	}}
+	l := &a.Lock
+	l.owner, l.keys = ownerAndKeys(a.keys[:0], tag, cfg.metadata != "")
+	if len(c.nodes) <= len(a.outcome) {
+		l.outcome = a.outcome[:len(c.nodes)]
+	} else {
+		l.outcome = make([]outcome, len(c.nodes))
 	}
+	return l
+}
+
+// ownerAndKeys draws a fresh owner value, a random (version 4) UUID, and
+// appends to keys the layout of lockKeys, with the owner and the derived
+// keys cut from one string: one allocation instead of four.
+func ownerAndKeys(keys []string, tag string, metadata bool) (owner string, _ []string) {
+	var u [16]byte
+	_, _ = rand.Read(u[:])  // never fails (crypto/rand)
+	u[6] = u[6]&0x0f | 0x40 // version 4
+	u[8] = u[8]&0x3f | 0x80 // RFC 9562 variant
+	var hexed [36]byte
+	hex.Encode(hexed[0:8], u[0:4])
+	hex.Encode(hexed[9:13], u[4:6])
+	hex.Encode(hexed[14:18], u[6:8])
+	hex.Encode(hexed[19:23], u[8:10])
+	hex.Encode(hexed[24:36], u[10:16])
+	hexed[8], hexed[13], hexed[18], hexed[23] = '-', '-', '-', '-'
+
+	const fence, released = ":fence", ":released"
+	var b strings.Builder
+	b.Grow(len(hexed) + 3*len(tag) + len(fence) + len(released) + len(metaSuffix))
+	b.Write(hexed[:])
+	b.WriteString(tag)
+	b.WriteString(fence)
+	b.WriteString(tag)
+	b.WriteString(released)
+	if metadata {
+		b.WriteString(tag)
+		b.WriteString(metaSuffix)
+	}
+	s := b.String()
+	owner, s = s[:len(hexed)], s[len(hexed):]
+	cut := func(n int) string {
+		var part string
+		part, s = s[:n], s[n:]
+		return part
+	}
+	keys = append(keys, tag, cut(len(tag)+len(fence)), tag, cut(len(tag)+len(released)))
+	if metadata {
+		keys = append(keys, tag, cut(len(tag)+len(metaSuffix)))
+	}
+	return owner, keys
 }
 
 // settledOn returns the nodes whose acquire call for l answered one of

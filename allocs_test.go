@@ -2,8 +2,10 @@ package redlock
 
 import (
 	"context"
+	"slices"
 	"testing"
 
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redlockgo/redlock/internal/redistest"
@@ -67,5 +69,23 @@ func BenchmarkLockUnlockAllocs(b *testing.B) {
 				once()
 			}
 		})
+	}
+}
+
+// TestOwnerAndKeys: newLock's one-allocation layout is lockKeys's, and the
+// owner value is a fresh random UUID.
+func TestOwnerAndKeys(t *testing.T) {
+	for _, metadata := range []bool{false, true} {
+		owner, keys := ownerAndKeys(nil, "{redlock:x}", metadata)
+		if want := lockKeys("{redlock:x}", metadata); !slices.Equal(keys, want) {
+			t.Errorf("ownerAndKeys(metadata=%v) keys = %q, want %q", metadata, keys, want)
+		}
+		u, err := uuid.Parse(owner)
+		if err != nil || u.Version() != 4 || u.Variant() != uuid.RFC4122 || u.String() != owner {
+			t.Errorf("owner = %q (%v), want a canonical random UUID", owner, err)
+		}
+		if other, _ := ownerAndKeys(nil, "{redlock:x}", metadata); other == owner {
+			t.Errorf("two owners = %q, want distinct", owner)
+		}
 	}
 }
