@@ -40,22 +40,13 @@ func (c *core) acquire(ctx context.Context, name, key, channel string, cfg *conf
 	}
 	l := c.newLock(name, key, channel, cfg)
 	timeout := cfg.timeout(cfg.ttl)
-	fence, floor := "0", ""
-	if cfg.fencing {
-		fence = "1"
-	}
-	if cfg.fencing && len(c.nodes) > 1 {
-		// One floor for all masters, so that they mint the same token and the
-		// write-back round of settleToken is needed only when a counter is
-		// already past it. A single node uses its own TIME.
-		floor = strconv.FormatInt(time.Now().UnixMicro(), 10)
-	}
+	keys, args := c.acquireArgs(l, cfg)
 	// Redlock step 1: T1 before the first request; every key set by this
 	// attempt expires no earlier than T1+TTL on its server.
 	t1 := time.Now()
 	until := validUntil(t1, cfg.ttl, cfg.driftFactor)
 	ch, err := c.fanOut(context.WithoutCancel(ctx), c.nodes, timeout, timeout, func(ctx context.Context, n *node) reply {
-		r, o := c.acquireOn(ctx, n, l, cfg, fence, floor)
+		r, o := c.acquireOn(ctx, n, l, cfg, keys, args)
 		if l.settle(n.idx, o) {
 			// The reply arrived after the attempt was given up or the lock
 			// released or lost: nobody else will delete this key, so we do.
@@ -120,15 +111,33 @@ func (c *core) acquire(ctx context.Context, name, key, channel string, cfg *conf
 	return nil, hint, permanent, errors.Join(errs...)
 }
 
+// acquireArgs are acquire.lua's KEYS and ARGV for one attempt of l, built
+// once and shared, read-only, by the calls to every node.
+func (c *core) acquireArgs(l *Lock, cfg *config) ([]string, []any) {
+	// Constants boxed in an any cost no allocation; strings and numbers
+	// computed at run time each cost one.
+	var fence, floor any = "0", ""
+	if cfg.fencing {
+		fence = "1"
+	}
+	if cfg.fencing && len(c.nodes) > 1 {
+		// One floor for all masters, so that they mint the same token and the
+		// write-back round of settleToken is needed only when a counter is
+		// already past it. A single node uses its own TIME. go-redis sends
+		// an int64 as its decimal digits, as it would the formatted string.
+		floor = time.Now().UnixMicro()
+	}
+	if l.metadata == "" {
+		return l.keys[:2], []any{l.owner, c.ttlArg(cfg.ttl), fence, floor}
+	}
+	return []string{l.keys[0], l.keys[1], l.keys[5]},
+		[]any{l.owner, c.ttlArg(cfg.ttl), fence, floor, metaValue(l.owner, l.metadata)}
+}
+
 // acquireOn runs acquire.lua on one node and says how it answered.
-func (c *core) acquireOn(ctx context.Context, n *node, l *Lock, cfg *config, fence, floor string) (reply, outcome) {
+func (c *core) acquireOn(ctx context.Context, n *node, l *Lock, cfg *config, keys []string, args []any) (reply, outcome) {
 	if err := c.identify(ctx, n); err != nil {
 		return reply{err: err}, taken // nothing was sent: nothing of ours there
-	}
-	keys, args := l.keys[:2], []any{l.owner, ttlMillis(cfg.ttl), fence, floor}
-	if l.metadata != "" {
-		keys = []string{l.keys[0], l.keys[1], l.keys[5]}
-		args = append(args, metaValue(l.owner, l.metadata))
 	}
 	var cmd *redis.Cmd
 	var ackErr error
@@ -270,6 +279,15 @@ func (c *core) settledOn(l *Lock, outcomes ...outcome) []*node {
 }
 
 func ttlMillis(ttl time.Duration) int64 { return max(ttl.Milliseconds(), 1) }
+
+// ttlArg is ttlMillis(ttl) as a script argument: boxed once for the core's
+// default TTL, which most acquires and releases send.
+func (c *core) ttlArg(ttl time.Duration) any {
+	if ttl == c.cfg.ttl {
+		return c.ttlBoxed
+	}
+	return ttlMillis(ttl)
+}
 
 // settleToken picks the fencing token of a granted attempt: the largest
 // minted by the granting nodes. When they disagree (N > 1), it first raises

@@ -16,9 +16,11 @@ type core struct {
 	nodes  []*node
 	quorum int
 	cfg    config
-	wd     *watchdog
-	exp    *expiry
-	hooks  hooks
+	// ttlBoxed is ttlMillis(cfg.ttl) boxed once (ttlArg).
+	ttlBoxed any
+	wd       *watchdog
+	exp      *expiry
+	hooks    hooks
 
 	waits waiters        // pub/sub wake-ups for Lock (wait.go)
 	wg    sync.WaitGroup // every goroutine of the core, including calls left behind on a paused node
@@ -64,6 +66,7 @@ func newCore(clients []Client, opts []Option) (*core, error) {
 		held:     make(map[*Lock]struct{}),
 		heldKeys: make(map[string]int),
 	}
+	c.ttlBoxed = ttlMillis(cfg.ttl)
 	c.waits = waiters{c: c, queues: make(map[string]*waitQueue)}
 	for i, cl := range clients {
 		if isNil(cl) {
