@@ -147,23 +147,21 @@ func appendTaken(errs []error, name string, rs []reply, hint time.Duration) []er
 
 // acquireReply reads acquire.lua's reply: status and value, plus the
 // holder's owner value on refusal.
-func acquireReply(cmd *redis.Cmd) ([]int64, string, error) {
+func acquireReply(cmd *redis.Cmd) (res [2]int64, holder string, err error) {
 	vals, err := cmd.Slice()
 	if err != nil {
-		return nil, "", err
+		return res, "", err
 	}
 	if len(vals) < 2 || len(vals) > 3 {
-		return nil, "", fmt.Errorf("%w: %v", errBadReply, vals)
+		return res, "", fmt.Errorf("%w: %v", errBadReply, vals)
 	}
-	res := make([]int64, 2)
 	for i := range res {
 		v, ok := vals[i].(int64)
 		if !ok {
-			return nil, "", fmt.Errorf("%w: %v", errBadReply, vals)
+			return res, "", fmt.Errorf("%w: %v", errBadReply, vals)
 		}
 		res[i] = v
 	}
-	var holder string
 	if len(vals) == 3 {
 		holder, _ = vals[2].(string)
 	}
