@@ -45,7 +45,7 @@ func (c *core) acquire(ctx context.Context, name, key, channel string, cfg *conf
 	// attempt expires no earlier than T1+TTL on its server.
 	t1 := time.Now()
 	until := validUntil(t1, cfg.ttl, cfg.driftFactor)
-	ch, err := c.fanOut(context.WithoutCancel(ctx), c.nodes, timeout, timeout, func(ctx context.Context, n *node) reply {
+	ch, err := c.fanOut(detached(ctx), c.nodes, timeout, timeout, func(ctx context.Context, n *node) reply {
 		r, o := c.acquireOn(ctx, n, l, cfg, keys, args)
 		if l.settle(n.idx, o) {
 			// The reply arrived after the attempt was given up or the lock
@@ -150,8 +150,6 @@ func (c *core) acquireOn(ctx context.Context, n *node, l *Lock, cfg *config, key
 	switch {
 	case err != nil:
 		return reply{err: err}, failed
-	case len(res) != 2:
-		return reply{err: fmt.Errorf("%w: %v", errBadReply, res)}, failed
 	case res[0] == acqGranted && ackErr != nil:
 		// Granted on the master but not known to the replicas asked for: not
 		// a vote. The outcome stays granted, so the key is released.
@@ -358,8 +356,7 @@ func (c *core) lock(ctx context.Context, name string, opts []Option, wait bool) 
 	}
 	tr := newAcquireTrace(ctx, cfg, name, wait)
 	defer func() { tr.done(l, err) }()
-	key := lockKey(cfg.prefix, name)
-	channel := releaseChannel(key)
+	key, channel := keyAndChannel(cfg.prefix, name)
 	if !wait {
 		l, _, _, err := c.acquire(ctx, name, key, channel, cfg)
 		tr.attempted(err)
@@ -465,6 +462,14 @@ func (c *core) lock(ctx context.Context, name string, opts []Option, wait bool) 
 			woke = wokeEarly
 		}
 	}
+}
+
+// keyAndChannel returns lockKey(prefix, name) and its releaseChannel, the
+// key cut from the channel's string: one allocation instead of two per Lock
+// call.
+func keyAndChannel(prefix, name string) (key, channel string) {
+	channel = "{" + prefix + name + "}" + channelSuffix
+	return channel[:len(channel)-len(channelSuffix)], channel
 }
 
 // maxTrustedSleep caps a waiter's sleep while it relies on release messages:

@@ -89,3 +89,15 @@ func TestOwnerAndKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyAndChannel: the Lock call's one-allocation key and channel are
+// lockKey's and releaseChannel's.
+func TestKeyAndChannel(t *testing.T) {
+	key, channel := keyAndChannel("redlock:", "x")
+	if want := lockKey("redlock:", "x"); key != want {
+		t.Errorf("keyAndChannel() key = %q, want %q", key, want)
+	}
+	if want := releaseChannel(lockKey("redlock:", "x")); channel != want {
+		t.Errorf("keyAndChannel() channel = %q, want %q", channel, want)
+	}
+}

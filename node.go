@@ -282,6 +282,16 @@ func (f *fan) run() {
 	f.ch <- r
 }
 
+// detached is context.WithoutCancel(ctx), without its allocation when ctx
+// can never be cancelled and has no deadline (context.Background, or a ctx
+// already detached): there is nothing to detach from.
+func detached(ctx context.Context) context.Context {
+	if _, ok := ctx.Deadline(); !ok && ctx.Done() == nil {
+		return ctx
+	}
+	return context.WithoutCancel(ctx)
+}
+
 // callInline runs call on a node whose client bounds the call itself (by
 // its socket timeouts, or by the ctx deadline set here when withDeadline).
 func (c *core) callInline(ctx context.Context, n *node, withDeadline bool, timeout time.Duration, call func(context.Context, *node) reply) reply {

@@ -169,8 +169,9 @@ func (c *core) releaseOn(ctx context.Context, l *Lock, nodes []*node, timeout ti
 	if len(nodes) == 0 {
 		return nil
 	}
-	call := func(ctx context.Context, n *node) reply { return releaseCall(ctx, n, l) }
-	ch, err := c.fanOut(context.WithoutCancel(ctx), nodes, timeout, l.leaseTTL(), call)
+	args := releaseArgs(l) // one ARGV for every node: go-redis only reads it
+	call := func(ctx context.Context, n *node) reply { return releaseCall(ctx, n, l, args) }
+	ch, err := c.fanOut(detached(ctx), nodes, timeout, l.leaseTTL(), call)
 	if err != nil {
 		rs := make([]reply, 0, len(nodes))
 		for _, n := range nodes {
@@ -208,12 +209,13 @@ func (c *core) releaseNode(ctx context.Context, n *node, l *Lock) {
 	// Until the lease would end anyway: a late release still frees the name.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.leaseTTL())
 	defer cancel()
-	releaseCall(ctx, n, l) // the key expires by itself if this fails
+	releaseCall(ctx, n, l, releaseArgs(l)) // the key expires by itself if this fails
 }
 
-// releaseCall runs release.lua for l on one node.
-func releaseCall(ctx context.Context, n *node, l *Lock) reply {
-	v, err := scriptRelease.Run(ctx, n.client, l.relKeys(), releaseArgs(l)...).Int64()
+// releaseCall runs release.lua for l, with args from releaseArgs, on one
+// node.
+func releaseCall(ctx context.Context, n *node, l *Lock, args []any) reply {
+	v, err := scriptRelease.Run(ctx, n.client, l.relKeys(), args...).Int64()
 	return releaseReply(l, v, err)
 }
 
