@@ -302,17 +302,24 @@ func (c *core) settleToken(ctx context.Context, l *Lock, rs []reply, timeout tim
 			token = max(token, r.val)
 		}
 	}
-	var behind []*node
+	at := func(n *node) bool {
+		r, ok := replyOf(rs, n.idx)
+		return ok && r.err == nil && r.ok && r.val == token && !n.isDup()
+	}
 	atToken := 0
 	for _, n := range c.nodes {
-		if r, ok := replyOf(rs, n.idx); ok && r.err == nil && r.ok && r.val == token && !n.isDup() {
+		if at(n) {
 			atToken++
-		} else {
-			behind = append(behind, n)
 		}
 	}
-	if atToken >= c.quorum || len(behind) == 0 {
-		return token, nil
+	if atToken >= c.quorum || atToken == len(c.nodes) {
+		return token, nil // the usual case: no list of the nodes behind to build
+	}
+	var behind []*node
+	for _, n := range c.nodes {
+		if !at(n) {
+			behind = append(behind, n)
+		}
 	}
 	arg := strconv.FormatInt(token, 10)
 	ch, err := c.fanOut(context.WithoutCancel(ctx), behind, timeout, timeout, func(ctx context.Context, n *node) reply {
