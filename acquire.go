@@ -45,7 +45,7 @@ func (c *core) acquire(ctx context.Context, name, key, channel string, cfg *conf
 	// attempt expires no earlier than T1+TTL on its server.
 	t1 := time.Now()
 	until := validUntil(t1, cfg.ttl, cfg.driftFactor)
-	ch, err := c.fanOut(detached(ctx), c.nodes, timeout, timeout, func(ctx context.Context, n *node) reply {
+	call := func(ctx context.Context, n *node) reply {
 		r, o := c.acquireOn(ctx, n, l, cfg, keys, args)
 		if l.settle(n.idx, o) {
 			// The reply arrived after the attempt was given up or the lock
@@ -53,13 +53,13 @@ func (c *core) acquire(ctx context.Context, name, key, channel string, cfg *conf
 			c.releaseNode(ctx, n, l)
 		}
 		return r
-	})
-	if err != nil {
-		return nil, -1, true, errors.Join(ErrNotObtained, err)
 	}
 	// Step 2: wait for a quorum (returning without stragglers), for its
 	// impossibility, or for the per-node timeout, whichever is first.
-	rs, interrupted := gather(ch, c.nodes, earliest(t1.Add(timeout), until), ctx.Done(), c.settled)
+	rs, interrupted, err := c.round(detached(ctx), c.nodes, timeout, timeout, call, earliest(t1.Add(timeout), until), ctx.Done(), c.settled)
+	if err != nil {
+		return nil, -1, true, errors.Join(ErrNotObtained, err)
+	}
 	t := c.count(rs)
 	observeNodes(cfg.observer, name, opAcquire, t.errs...)
 	hint := time.Duration(-1)

@@ -217,15 +217,9 @@ type reply struct {
 // ctx: no goroutine, no timer.
 func (c *core) fanOut(ctx context.Context, nodes []*node, timeout, callLimit time.Duration, call func(context.Context, *node) reply) (<-chan reply, error) {
 	ch := make(chan reply, len(nodes))
-	// Inline only for a ctx nothing cancels: go-redis turns a ctx deadline
-	// into a socket deadline but does not interrupt a read on cancellation,
-	// so a cancellable caller (the watchdog, which Close stops) needs the
-	// goroutine path for gather to stop waiting at once.
-	if len(nodes) == 1 && ctx.Done() == nil {
-		if withDeadline, ok := nodes[0].bounded(timeout); ok {
-			ch <- c.callInline(ctx, nodes[0], withDeadline, timeout, call)
-			return ch, nil
-		}
+	if withDeadline, ok := inline(ctx, nodes, timeout); ok {
+		ch <- c.callInline(ctx, nodes[0], withDeadline, timeout, call)
+		return ch, nil
 	}
 	if !c.goCount(len(nodes)) {
 		return nil, ErrClosed
@@ -257,6 +251,34 @@ func (c *core) fanOut(ctx context.Context, nodes []*node, timeout, callLimit tim
 		go run()
 	}
 	return ch, nil
+}
+
+// inline reports whether fanOut calls nodes from the caller's goroutine, and
+// whether with a ctx deadline (see callInline). Only for a ctx nothing
+// cancels: go-redis turns a ctx deadline into a socket deadline but does not
+// interrupt a read on cancellation, so a cancellable caller (the watchdog,
+// which Close stops) needs the goroutine path for gather to stop waiting at
+// once.
+func inline(ctx context.Context, nodes []*node, timeout time.Duration) (withDeadline, ok bool) {
+	if len(nodes) != 1 || ctx.Done() != nil {
+		return false, false
+	}
+	return nodes[0].bounded(timeout)
+}
+
+// round is fanOut then gather, for the hot paths: a reply made inline goes
+// straight into the result, with no channel to allocate for it.
+func (c *core) round(ctx context.Context, nodes []*node, timeout, callLimit time.Duration, call func(context.Context, *node) reply,
+	deadline time.Time, done <-chan struct{}, stop func([]reply) bool) (rs []reply, interrupted bool, err error) {
+	if withDeadline, ok := inline(ctx, nodes, timeout); ok {
+		return []reply{c.callInline(ctx, nodes[0], withDeadline, timeout, call)}, false, nil
+	}
+	ch, err := c.fanOut(ctx, nodes, timeout, callLimit, call)
+	if err != nil {
+		return nil, false, err
+	}
+	rs, interrupted = gather(ch, nodes, deadline, done, stop)
+	return rs, interrupted, nil
 }
 
 // fan is one round of fanOut's goroutines: one per node, all sharing ctx.

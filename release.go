@@ -171,9 +171,9 @@ func (c *core) releaseOn(ctx context.Context, l *Lock, nodes []*node, timeout ti
 	}
 	args := releaseArgs(l) // one ARGV for every node: go-redis only reads it
 	call := func(ctx context.Context, n *node) reply { return releaseCall(ctx, n, l, args) }
-	ch, err := c.fanOut(detached(ctx), nodes, timeout, l.leaseTTL(), call)
+	rs, _, err := c.round(detached(ctx), nodes, timeout, l.leaseTTL(), call, time.Now().Add(timeout), nil, stop)
 	if err != nil {
-		rs := make([]reply, 0, len(nodes))
+		rs = make([]reply, 0, len(nodes))
 		for _, n := range nodes {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 			r := call(cctx, n)
@@ -183,7 +183,6 @@ func (c *core) releaseOn(ctx context.Context, l *Lock, nodes []*node, timeout ti
 		}
 		return rs
 	}
-	rs, _ := gather(ch, nodes, time.Now().Add(timeout), nil, stop)
 	return rs
 }
 
