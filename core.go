@@ -16,11 +16,11 @@ type core struct {
 	nodes  []*node
 	quorum int
 	cfg    config
-	// ttlBoxed is ttlMillis(cfg.ttl) boxed once (ttlArg).
-	ttlBoxed any
-	wd       *watchdog
-	exp      *expiry
-	hooks    hooks
+	wd     *watchdog
+	exp    *expiry
+	hooks  hooks
+
+	ttlBoxed any // ttlMillis(cfg.ttl), boxed once (see ttlArg)
 
 	waits waiters        // pub/sub wake-ups for Lock (wait.go)
 	wg    sync.WaitGroup // every goroutine of the core, including calls left behind on a paused node
