@@ -2,10 +2,13 @@ package redlock
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -47,35 +50,26 @@ func (c *core) acquire(ctx context.Context, l *Lock, cfg *config, ww *writerWait
 		wait = ww.id
 	}
 	timeout := cfg.timeout(cfg.ttl)
-	fence, floor := "0", ""
-	if cfg.fencing {
-		fence = "1"
-	}
-	if cfg.fencing && len(c.nodes) > 1 {
-		// One floor for all masters, so that they mint the same token and the
-		// write-back round of settleToken is needed only when a counter is
-		// already past it. A single node uses its own TIME.
-		floor = strconv.FormatInt(time.Now().UnixMicro(), 10)
-	}
+	script, keys, args := c.acquireArgs(l, cfg, wait)
 	// Redlock step 1: T1 before the first request; every key set by this
 	// attempt expires no earlier than T1+TTL on its server.
 	t1 := time.Now()
 	until := validUntil(t1, cfg.ttl, cfg.driftFactor)
-	ch, err := c.fanOut(context.WithoutCancel(ctx), c.nodes, timeout, timeout, func(ctx context.Context, n *node) reply {
-		r, o := c.acquireOn(ctx, n, l, cfg, fence, floor, wait)
+	call := func(ctx context.Context, n *node) reply {
+		r, o := c.acquireOn(ctx, n, l, cfg, script, keys, args)
 		if l.settle(n.idx, o) {
 			// The reply arrived after the attempt was given up or the lock
 			// released or lost: nobody else will delete this key, so we do.
 			c.releaseNode(ctx, n, l)
 		}
 		return r
-	})
-	if err != nil {
-		return nil, -1, true, errors.Join(ErrNotObtained, err)
 	}
 	// Step 2: wait for a quorum (returning without stragglers), for its
 	// impossibility, or for the per-node timeout, whichever is first.
-	rs, interrupted := gather(ch, c.nodes, earliest(t1.Add(timeout), until), ctx.Done(), c.settled)
+	rs, interrupted, err := c.round(detached(ctx), c.nodes, timeout, timeout, call, earliest(t1.Add(timeout), until), ctx.Done(), c.settled)
+	if err != nil {
+		return nil, -1, true, errors.Join(ErrNotObtained, err)
+	}
 	t := c.count(rs)
 	observeNodes(cfg.observer, name, opAcquire, t.errs...)
 	hint := time.Duration(-1)
@@ -127,15 +121,58 @@ func (c *core) acquire(ctx context.Context, l *Lock, cfg *config, ww *writerWait
 	return nil, hint, permanent, errors.Join(errs...)
 }
 
+// acquireArgs are acquire.lua's KEYS and ARGV for one attempt of l, built
+// once and shared, read-only, by the calls to every node.
+//
+// The script depends on the lock's kind (kinds.go). wait is a waiting
+// writer's id in the queue of waiting writers (acquire.lua's ARGV[5]), ""
+// for a call that does not wait; a first attempt's id is its own owner
+// value, sent as the same boxed value.
+func (c *core) acquireArgs(l *Lock, cfg *config, wait string) (*redis.Script, []string, []any) {
+	// Constants boxed in an any cost no allocation; strings and numbers
+	// computed at run time each cost one.
+	var fence, floor any = "0", ""
+	if cfg.fencing {
+		fence = "1"
+	}
+	if cfg.fencing && len(c.nodes) > 1 {
+		// One floor for all masters, so that they mint the same token and the
+		// write-back round of settleToken is needed only when a counter is
+		// already past it. A single node uses its own TIME. go-redis sends
+		// an int64 as its decimal digits, as it would the formatted string.
+		floor = time.Now().UnixMicro()
+	}
+	owner := any(l.owner)
+	switch l.kind {
+	case kindRead:
+		return scriptRLock, []string{l.keys[2], l.keys[0], l.keys[3]}, []any{owner, c.ttlArg(cfg.ttl)}
+	case kindPermit:
+		return scriptSemAcquire, []string{l.keys[0], l.keys[2]}, []any{owner, c.ttlArg(cfg.ttl), fence, l.permits}
+	case kindMulti:
+		return scriptMultiAcquire, l.multi.acq[0], []any{owner, c.ttlArg(cfg.ttl), fence, floor}
+	}
+	var waitArg any = wait
+	if wait == l.owner {
+		waitArg = owner
+	}
+	switch {
+	case l.metadata != "":
+		return scriptAcquire, []string{l.keys[0], l.keys[1], l.keys[5]},
+			[]any{owner, c.ttlArg(cfg.ttl), fence, floor, waitArg, metaValue(l.owner, l.metadata)}
+	case wait != "":
+		return scriptAcquire, l.keys[:2], []any{owner, c.ttlArg(cfg.ttl), fence, floor, waitArg}
+	}
+	return scriptAcquire, l.keys[:2], []any{owner, c.ttlArg(cfg.ttl), fence, floor}
+}
+
 // acquireOn runs acquire.lua on one node and says how it answered.
-func (c *core) acquireOn(ctx context.Context, n *node, l *Lock, cfg *config, fence, floor, wait string) (reply, outcome) {
+func (c *core) acquireOn(ctx context.Context, n *node, l *Lock, cfg *config, script *redis.Script, keys []string, args []any) (reply, outcome) {
 	if err := c.identify(ctx, n); err != nil {
 		return reply{err: err}, taken // nothing was sent: nothing of ours there
 	}
 	if l.parts() > 1 {
-		return c.multiAcquireOn(ctx, n, l, cfg, fence, floor)
+		return c.multiAcquireOn(ctx, n, l, cfg)
 	}
-	script, keys, args := l.acquireCmd(cfg, fence, floor, wait)
 	var cmd *redis.Cmd
 	var ackErr error
 	if cfg.replicas > 0 {
@@ -144,15 +181,10 @@ func (c *core) acquireOn(ctx context.Context, n *node, l *Lock, cfg *config, fen
 		cmd = script.Run(ctx, n.client, keys, args...)
 	}
 	res, holder, err := acquireReply(cmd)
-	var refusing int64 // multi_acquire.lua: the index of the name that refused
-	if err == nil && len(res) == 3 {
-		refusing, res = res[2]-1, res[:2] // 1-based in the script
-	}
+	refusing := res[2] - 1 // multi_acquire.lua: the name that refused; -1 for the others
 	switch {
 	case err != nil:
 		return reply{err: err}, failed
-	case len(res) != 2:
-		return reply{err: fmt.Errorf("%w: %v", errBadReply, res)}, failed
 	case res[0] == acqGranted && ackErr != nil:
 		// Granted on the master but not known to the replicas asked for: not
 		// a vote. The outcome stays granted, so the key is released.
@@ -175,7 +207,8 @@ func (c *core) acquireOn(ctx context.Context, n *node, l *Lock, cfg *config, fen
 //	2 lock, 3 released marker (release.lua: relKeys)
 //	4 lock, 5 metadata, with metadata only (extend.lua: extendKeys)
 //
-// The names are cut from one string: one allocation for all of them.
+// newLock builds the same layout with fewer allocations (ownerAndKeys); a
+// test holds them equal.
 func lockKeys(tag string, metadata bool) []string {
 	all := tag + fenceSuffix + tag + releasedSuffix
 	if metadata {
@@ -202,20 +235,40 @@ const (
 	releasedSuffix = ":released"
 )
 
-// newLock makes the lock of one attempt at the exclusive lock of name.
-func (c *core) newLock(name, tag, channel string, cfg *config) *Lock {
-	l := c.makeLock(name, channel, cfg)
-	l.keys = lockKeys(tag, cfg.metadata != "")
-	return l
+// inlineNodes is how many nodes' outcomes a Lock keeps without a separate
+// allocation: enough for the usual Redlock of 3, 5 or 7 masters.
+const inlineNodes = 8
+
+// lockAlloc is a Lock together with the backing arrays of its keys and
+// outcome slices, so that the slices cost no allocation of their own: a
+// Lock is made per acquire attempt, on the hot path. The Lock is used by
+// its address inside; the arrays live as long as it does.
+type lockAlloc struct {
+	Lock
+	keys    [6]string
+	outcome [inlineNodes]outcome
 }
 
-// makeLock makes the lock of one attempt, with a fresh owner value and no
-// keys yet.
+// newLock makes the lock of one attempt at the exclusive lock of name.
+func (c *core) newLock(name, tag, channel string, cfg *config) *Lock {
+	a := c.allocLock(name, channel, cfg)
+	a.Lock.owner, a.Lock.keys = ownerAndKeys(a.keys[:0], tag, cfg.metadata != "")
+	return &a.Lock
+}
+
+// makeLock makes the lock of one attempt of another kind (kinds.go), with a
+// fresh owner value and no keys yet.
 func (c *core) makeLock(name, channel string, cfg *config) *Lock {
-	return &Lock{
+	a := c.allocLock(name, channel, cfg)
+	a.Lock.owner = uuid.NewString()
+	return &a.Lock
+}
+
+// allocLock makes a Lock for one attempt, without owner value and keys.
+func (c *core) allocLock(name, channel string, cfg *config) *lockAlloc {
+	a := &lockAlloc{Lock: Lock{
 		eng:           c,
 		name:          name,
-		owner:         uuid.NewString(),
 		channel:       channel,
 		fencing:       cfg.fencing,
 		autoRenew:     cfg.autoRenew,
@@ -230,10 +283,58 @@ func (c *core) makeLock(name, channel string, cfg *config) *Lock {
 		ackMillis:     int32(cfg.ackTimeout.Milliseconds()),
 		done:          make(chan struct{}),
 		ttl:           cfg.ttl,
-		outcome:       make([]outcome, len(c.nodes)),
 		renewal:       slot{index: -1},
 		loss:          slot{index: -1},
+	}}
+	l := &a.Lock
+	if len(c.nodes) <= len(a.outcome) {
+		l.outcome = a.outcome[:len(c.nodes)]
+	} else {
+		l.outcome = make([]outcome, len(c.nodes))
 	}
+	return a
+}
+
+// ownerAndKeys draws a fresh owner value, a random (version 4) UUID, and
+// appends to keys the layout of lockKeys, with the owner and the derived
+// keys cut from one string: one allocation instead of four.
+func ownerAndKeys(keys []string, tag string, metadata bool) (owner string, _ []string) {
+	var u [16]byte
+	_, _ = rand.Read(u[:])  // never fails (crypto/rand)
+	u[6] = u[6]&0x0f | 0x40 // version 4
+	u[8] = u[8]&0x3f | 0x80 // RFC 9562 variant
+	var hexed [36]byte
+	hex.Encode(hexed[0:8], u[0:4])
+	hex.Encode(hexed[9:13], u[4:6])
+	hex.Encode(hexed[14:18], u[6:8])
+	hex.Encode(hexed[19:23], u[8:10])
+	hex.Encode(hexed[24:36], u[10:16])
+	hexed[8], hexed[13], hexed[18], hexed[23] = '-', '-', '-', '-'
+
+	const fence, released = ":fence", ":released"
+	var b strings.Builder
+	b.Grow(len(hexed) + 3*len(tag) + len(fence) + len(released) + len(metaSuffix))
+	b.Write(hexed[:])
+	b.WriteString(tag)
+	b.WriteString(fence)
+	b.WriteString(tag)
+	b.WriteString(released)
+	if metadata {
+		b.WriteString(tag)
+		b.WriteString(metaSuffix)
+	}
+	s := b.String()
+	owner, s = s[:len(hexed)], s[len(hexed):]
+	cut := func(n int) string {
+		var part string
+		part, s = s[:n], s[n:]
+		return part
+	}
+	keys = append(keys, tag, cut(len(tag)+len(fence)), tag, cut(len(tag)+len(released)))
+	if metadata {
+		keys = append(keys, tag, cut(len(tag)+len(metaSuffix)))
+	}
+	return owner, keys
 }
 
 // settledOn returns the nodes whose acquire call for l answered one of
@@ -250,6 +351,15 @@ func (c *core) settledOn(l *Lock, outcomes ...outcome) []*node {
 
 func ttlMillis(ttl time.Duration) int64 { return max(ttl.Milliseconds(), 1) }
 
+// ttlArg is ttlMillis(ttl) as a script argument: boxed once for the core's
+// default TTL, which most acquires and releases send.
+func (c *core) ttlArg(ttl time.Duration) any {
+	if ttl == c.cfg.ttl {
+		return c.ttlBoxed
+	}
+	return ttlMillis(ttl)
+}
+
 // settleToken picks the fencing token of a granted attempt: the largest
 // minted by the granting nodes. When they disagree (N > 1), it first raises
 // the counters of the other nodes to it and waits until a majority holds a
@@ -265,17 +375,24 @@ func (c *core) settleToken(ctx context.Context, l *Lock, rs []reply, timeout tim
 			token = max(token, r.val)
 		}
 	}
-	var behind []*node
+	at := func(n *node) bool {
+		r, ok := replyOf(rs, n.idx)
+		return ok && r.err == nil && r.ok && r.val == token && !n.isDup()
+	}
 	atToken := 0
 	for _, n := range c.nodes {
-		if r, ok := replyOf(rs, n.idx); ok && r.err == nil && r.ok && r.val == token && !n.isDup() {
+		if at(n) {
 			atToken++
-		} else {
-			behind = append(behind, n)
 		}
 	}
-	if atToken >= c.quorum || len(behind) == 0 {
-		return token, nil
+	if atToken >= c.quorum || atToken == len(c.nodes) {
+		return token, nil // the usual case: no list of the nodes behind to build
+	}
+	var behind []*node
+	for _, n := range c.nodes {
+		if !at(n) {
+			behind = append(behind, n)
+		}
 	}
 	arg := strconv.FormatInt(token, 10)
 	ch, err := c.fanOut(context.WithoutCancel(ctx), behind, timeout, timeout, func(ctx context.Context, n *node) reply {
@@ -307,8 +424,7 @@ func (c *core) lock(ctx context.Context, name string, opts []Option, wait bool) 
 	if err != nil {
 		return nil, err
 	}
-	key := lockKey(cfg.prefix, name)
-	channel := releaseChannel(key)
+	key, channel := keyAndChannel(cfg.prefix, name)
 	a := acquisition{kind: kindExclusive, name: name, tag: key, channel: channel, cfg: cfg, queue: channel, held: key}
 	// A waiting writer keeps new read holds out (writer preference).
 	// Redlock offers no read holds: its masters need no entry.
@@ -542,6 +658,14 @@ func (c *core) unwait(ctx context.Context, a *acquisition) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.timeout(a.cfg.ttl))
 	defer cancel()
 	_ = scriptUnwait.Run(ctx, c.nodes[0].client, keys, a.ww.id, a.channel).Err() // the entry lapses by itself if this fails
+}
+
+// keyAndChannel returns lockKey(prefix, name) and its releaseChannel, the
+// key cut from the channel's string: one allocation instead of two per Lock
+// call.
+func keyAndChannel(prefix, name string) (key, channel string) {
+	channel = "{" + prefix + name + "}" + channelSuffix
+	return channel[:len(channel)-len(channelSuffix)], channel
 }
 
 // maxTrustedSleep caps a waiter's sleep while it relies on release messages:

@@ -20,6 +20,8 @@ type core struct {
 	exp    *expiry
 	hooks  hooks
 
+	ttlBoxed any // ttlMillis(cfg.ttl), boxed once (see ttlArg)
+
 	waits waiters        // pub/sub wake-ups for Lock (wait.go)
 	wg    sync.WaitGroup // every goroutine of the core, including calls left behind on a paused node
 
@@ -64,6 +66,7 @@ func newCore(clients []Client, opts []Option) (*core, error) {
 		held:     make(map[*Lock]struct{}),
 		heldKeys: make(map[string]int),
 	}
+	c.ttlBoxed = ttlMillis(cfg.ttl)
 	c.waits = waiters{c: c, queues: make(map[string]*waitQueue)}
 	for i, cl := range clients {
 		if isNil(cl) {

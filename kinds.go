@@ -147,33 +147,6 @@ func foldPTTL(acc, v int64, first bool) int64 {
 	return min(acc, v)
 }
 
-// acquireCmd is the acquire call of l (of its only part, for a multi-name
-// lock): the script, its keys and its arguments. fence and floor say
-// whether and from what time floor to mint a token; wait is a waiting
-// writer's id (acquire.lua's ARGV[5]; "" for a call that does not wait).
-func (l *Lock) acquireCmd(cfg *config, fence, floor, wait string) (*redis.Script, []string, []any) {
-	switch l.kind {
-	case kindRead:
-		return scriptRLock, []string{l.keys[2], l.keys[0], l.keys[3]}, []any{l.owner, ttlMillis(cfg.ttl)}
-	case kindPermit:
-		return scriptSemAcquire, []string{l.keys[0], l.keys[2]}, []any{l.owner, ttlMillis(cfg.ttl), fence, l.permits}
-	case kindMulti:
-		return scriptMultiAcquire, l.multi.acq[0], []any{l.owner, ttlMillis(cfg.ttl), fence, floor}
-	}
-	owner := any(l.owner) // boxed once: a first attempt's wait is its owner
-	var waitArg any = wait
-	if wait == l.owner {
-		waitArg = owner
-	}
-	switch {
-	case l.metadata != "":
-		return scriptAcquire, []string{l.keys[0], l.keys[1], l.keys[5]}, []any{owner, ttlMillis(cfg.ttl), fence, floor, waitArg, metaValue(l.owner, l.metadata)}
-	case wait != "":
-		return scriptAcquire, l.keys[:2], []any{owner, ttlMillis(cfg.ttl), fence, floor, waitArg}
-	}
-	return scriptAcquire, l.keys[:2], []any{owner, ttlMillis(cfg.ttl), fence, floor}
-}
-
 // writerWaitMillis is how long a waiting writer's entry keeps new read
 // holds out (writer preference) without a new attempt of its Lock call; the
 // scripts that enter writers (acquire.lua) hold the same number. A

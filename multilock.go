@@ -131,9 +131,10 @@ func newMultiKeys(prefix string, names []string, sharded bool) *multiKeys {
 // Each part mints its token from one time floor; when they differ, the
 // counters below the largest are raised to it, so that one token is valid
 // for every name.
-func (c *core) multiAcquireOn(ctx context.Context, n *node, l *Lock, cfg *config, fence, floor string) (reply, outcome) {
-	if floor == "" && fence == "1" {
-		floor = strconv.FormatInt(time.Now().UnixMicro(), 10)
+func (c *core) multiAcquireOn(ctx context.Context, n *node, l *Lock, cfg *config) (reply, outcome) {
+	fence, floor := "0", ""
+	if cfg.fencing {
+		fence, floor = "1", strconv.FormatInt(time.Now().UnixMicro(), 10)
 	}
 	tokens := make([]int64, 0, l.parts())
 	for p := range l.parts() {
@@ -141,7 +142,7 @@ func (c *core) multiAcquireOn(ctx context.Context, n *node, l *Lock, cfg *config
 		switch {
 		case err != nil:
 			return reply{err: err}, failed
-		case res[0] == acqTaken && len(res) == 3:
+		case res[0] == acqTaken:
 			o := granted // the parts before p are ours: released by the failed attempt
 			if p == 0 {
 				o = taken

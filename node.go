@@ -217,30 +217,101 @@ type reply struct {
 // ctx: no goroutine, no timer.
 func (c *core) fanOut(ctx context.Context, nodes []*node, timeout, callLimit time.Duration, call func(context.Context, *node) reply) (<-chan reply, error) {
 	ch := make(chan reply, len(nodes))
-	// Inline only for a ctx nothing cancels: go-redis turns a ctx deadline
-	// into a socket deadline but does not interrupt a read on cancellation,
-	// so a cancellable caller (the watchdog, which Close stops) needs the
-	// goroutine path for gather to stop waiting at once.
-	if len(nodes) == 1 && ctx.Done() == nil {
-		if withDeadline, ok := nodes[0].bounded(timeout); ok {
-			ch <- c.callInline(ctx, nodes[0], withDeadline, timeout, call)
-			return ch, nil
-		}
+	if withDeadline, ok := inline(ctx, nodes, timeout); ok {
+		ch <- c.callInline(ctx, nodes[0], withDeadline, timeout, call)
+		return ch, nil
 	}
 	if !c.goCount(len(nodes)) {
 		return nil, ErrClosed
 	}
-	for _, n := range nodes {
+	limit := max(timeout, callLimit)
+	if len(nodes) == 1 {
+		// Nothing to share: one closure, and no fan to allocate.
+		n := nodes[0]
 		go func() {
 			defer c.wg.Done()
-			cctx, cancel := context.WithTimeout(ctx, max(timeout, callLimit))
+			cctx, cancel := context.WithTimeout(ctx, limit)
 			r := call(cctx, n)
 			cancel()
 			r.node = n.idx
 			ch <- r
 		}()
+		return ch, nil
+	}
+	// One bound for the whole round rather than one per node: every call
+	// gets the same deadline, and a Redlock of N masters pays for one context
+	// and one timer instead of N. The last call to finish releases it.
+	f := &fan{c: c, nodes: nodes, call: call, ch: ch}
+	f.ctx, f.cancel = context.WithTimeout(ctx, limit)
+	f.left.Store(int32(len(nodes)))
+	// One func value shared by the goroutines, each of which takes the next
+	// node: a closure per goroutine would be one allocation per node.
+	run := f.run
+	for range nodes {
+		go run()
 	}
 	return ch, nil
+}
+
+// inline reports whether fanOut calls nodes from the caller's goroutine, and
+// whether with a ctx deadline (see callInline). Only for a ctx nothing
+// cancels: go-redis turns a ctx deadline into a socket deadline but does not
+// interrupt a read on cancellation, so a cancellable caller (the watchdog,
+// which Close stops) needs the goroutine path for gather to stop waiting at
+// once.
+func inline(ctx context.Context, nodes []*node, timeout time.Duration) (withDeadline, ok bool) {
+	if len(nodes) != 1 || ctx.Done() != nil {
+		return false, false
+	}
+	return nodes[0].bounded(timeout)
+}
+
+// round is fanOut then gather, for the hot paths: a reply made inline goes
+// straight into the result, with no channel to allocate for it.
+func (c *core) round(ctx context.Context, nodes []*node, timeout, callLimit time.Duration, call func(context.Context, *node) reply,
+	deadline time.Time, done <-chan struct{}, stop func([]reply) bool) (rs []reply, interrupted bool, err error) {
+	if withDeadline, ok := inline(ctx, nodes, timeout); ok {
+		return []reply{c.callInline(ctx, nodes[0], withDeadline, timeout, call)}, false, nil
+	}
+	ch, err := c.fanOut(ctx, nodes, timeout, callLimit, call)
+	if err != nil {
+		return nil, false, err
+	}
+	rs, interrupted = gather(ch, nodes, deadline, done, stop)
+	return rs, interrupted, nil
+}
+
+// fan is one round of fanOut's goroutines: one per node, all sharing ctx.
+type fan struct {
+	c      *core
+	ctx    context.Context
+	cancel context.CancelFunc
+	nodes  []*node
+	call   func(context.Context, *node) reply
+	ch     chan reply
+	next   atomic.Int32 // index in nodes of the next goroutine's node
+	left   atomic.Int32 // calls not finished yet
+}
+
+func (f *fan) run() {
+	defer f.c.wg.Done()
+	n := f.nodes[f.next.Add(1)-1]
+	r := f.call(f.ctx, n)
+	if f.left.Add(-1) == 0 {
+		f.cancel()
+	}
+	r.node = n.idx
+	f.ch <- r
+}
+
+// detached is context.WithoutCancel(ctx), without its allocation when ctx
+// can never be cancelled and has no deadline (context.Background, or a ctx
+// already detached): there is nothing to detach from.
+func detached(ctx context.Context) context.Context {
+	if _, ok := ctx.Deadline(); !ok && ctx.Done() == nil {
+		return ctx
+	}
+	return context.WithoutCancel(ctx)
 }
 
 // callInline runs call on a node whose client bounds the call itself (by

@@ -154,24 +154,23 @@ func appendTaken(errs []error, l *Lock, rs []reply, hint time.Duration) []error 
 }
 
 // acquireReply reads acquire.lua's reply: status and value, plus the
-// holder's owner value on refusal.
-func acquireReply(cmd *redis.Cmd) ([]int64, string, error) {
+// holder's owner value on refusal; res[2] is the 1-based index of the name
+// that refused a multi_acquire.lua call, 0 for the other scripts.
+func acquireReply(cmd *redis.Cmd) (res [3]int64, holder string, err error) {
 	vals, err := cmd.Slice()
 	if err != nil {
-		return nil, "", err
+		return res, "", err
 	}
 	if len(vals) < 2 || len(vals) > 4 {
-		return nil, "", fmt.Errorf("%w: %v", errBadReply, vals)
+		return res, "", fmt.Errorf("%w: %v", errBadReply, vals)
 	}
-	res := make([]int64, 2, 3)
-	for i := range res {
+	for i := range 2 {
 		v, ok := vals[i].(int64)
 		if !ok {
-			return nil, "", fmt.Errorf("%w: %v", errBadReply, vals)
+			return res, "", fmt.Errorf("%w: %v", errBadReply, vals)
 		}
 		res[i] = v
 	}
-	var holder string
 	if len(vals) >= 3 {
 		holder, _ = vals[2].(string)
 	}
@@ -179,9 +178,9 @@ func acquireReply(cmd *redis.Cmd) ([]int64, string, error) {
 		// multi_acquire.lua: which of the names refused.
 		i, ok := vals[3].(int64)
 		if !ok {
-			return nil, "", fmt.Errorf("%w: %v", errBadReply, vals)
+			return res, "", fmt.Errorf("%w: %v", errBadReply, vals)
 		}
-		res = append(res, i)
+		res[2] = i
 	}
 	return res, holder, nil
 }

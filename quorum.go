@@ -1,6 +1,9 @@
 package redlock
 
-import "time"
+import (
+	"sync"
+	"time"
+)
 
 // gather reads replies from ch until stop says enough, every node answered,
 // the deadline passed, or done closed. Nodes that did not answer get an
@@ -14,8 +17,8 @@ func gather(ch <-chan reply, nodes []*node, deadline time.Time, done <-chan stru
 	if len(got) == len(nodes) || stop(got) {
 		return got, false
 	}
-	t := time.NewTimer(time.Until(deadline))
-	defer t.Stop()
+	t := getTimer(time.Until(deadline))
+	defer putTimer(t)
 	for len(got) < len(nodes) && !stop(got) {
 		select {
 		case r := <-ch:
@@ -32,6 +35,27 @@ func gather(ch <-chan reply, nodes []*node, deadline time.Time, done <-chan stru
 		}
 	}
 	return got, false
+}
+
+// timers recycles gather's timers: most rounds end by a reply, not by the
+// deadline, and a timer that never fired can be reset and used again.
+var timers sync.Pool
+
+func getTimer(d time.Duration) *time.Timer {
+	if t, ok := timers.Get().(*time.Timer); ok {
+		t.Reset(d)
+		return t
+	}
+	return time.NewTimer(d)
+}
+
+// putTimer stops t and keeps it only when it had not fired: then nothing was
+// or will be sent on t.C, so a later user cannot receive a stale tick even
+// under the pre-Go 1.23 timer semantics (GODEBUG=asynctimerchan=1).
+func putTimer(t *time.Timer) {
+	if t.Stop() {
+		timers.Put(t)
+	}
 }
 
 // never is a gather stop function that waits for every node.

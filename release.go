@@ -171,10 +171,11 @@ func (c *core) releaseOn(ctx context.Context, l *Lock, nodes []*node, timeout ti
 	if len(nodes) == 0 {
 		return nil
 	}
-	call := func(ctx context.Context, n *node) reply { return releaseCall(ctx, n, l) }
-	ch, err := c.fanOut(context.WithoutCancel(ctx), nodes, timeout, l.leaseTTL(), call)
+	args := releaseArgs(l) // one ARGV for every node: go-redis only reads it
+	call := func(ctx context.Context, n *node) reply { return releaseCall(ctx, n, l, args) }
+	rs, _, err := c.round(detached(ctx), nodes, timeout, l.leaseTTL(), call, time.Now().Add(timeout), nil, stop)
 	if err != nil {
-		rs := make([]reply, 0, len(nodes))
+		rs = make([]reply, 0, len(nodes))
 		for _, n := range nodes {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 			r := call(cctx, n)
@@ -184,7 +185,6 @@ func (c *core) releaseOn(ctx context.Context, l *Lock, nodes []*node, timeout ti
 		}
 		return rs
 	}
-	rs, _ := gather(ch, nodes, time.Now().Add(timeout), nil, stop)
 	return rs
 }
 
@@ -210,16 +210,17 @@ func (c *core) releaseNode(ctx context.Context, n *node, l *Lock) {
 	// Until the lease would end anyway: a late release still frees the name.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.leaseTTL())
 	defer cancel()
-	releaseCall(ctx, n, l) // the key expires by itself if this fails
+	releaseCall(ctx, n, l, releaseArgs(l)) // the key expires by itself if this fails
 }
 
-// releaseCall runs release.lua for l on one node.
-func releaseCall(ctx context.Context, n *node, l *Lock) reply {
+// releaseCall runs the release script of l, with args from releaseArgs
+// (used by an exclusive lock's release.lua only), on one node.
+func releaseCall(ctx context.Context, n *node, l *Lock, args []any) reply {
 	if l.kind != kindExclusive {
 		v, err := l.runParts(ctx, n.client, l.releaseCmd, foldRelease)
 		return releaseReply(l, v, err)
 	}
-	v, err := scriptRelease.Run(ctx, n.client, l.relKeys(), releaseArgs(l)...).Int64()
+	v, err := scriptRelease.Run(ctx, n.client, l.relKeys(), args...).Int64()
 	return releaseReply(l, v, err)
 }
 

@@ -53,8 +53,7 @@ func (c *core) rlock(ctx context.Context, name string, opts []Option, wait bool)
 	if err != nil {
 		return nil, err
 	}
-	key := lockKey(cfg.prefix, name)
-	channel := releaseChannel(key)
+	key, channel := keyAndChannel(cfg.prefix, name)
 	a := acquisition{kind: kindRead, name: name, tag: key, channel: channel, cfg: cfg, queue: queueKey(channel, queueReaders), held: key}
 	return c.obtain(ctx, &a, wait)
 }

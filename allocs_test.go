@@ -1,0 +1,103 @@
+package redlock
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlockgo/redlock/internal/redistest"
+)
+
+// BenchmarkLockUnlockAllocs reports the heap allocations of one uncontended
+// Lock+Unlock pair on the hot paths: a Locker on a client with go-redis's
+// default settings (a goroutine bounds the call), a Locker on a client with
+// ContextTimeoutEnabled (the call runs inline), and a Redlock over 5
+// masters. Allocation counts do not depend on the machine's load; read
+// allocs/op, not ns/op.
+func BenchmarkLockUnlockAllocs(b *testing.B) {
+	srvs := redistest.StartN(b, 5)
+	client := func(s *redistest.Server, ctxTimeout bool) *redis.Client {
+		cl := redis.NewClient(&redis.Options{Addr: s.Addr(), ContextTimeoutEnabled: ctxTimeout})
+		b.Cleanup(func() { cl.Close() })
+		return cl
+	}
+	for _, bc := range []struct {
+		name    string
+		clients func() []Client
+	}{
+		{"locker", func() []Client { return []Client{client(srvs[0], false)} }},
+		{"locker-ctxtimeout", func() []Client { return []Client{client(srvs[0], true)} }},
+		{"redlock5", func() []Client {
+			var cls []Client
+			for _, s := range srvs {
+				cls = append(cls, client(s, false))
+			}
+			return cls
+		}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			var lk acquirer
+			if cls := bc.clients(); len(cls) == 1 {
+				lk = newLocker(b, cls[0])
+			} else {
+				rl, err := NewRedlock(cls)
+				if err != nil {
+					b.Fatalf("NewRedlock() = %v", err)
+				}
+				b.Cleanup(func() { rl.Close() })
+				lk = rl
+			}
+			ctx := context.Background()
+			name := "bench-allocs-" + bc.name
+			once := func() {
+				l, err := lk.Lock(ctx, name)
+				if err != nil {
+					b.Fatalf("Lock() = %v", err)
+				}
+				if err := l.Unlock(ctx); err != nil {
+					b.Fatalf("Unlock() = %v", err)
+				}
+			}
+			for range 20 { // dial the pool, load the scripts
+				once()
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				once()
+			}
+		})
+	}
+}
+
+// TestOwnerAndKeys: newLock's one-allocation layout is lockKeys's, and the
+// owner value is a fresh random UUID.
+func TestOwnerAndKeys(t *testing.T) {
+	for _, metadata := range []bool{false, true} {
+		owner, keys := ownerAndKeys(nil, "{redlock:x}", metadata)
+		if want := lockKeys("{redlock:x}", metadata); !slices.Equal(keys, want) {
+			t.Errorf("ownerAndKeys(metadata=%v) keys = %q, want %q", metadata, keys, want)
+		}
+		u, err := uuid.Parse(owner)
+		if err != nil || u.Version() != 4 || u.Variant() != uuid.RFC4122 || u.String() != owner {
+			t.Errorf("owner = %q (%v), want a canonical random UUID", owner, err)
+		}
+		if other, _ := ownerAndKeys(nil, "{redlock:x}", metadata); other == owner {
+			t.Errorf("two owners = %q, want distinct", owner)
+		}
+	}
+}
+
+// TestKeyAndChannel: the Lock call's one-allocation key and channel are
+// lockKey's and releaseChannel's.
+func TestKeyAndChannel(t *testing.T) {
+	key, channel := keyAndChannel("redlock:", "x")
+	if want := lockKey("redlock:", "x"); key != want {
+		t.Errorf("keyAndChannel() key = %q, want %q", key, want)
+	}
+	if want := releaseChannel(lockKey("redlock:", "x")); channel != want {
+		t.Errorf("keyAndChannel() channel = %q, want %q", channel, want)
+	}
+}
