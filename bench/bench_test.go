@@ -206,7 +206,7 @@ func BenchmarkContended(b *testing.B) {
 					var cmds atomic.Int64
 					ws := newWorkers(b, l, srvs[0].Addr(), g, &cmds)
 					m := startMeter(b, &cmds, srvs)
-					res := contend(b, ws, lockName("contended-"+l.name), b.N)
+					res := contend(b, ws, lockName("contended-"+l.name), b.N, holdTime, outsideTime)
 					ping := m.stop(b.N, "cs")
 					res.report(b, ping)
 				})
@@ -260,13 +260,14 @@ type contention struct {
 	unlockErrs int64
 	overlaps   int64 // critical sections that found another holder inside: must be 0
 	maxWins    int   // critical sections of the most successful worker (fair: n/G)
+	minWins    int   // critical sections of the least successful worker
 }
 
 // contend runs n critical sections over the workers, each worker looping
 // Lock, hold, Unlock, outside work, until n critical sections have started.
 // The order of critical sections is the order of a counter incremented
 // while holding the lock, so k-1 is always the previous holder of k.
-func contend(tb testing.TB, ws []worker, name string, n int) *contention {
+func contend(tb testing.TB, ws []worker, name string, n int, hold, outside time.Duration) *contention {
 	tb.Helper()
 	acq := make([]time.Time, n)
 	rel := make([]time.Time, n)
@@ -307,7 +308,9 @@ func contend(tb testing.TB, ws []worker, name string, n int) *contention {
 				}
 				acq[k], waits[k] = ta, ta.Sub(t0)
 				wins[i]++
-				time.Sleep(holdTime)
+				if hold > 0 {
+					time.Sleep(hold)
+				}
 				inside.Add(-1)
 				if err := unlock(); err != nil {
 					unlockErrs.Add(1)
@@ -316,7 +319,9 @@ func contend(tb testing.TB, ws []worker, name string, n int) *contention {
 				if k == int64(n)-1 {
 					finish()
 				}
-				time.Sleep(outsideTime)
+				if outside > 0 {
+					time.Sleep(outside)
+				}
 			}
 		}()
 	}
@@ -325,7 +330,7 @@ func contend(tb testing.TB, ws []worker, name string, n int) *contention {
 	if bound.Err() != nil {
 		tb.Fatalf("contended run did not finish %d critical sections within %v", n, runBound)
 	}
-	c := &contention{n: n, waits: waits, lockErrs: lockErrs.Load(), unlockErrs: unlockErrs.Load(), overlaps: overlaps.Load(), maxWins: slices.Max(wins)}
+	c := &contention{n: n, waits: waits, lockErrs: lockErrs.Load(), unlockErrs: unlockErrs.Load(), overlaps: overlaps.Load(), maxWins: slices.Max(wins), minWins: slices.Min(wins)}
 	for k := range n {
 		c.busy += rel[k].Sub(acq[k])
 		if k > 0 {

@@ -14,7 +14,7 @@ func TestContendedHarness(t *testing.T) {
 		t.Run(l.name, func(t *testing.T) {
 			var cmds atomic.Int64
 			ws := newWorkers(t, l, srvs[0].Addr(), 4, &cmds)
-			c := contend(t, ws, lockName("harness-"+l.name), 40)
+			c := contend(t, ws, lockName("harness-"+l.name), 40, holdTime, outsideTime)
 			if c.overlaps != 0 || c.unlockErrs != 0 {
 				t.Fatalf("overlaps=%d unlockErrs=%d", c.overlaps, c.unlockErrs)
 			}

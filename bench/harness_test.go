@@ -156,6 +156,18 @@ var (
 	subCmds    = []string{"subscribe", "unsubscribe", "psubscribe", "punsubscribe", "ssubscribe", "sunsubscribe"}
 )
 
+// serverCommands is every command the servers ran, those that scripts call
+// included (Redis counts them in commandstats too), except the harness's
+// own INFO and PING.
+func serverCommands(m map[string]int64) (n int64) {
+	for c, v := range m {
+		if c != "info" && c != "ping" {
+			n += v
+		}
+	}
+	return n
+}
+
 func sumCalls(m map[string]int64, names []string) (n int64) {
 	for _, c := range names {
 		n += m[c]
@@ -238,6 +250,7 @@ func (m *meter) stop(ops int, unit string) time.Duration {
 	}
 	m.b.ReportMetric(float64(sumCalls(calls, scriptCmds)-sumCalls(m.calls0, scriptCmds))/n, "scripts/"+unit)
 	m.b.ReportMetric(float64(sumCalls(calls, subCmds)-sumCalls(m.calls0, subCmds))/n, "subs/"+unit)
+	m.b.ReportMetric(float64(serverCommands(calls)-serverCommands(m.calls0))/n, "srv-cmds/"+unit)
 	m.b.ReportMetric(float64(cpu.Microseconds())/n, "srv-cpu-us/"+unit)
 	m.b.ReportMetric(float64(ping.Nanoseconds())/1e3, "ping-us")
 	m.b.ReportMetric(float64(elapsed.Nanoseconds())/n/float64(ping.Nanoseconds()), "pings/"+unit)
