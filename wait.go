@@ -24,18 +24,22 @@ import (
 // arrival order. An Unlock of the same core hands the lock to the head of
 // the queue directly (handoff.lua: release and grant in one script, nothing
 // published); otherwise a release message wakes only the head of the queue,
-// so a hand-off costs one acquire per process, not one per waiting
-// goroutine. A
+// or only the waiter the name was passed to, so a hand-off costs one
+// acquire per process, not one per waiting goroutine. A
 // Redlock receives one copy per master; copies with an owner already seen
 // are dropped.
 //
-// Fairness (FIFO within a core): a Lock call does not try at once while the
-// name is held by this core or other goroutines already wait for it; it joins
-// the tail. So a goroutine that unlocks and locks again goes behind those
-// already waiting. Across processes there is no order: whoever's acquire
-// reaches Redis first after a release wins; a core hands a name to its own
-// waiters at most maxHandOffs times in a row, then releases it, so that other
-// processes get that chance.
+// Fairness: FIFO within a core: a Lock call does not try at once while the
+// name is held by this core or other goroutines already wait for it; it
+// joins the tail. So a goroutine that unlocks and locks again goes behind
+// those already waiting. Across the cores of a Locker (processes), the head
+// waiter of each core enters the server-side queue of waiting writers at
+// its refused attempts (see _lib.lua), a release passes the name to the
+// first live entry ("queued:<id>") and publishes "w:<id>", which wakes
+// only that waiter (dispatch), and a hand-off inside a core happens only
+// when no other core queued first, and at most maxHandOffs times in a row.
+// A Redlock keeps no such queue and hands nothing off: whoever's acquire
+// reaches a quorum first after a release wins.
 //
 // Messages can be lost (the connection drops, a holder crashes without
 // releasing, a lock is lost rather than released), and a connection that
