@@ -30,6 +30,16 @@ func BenchmarkInterleaved(b *testing.B) {
 			redlockOp(b, "redlock-norenew", srvs, redlock.WithAutoRenew(false)),
 			redlockOp(b, "redlock-norenew-nofence", srvs, redlock.WithAutoRenew(false), redlock.WithFencing(false)),
 			redlockCtxDLOp(b, srvs[0].Addr()),
+			redlockShapeOp(b, "redlock-rlock", srvs[0].Addr(), func(ctx context.Context, lk *redlock.Locker, name string) (*redlock.Lock, error) {
+				return lk.RLock(ctx, name)
+			}),
+			redlockShapeOp(b, "redlock-semaphore", srvs[0].Addr(), func(ctx context.Context, lk *redlock.Locker, name string) (*redlock.Lock, error) {
+				s, err := lk.Semaphore(name, 4)
+				if err != nil {
+					return nil, err
+				}
+				return s.Acquire(ctx)
+			}),
 			redsyncOp(b, srvs),
 			redislockOp(b, srvs[0].Addr()),
 			rueidislockOp(b, srvs[0].Addr()),
@@ -156,6 +166,27 @@ func redlockOp(b *testing.B, name string, srvs []*server, opts ...redlock.Option
 	ctx := context.Background()
 	return namedOp{name, func() {
 		l, err := lock(ctx, key)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}}
+}
+
+// redlockShapeOp is an acquire + release of another shape of ours (a read
+// hold, a semaphore permit) on a Locker with go-redis defaults.
+func redlockShapeOp(b *testing.B, name, addr string, take func(context.Context, *redlock.Locker, string) (*redlock.Lock, error)) namedOp {
+	lk, err := redlock.NewLocker(newGoRedis(b, addr, nil))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { lk.Close() })
+	key := lockName("interleaved-" + name)
+	ctx := context.Background()
+	return namedOp{name, func() {
+		l, err := take(ctx, lk, key)
 		if err != nil {
 			b.Fatal(err)
 		}
