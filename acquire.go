@@ -521,6 +521,10 @@ func (c *core) obtain(ctx context.Context, a *acquisition, wait bool) (l *Lock, 
 	// name; queue behind them instead (see wait.go). An uncontended Lock
 	// never touches pub/sub: it subscribes only after a failed attempt.
 	try := !c.waits.busy(a.queue) && (a.held == "" || !c.holds(a.held))
+	// A channel already confirmed subscribed before the first attempt (a
+	// name this process waits for often) hears any release after it: the
+	// first wait can trust messages instead of polling.
+	warm := c.waits.listening(channelOf(a.queue))
 	var w *waiter
 	qk := a.queue // the queue w is in
 	acquired := false
@@ -545,7 +549,6 @@ func (c *core) obtain(ctx context.Context, a *acquisition, wait bool) (l *Lock, 
 	lastErr := ErrNotObtained
 	hint := time.Duration(-1)
 	woke := wokeNone
-	warm := false
 	for attempt := 0; ; attempt++ {
 		if try {
 			l, h, permanent, err := c.attempt(ctx, a)
@@ -583,6 +586,12 @@ func (c *core) obtain(ctx context.Context, a *acquisition, wait bool) (l *Lock, 
 				return nil, err
 			}
 			lastErr, hint = err, h
+			if a.writer {
+				var te *TakenError
+				if errors.As(err, &te) {
+					c.waits.reservedFor(a.channel, te.Owner)
+				}
+			}
 			if redis.IsReadOnlyError(err) {
 				// A failover demoted the master: pub/sub may sit on it.
 				c.waits.suspect(channelOf(qk))
@@ -606,10 +615,6 @@ func (c *core) obtain(ctx context.Context, a *acquisition, wait bool) (l *Lock, 
 			}
 			qk = a.queue
 			w, sent = c.waits.join(qk, a.name, wid, cfg)
-			// A channel already subscribed before the failed attempt (a
-			// name this process waits for often) heard any release since:
-			// the first wait can trust messages.
-			warm = sent == nil
 			subscribed(ctx, sent, c.quorum, cfg.timeout(cfg.ttl))
 		}
 		d := cfg.retry(attempt)

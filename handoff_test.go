@@ -160,3 +160,48 @@ func TestHandOffLetsOtherProcessesIn(t *testing.T) {
 	require.NoError(t, err, "another process's waiter starved by hand-offs")
 	require.NoError(t, l.Unlock(ctx))
 }
+
+// TestReservedWaiterWokenByHead: a release passed the name to a waiter of
+// this Locker that is not the head of its queue, and its wake-up message was
+// lost (it came before the subscription). The head, refused by the
+// reservation, wakes it, instead of the name staying reserved for nobody
+// until the reservation lapses.
+func TestReservedWaiterWokenByHead(t *testing.T) {
+	srv := redistest.Start(t)
+	cl := srv.Client(t)
+	lk := newLocker(t, cl, WithRetry(func(int) time.Duration { return 50 * time.Millisecond }))
+	ctx := context.Background()
+	const key = "{redlock:resv}"
+	require.NoError(t, cl.Set(ctx, key, "external", 300*time.Millisecond).Err())
+	got := make(chan *Lock, 2)
+	lock := func() {
+		c, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		l, err := lk.Lock(c, "resv")
+		assert.NoError(t, err)
+		got <- l
+	}
+	go lock()
+	waiting(t, lk.c, "resv")
+	go lock()
+	var second string
+	require.True(t, eventually(5*time.Second, func() bool {
+		lk.c.waits.mu.Lock()
+		defer lk.c.waits.mu.Unlock()
+		q := lk.c.waits.queues[releaseChannel(key)]
+		if q == nil || len(q.list) < 2 {
+			return false
+		}
+		second = q.list[1].wid
+		return true
+	}))
+	// Passed to the second waiter, whose message never came; the
+	// reservation outlasts both calls' deadlines.
+	require.NoError(t, cl.Set(ctx, key, reservedPrefix+second, 10*time.Second).Err())
+	l := <-got
+	require.NotNil(t, l, "the reserved waiter took the name")
+	require.NoError(t, l.Unlock(ctx))
+	l = <-got
+	require.NotNil(t, l, "and the head after it")
+	require.NoError(t, l.Unlock(ctx))
+}

@@ -20,7 +20,8 @@ type Holder struct {
 	// masters agrees on one owner.
 	Held bool
 	// Owner is the owner value of the writer/exclusive holder ([Lock.Owner]),
-	// "" if none.
+	// "" if none, or "queued:<id>" for the moment (at most 1s) a release
+	// has reserved the name for a queued waiter that has yet to take it.
 	Owner string
 	// TTL is the remaining lease on the server: 0 when the name is free, and
 	// negative when the lock key has no expiry (a key this library did not

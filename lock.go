@@ -264,8 +264,10 @@ func (l *Lock) errLocked() error {
 // the release: it runs detached from ctx, bounded by the node timeout, so a
 // cancelled caller still unlocks. When a goroutine of the same Locker waits
 // for the name, Unlock hands the lock to the first of them in the same
-// script that releases it (a Locker only; a Redlock releases and lets its
-// waiters acquire).
+// script that releases it, unless a waiter of another process queued for
+// the name first: then, as whenever a waiter of another process is queued,
+// the name is reserved for that waiter and only it is woken (a Locker
+// only; a Redlock releases and lets its waiters acquire).
 func (l *Lock) Unlock(ctx context.Context) error {
 	if l == nil {
 		return errNilLock

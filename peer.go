@@ -21,7 +21,10 @@ type TakenError struct {
 	// Name is the lock's name.
 	Name string
 	// Owner is the value the holder stored under the key (on the first
-	// refusing master): its Lock.Owner, if it is a lock of this library.
+	// refusing master): its Lock.Owner, if it is a lock of this library;
+	// "queued:<id>" while a release has reserved the name for a queued
+	// waiter of another Lock call; "" when read holds refuse a writer, or a
+	// waiting writer refuses a read hold ([Locker.RLock]).
 	Owner string
 	// TTL is the holder's remaining lease, the shortest among the refusing
 	// masters, or negative when the key has no expiry.
@@ -33,6 +36,9 @@ type TakenError struct {
 }
 
 func (e *TakenError) Error() string {
+	if e.Owner == "" {
+		return fmt.Sprintf("redlock: lock %q busy (read holds, or a writer waiting) for another %v", e.Name, e.TTL)
+	}
 	return fmt.Sprintf("redlock: lock %q held by owner %s for another %v", e.Name, e.Owner, e.TTL)
 }
 

@@ -64,6 +64,12 @@ type waiters struct {
 	// messages and sleeps until the holder's lease ends (capped) instead of
 	// polling.
 	down atomic.Int32
+	// heard counts, per channel, the nodes that confirmed its SUBSCRIBE
+	// (reset when the channel is unsubscribed or the connections re-homed):
+	// a Lock call that sees a quorum of them before its first attempt
+	// cannot miss a release after that attempt, so its first wait trusts
+	// messages instead of polling.
+	heard map[string]int
 }
 
 // rehomeGap is the least time between two re-homes of one node's pub/sub.
@@ -477,14 +483,7 @@ func (ws *waiters) dispatch(channel, owner string) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	if id, ok := strings.CutPrefix(owner, passedPrefix); ok {
-		if q := ws.queues[channel]; q != nil {
-			for _, w := range q.list {
-				if w.wid == id {
-					notify(w)
-					break
-				}
-			}
-		}
+		ws.notifyID(channel, id)
 		return
 	}
 	for _, suffix := range queueSuffixes {
@@ -500,6 +499,38 @@ func (ws *waiters) dispatch(channel, owner string) {
 // passedPrefix starts the message of a release that passed the name to a
 // queued writer: "w:<its id>".
 const passedPrefix = "w:"
+
+// reservedPrefix starts the value of a lock key that a release reserved for
+// a queued writer: "queued:<its id>" (pass, in _lib.lua).
+const reservedPrefix = "queued:"
+
+// notifyID wakes the waiter of channel's writers queue whose id is id, if
+// it is ours. Under ws.mu.
+func (ws *waiters) notifyID(channel, id string) {
+	if q := ws.queues[channel]; q != nil {
+		for _, w := range q.list {
+			if w.wid == id {
+				notify(w)
+				return
+			}
+		}
+	}
+}
+
+// reservedFor wakes the waiter of channel's writers queue that the name is
+// reserved for, when an attempt found it so (holder "queued:<id>") and the
+// waiter is ours: its wake-up message may have come before its
+// subscription, and a waiter that is not the head of its queue has no timer
+// to find out by; the name would stay reserved for nobody until it lapses.
+func (ws *waiters) reservedFor(channel, holder string) {
+	id, ok := strings.CutPrefix(holder, reservedPrefix)
+	if !ok {
+		return
+	}
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	ws.notifyID(channel, id)
+}
 
 func (ws *waiters) wakeHeads() {
 	ws.mu.Lock()
@@ -557,6 +588,7 @@ func (ws *waiters) suspect(channel string) {
 	if ws.closed {
 		return
 	}
+	clear(ws.heard) // re-confirmed by the new connections
 	for _, s := range ws.subs {
 		s.push(subOp{kind: opRehome, channel: channel})
 	}
@@ -717,11 +749,37 @@ func (ws *waiters) receive(sc *subConn) {
 		switch m := msg.(type) {
 		case *redis.Subscription:
 			setUp(true)
+			ws.confirmed(m.Channel, m.Kind == "subscribe")
 		case *redis.Message:
 			setUp(true)
 			ws.dispatch(m.Channel, m.Payload)
 		}
 	}
+}
+
+// confirmed records a node's confirmation of a SUBSCRIBE (on) or an
+// UNSUBSCRIBE of channel.
+func (ws *waiters) confirmed(channel string, on bool) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if !on {
+		delete(ws.heard, channel)
+		return
+	}
+	if ws.heard == nil {
+		ws.heard = make(map[string]int)
+	}
+	ws.heard[channel]++
+}
+
+// listening reports whether a quorum of nodes confirmed that channel is
+// subscribed and every connection is up: a release published from now on
+// is heard.
+func (ws *waiters) listening(channel string) bool {
+	ws.mu.Lock()
+	n := ws.heard[channel]
+	ws.mu.Unlock()
+	return n >= ws.c.quorum && ws.trusted()
 }
 
 // trusted reports whether release messages can be relied on: every pub/sub
