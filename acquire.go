@@ -524,7 +524,7 @@ func (c *core) obtain(ctx context.Context, a *acquisition, wait bool) (l *Lock, 
 	// A channel already confirmed subscribed before the first attempt (a
 	// name this process waits for often) hears any release after it: the
 	// first wait can trust messages instead of polling.
-	warm := c.waits.listening(channelOf(a.queue))
+	warm, heardSeq := c.waits.listening(channelOf(a.queue))
 	var w *waiter
 	qk := a.queue // the queue w is in
 	acquired := false
@@ -616,6 +616,11 @@ func (c *core) obtain(ctx context.Context, a *acquisition, wait bool) (l *Lock, 
 			qk = a.queue
 			w, sent = c.waits.join(qk, a.name, wid, cfg)
 			subscribed(ctx, sent, c.quorum, cfg.timeout(cfg.ttl))
+			if warm && c.waits.missed(channelOf(qk), heardSeq, wid) {
+				// A release came between the refusal and the join, with
+				// nobody here to wake: look again at once.
+				notify(w)
+			}
 		}
 		d := cfg.retry(attempt)
 		if d < 0 {

@@ -70,6 +70,13 @@ type waiters struct {
 	// cannot miss a release after that attempt, so its first wait trusts
 	// messages instead of polling.
 	heard map[string]int
+	// msgs counts, per confirmed channel, the release messages that woke
+	// every head, and unclaimed is the last id a passed name was for that
+	// no waiter here had: so that a Lock call can tell whether one for it
+	// came between its refused attempt and its joining the queue, when
+	// nobody was there to wake.
+	msgs      map[string]uint64
+	unclaimed map[string]string
 }
 
 // rehomeGap is the least time between two re-homes of one node's pub/sub.
@@ -483,8 +490,13 @@ func (ws *waiters) dispatch(channel, owner string) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	if id, ok := strings.CutPrefix(owner, passedPrefix); ok {
-		ws.notifyID(channel, id)
+		if !ws.notifyID(channel, id) && ws.unclaimed != nil {
+			ws.unclaimed[channel] = id
+		}
 		return
+	}
+	if ws.msgs != nil {
+		ws.msgs[channel]++
 	}
 	for _, suffix := range queueSuffixes {
 		q := ws.queueOf(channel, suffix)
@@ -504,17 +516,18 @@ const passedPrefix = "w:"
 // a queued writer: "queued:<its id>" (pass, in _lib.lua).
 const reservedPrefix = "queued:"
 
-// notifyID wakes the waiter of channel's writers queue whose id is id, if
-// it is ours. Under ws.mu.
-func (ws *waiters) notifyID(channel, id string) {
+// notifyID wakes the waiter of channel's writers queue whose id is id, and
+// reports whether it is ours. Under ws.mu.
+func (ws *waiters) notifyID(channel, id string) bool {
 	if q := ws.queues[channel]; q != nil {
 		for _, w := range q.list {
 			if w.wid == id {
 				notify(w)
-				return
+				return true
 			}
 		}
 	}
+	return false
 }
 
 // reservedFor wakes the waiter of channel's writers queue that the name is
@@ -529,7 +542,7 @@ func (ws *waiters) reservedFor(channel, holder string) {
 	}
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	ws.notifyID(channel, id)
+	_ = ws.notifyID(channel, id)
 }
 
 func (ws *waiters) wakeHeads() {
@@ -589,6 +602,8 @@ func (ws *waiters) suspect(channel string) {
 		return
 	}
 	clear(ws.heard) // re-confirmed by the new connections
+	clear(ws.msgs)
+	clear(ws.unclaimed)
 	for _, s := range ws.subs {
 		s.push(subOp{kind: opRehome, channel: channel})
 	}
@@ -764,22 +779,39 @@ func (ws *waiters) confirmed(channel string, on bool) {
 	defer ws.mu.Unlock()
 	if !on {
 		delete(ws.heard, channel)
+		delete(ws.msgs, channel)
+		delete(ws.unclaimed, channel)
 		return
 	}
 	if ws.heard == nil {
-		ws.heard = make(map[string]int)
+		ws.heard, ws.msgs, ws.unclaimed = make(map[string]int), make(map[string]uint64), make(map[string]string)
 	}
 	ws.heard[channel]++
 }
 
 // listening reports whether a quorum of nodes confirmed that channel is
-// subscribed and every connection is up: a release published from now on
-// is heard.
-func (ws *waiters) listening(channel string) bool {
+// subscribed and every connection is up, so that a release published from
+// now on is heard, and how many release messages channel had so far (see
+// missed).
+func (ws *waiters) listening(channel string) (bool, uint64) {
 	ws.mu.Lock()
-	n := ws.heard[channel]
+	n, seq := ws.heard[channel], ws.msgs[channel]
 	ws.mu.Unlock()
-	return n >= ws.c.quorum && ws.trusted()
+	return n >= ws.c.quorum && ws.trusted(), seq
+}
+
+// missed reports whether, since listening returned seq, a release message
+// for channel woke every head, or one passed the name to id: one that came
+// while the caller, just refused, was not in the queue yet, so nobody woke
+// for it.
+func (ws *waiters) missed(channel string, seq uint64, id string) bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if id != "" && ws.unclaimed[channel] == id {
+		delete(ws.unclaimed, channel)
+		return true
+	}
+	return ws.msgs[channel] != seq
 }
 
 // trusted reports whether release messages can be relied on: every pub/sub
