@@ -89,11 +89,22 @@
 // metrics and spans. Package redlocktest runs a Locker on an embedded
 // miniredis and breaks its locks on demand, for tests of loss handling.
 //
+// # More than one mutex
+//
+// A [Locker] also gives a read-write lock ([Locker.RLock]: many readers or
+// one writer, the writer being the ordinary lock, with writer preference), a
+// counting semaphore ([Locker.Semaphore]) whose permits are leases, and
+// all-or-nothing locks on several names ([Locker.LockAll]). Each hold is a
+// *Lock like any other. A [Redlock] offers the exclusive lock only.
+//
 // # Keys
 //
 // A lock named n lives at "{redlock:n}", its counter at "{redlock:n}:fence"
 // (the prefix is [WithKeyPrefix]). A release leaves "{redlock:n}:released"
 // holding the released owner for one TTL, so that a release retried after a
-// lost reply knows it already succeeded. All share a hash tag, so they sit
-// in one Redis Cluster slot. Releases are published on "{redlock:n}:rel".
+// lost reply knows it already succeeded. Read holds live in the sorted set
+// "{redlock:n}:readers", a semaphore's permits in "{redlock:n}:sem", and the
+// queue of waiting writers (a Locker's fair hand-off across processes) in
+// "{redlock:n}:writers". All share a hash tag, so they sit in one Redis
+// Cluster slot. Releases are published on "{redlock:n}:rel".
 package redlock

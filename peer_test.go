@@ -131,6 +131,13 @@ func TestRedlockTTLAndTaken(t *testing.T) {
 	ctx := context.Background()
 	l, err := r.TryLock(ctx, "rl-ttl")
 	require.NoError(t, err)
+	// TryLock returns once a quorum granted: the third grant may still be
+	// on its way (on a loaded machine, behind the calls below).
+	for _, n := range nodes {
+		require.True(t, eventually(5*time.Second, func() bool {
+			return n.admin.Get(ctx, rlKey("rl-ttl")).Val() == l.Owner()
+		}), "every master holds the key")
+	}
 	// Shorten the lease on one master: the quorum's lease is the other two's
 	// shorter one, not the shortest.
 	require.NoError(t, nodes[0].admin.PExpire(ctx, rlKey("rl-ttl"), time.Second).Err())
