@@ -26,7 +26,7 @@ const (
 //	permit: holds set, this owner's released marker, fence counter
 //	multi:  the names' lock keys (see multiKeys for its scripts' keys)
 //
-// so that relKeys are keys[:2] and extendKeys keys[:1] for both sets.
+// so that a set's release keys are keys[:2] and its extend keys keys[:1].
 
 // multiKeys are the script keys of a multi-name lock, per part: one part
 // for all names on a server that takes keys of any slot in one script, one

@@ -45,8 +45,10 @@ func (e *TakenError) Error() string {
 // Is reports whether target is ErrNotObtained.
 func (e *TakenError) Is(target error) bool { return target == ErrNotObtained }
 
-// Key returns the Redis key that holds the lock ("{<prefix><name>}"), for
-// tools and tests that inspect or break it (see package redlocktest).
+// Key returns the Redis key that holds the lock ("{<prefix><name>}"; for a
+// read hold or a permit, the sorted set that holds it; for a LockAll lock,
+// its first name's key), for tools and tests that inspect or break it (see
+// package redlocktest).
 func (l *Lock) Key() string {
 	if l == nil {
 		return ""
