@@ -51,7 +51,8 @@ if cur then
   return {0, redis.call('PTTL', KEYS[1]), cur}
 end
 local readers = KEYS[1] .. ':readers'
-if redis.call('EXISTS', readers) == 1 then
+-- A reserved name had a key all along, which kept new read holds out.
+if not claimed and redis.call('EXISTS', readers) == 1 then
   local now = nowms()
   redis.call('ZREMRANGEBYSCORE', readers, '-inf', now)
   local last = redis.call('ZRANGE', readers, -1, -1, 'WITHSCORES')
