@@ -1,0 +1,138 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/go-redsync/redsync/v4"
+	goredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+	"github.com/redlockgo/redlock"
+)
+
+// ---------------------------------------------------------------------------
+// Parallel: 16 goroutines of one process, each taking and releasing a name
+// of its own (no contention), over one client and one library instance:
+// pairs/s, against the raw SET NX PX + DEL floor in the same run.
+
+func BenchmarkParallel16(b *testing.B) {
+	srvs := getServers(b, "single", 1)
+	addr := srvs[0].Addr()
+	loopbackOnly(b, addr)
+	type pairFunc func(ctx context.Context, name string) error
+	libs := []struct {
+		name string
+		make func(b *testing.B) pairFunc
+	}{
+		{"raw-setnx-del", func(b *testing.B) pairFunc {
+			c := newGoRedis(b, addr, nil)
+			return func(ctx context.Context, name string) error {
+				if ok, err := c.SetNX(ctx, name, "v", lockTTL).Result(); err != nil || !ok {
+					return fmt.Errorf("SET NX = %v, %v", ok, err)
+				}
+				return c.Del(ctx, name).Err()
+			}
+		}},
+		{"redlock", func(b *testing.B) pairFunc {
+			lk, err := redlock.NewLocker(newGoRedis(b, addr, nil))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { lk.Close() })
+			return func(ctx context.Context, name string) error {
+				l, err := lk.Lock(ctx, name)
+				if err != nil {
+					return err
+				}
+				return l.Unlock(ctx)
+			}
+		}},
+		{"redlock-ctxdl", func(b *testing.B) pairFunc {
+			opt := goRedisOptions(addr)
+			opt.ContextTimeoutEnabled = true
+			c := redis.NewClient(opt)
+			b.Cleanup(func() { c.Close() })
+			lk, err := redlock.NewLocker(c)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { lk.Close() })
+			return func(ctx context.Context, name string) error {
+				l, err := lk.Lock(ctx, name)
+				if err != nil {
+					return err
+				}
+				return l.Unlock(ctx)
+			}
+		}},
+		{"redislock", func(b *testing.B) pairFunc {
+			c := redislock.New(newGoRedis(b, addr, nil))
+			return func(ctx context.Context, name string) error {
+				l, err := c.Obtain(ctx, name, lockTTL, redislockOpts)
+				if err != nil {
+					return err
+				}
+				return l.Release(ctx)
+			}
+		}},
+		{"redsync", func(b *testing.B) pairFunc {
+			rs := redsync.New(goredis.NewPool(newGoRedis(b, addr, nil)))
+			return func(ctx context.Context, name string) error {
+				m := rs.NewMutex(name, redsync.WithExpiry(lockTTL))
+				if err := m.LockContext(ctx); err != nil {
+					return err
+				}
+				if ok, err := m.UnlockContext(ctx); err != nil || !ok {
+					return fmt.Errorf("redsync unlock = %v, %v", ok, err)
+				}
+				return nil
+			}
+		}},
+	}
+	const g = 16
+	for _, l := range libs {
+		b.Run(l.name, func(b *testing.B) {
+			pair := l.make(b)
+			ctx := context.Background()
+			base := lockName("parallel-" + l.name)
+			names := make([]string, g)
+			for i := range names {
+				names[i] = fmt.Sprintf("%s:%d", base, i)
+				for range warmups / 4 {
+					if err := pair(ctx, names[i]); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			var left atomic.Int64
+			left.Store(int64(b.N))
+			var wg sync.WaitGroup
+			errs := make(chan error, g)
+			b.ResetTimer()
+			t0 := time.Now()
+			for i := range g {
+				wg.Go(func() {
+					for left.Add(-1) >= 0 {
+						if err := pair(ctx, names[i]); err != nil {
+							errs <- err
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			elapsed := time.Since(t0)
+			b.StopTimer()
+			close(errs)
+			for err := range errs {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "pairs/s")
+		})
+	}
+}
