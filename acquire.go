@@ -33,8 +33,8 @@ const (
 // acquire makes one attempt on all nodes. It returns the held lock, or an
 // error matching ErrNotObtained together with how long the current holder's
 // lease has left (negative when unknown) and whether retrying is pointless.
-// key and channel are the name's lock key and release channel (see lockKey,
-// releaseChannel), computed once per Lock call rather than per attempt.
+// l is the attempt's lock, of any kind; ww is a waiting writer's place in
+// the name's queue, nil for a call that is no waiting writer.
 func (c *core) acquire(ctx context.Context, l *Lock, cfg *config, ww *writerWait) (*Lock, time.Duration, bool, error) {
 	if c.isClosing() {
 		return nil, -1, true, errors.Join(ErrNotObtained, ErrClosed)
@@ -201,32 +201,6 @@ func (c *core) acquireOn(ctx context.Context, n *node, l *Lock, cfg *config, scr
 	return reply{err: fmt.Errorf("%w: %v", errBadReply, res)}, failed
 }
 
-// lockKeys lays out an exclusive lock's keys, all under one hash tag:
-//
-//	0 lock, 1 fence counter (acquire.lua: keys[:2])
-//	2 lock, 3 released marker (release.lua: relKeys)
-//	4 lock, 5 metadata, with metadata only (extend.lua: extendKeys)
-//
-// newLock builds the same layout with fewer allocations (ownerAndKeys); a
-// test holds them equal.
-func lockKeys(tag string, metadata bool) []string {
-	all := tag + fenceSuffix + tag + releasedSuffix
-	if metadata {
-		all += tag + metaSuffix
-	}
-	cut := func(suffix string) string {
-		k := all[:len(tag)+len(suffix)]
-		all = all[len(k):]
-		return k
-	}
-	keys := make([]string, 4, 6)
-	keys[0], keys[1], keys[2], keys[3] = tag, cut(fenceSuffix), tag, cut(releasedSuffix)
-	if metadata {
-		keys = append(keys, tag, cut(metaSuffix))
-	}
-	return keys
-}
-
 // Suffixes of a name's keys after its lock key "{<prefix><name>}".
 const (
 	fenceSuffix    = ":fence"
@@ -296,8 +270,14 @@ func (c *core) allocLock(name, channel string, cfg *config) *lockAlloc {
 }
 
 // ownerAndKeys draws a fresh owner value, a random (version 4) UUID, and
-// appends to keys the layout of lockKeys, with the owner and the derived
-// keys cut from one string: one allocation instead of four.
+// appends to keys an exclusive lock's keys, all under the hash tag tag:
+//
+//	0 lock, 1 fence counter (acquire.lua: keys[:2])
+//	2 lock, 3 released marker (release.lua: relKeys)
+//	4 lock, 5 metadata, with metadata only (extend.lua: extendKeys)
+//
+// with the owner and the derived keys cut from one string: one allocation
+// instead of four.
 func ownerAndKeys(keys []string, tag string, metadata bool) (owner string, _ []string) {
 	var u [16]byte
 	_, _ = rand.Read(u[:])  // never fails (crypto/rand)
@@ -311,14 +291,13 @@ func ownerAndKeys(keys []string, tag string, metadata bool) (owner string, _ []s
 	hex.Encode(hexed[24:36], u[10:16])
 	hexed[8], hexed[13], hexed[18], hexed[23] = '-', '-', '-', '-'
 
-	const fence, released = ":fence", ":released"
 	var b strings.Builder
-	b.Grow(len(hexed) + 3*len(tag) + len(fence) + len(released) + len(metaSuffix))
+	b.Grow(len(hexed) + 3*len(tag) + len(fenceSuffix) + len(releasedSuffix) + len(metaSuffix))
 	b.Write(hexed[:])
 	b.WriteString(tag)
-	b.WriteString(fence)
+	b.WriteString(fenceSuffix)
 	b.WriteString(tag)
-	b.WriteString(released)
+	b.WriteString(releasedSuffix)
 	if metadata {
 		b.WriteString(tag)
 		b.WriteString(metaSuffix)
@@ -330,7 +309,7 @@ func ownerAndKeys(keys []string, tag string, metadata bool) (owner string, _ []s
 		part, s = s[:n], s[n:]
 		return part
 	}
-	keys = append(keys, tag, cut(len(tag)+len(fence)), tag, cut(len(tag)+len(released)))
+	keys = append(keys, tag, cut(len(tag)+len(fenceSuffix)), tag, cut(len(tag)+len(releasedSuffix)))
 	if metadata {
 		keys = append(keys, tag, cut(len(tag)+len(metaSuffix)))
 	}
@@ -553,7 +532,7 @@ func (c *core) obtain(ctx context.Context, a *acquisition, wait bool) (l *Lock, 
 		if try {
 			l, h, permanent, err := c.attempt(ctx, a)
 			if w != nil {
-				c.waits.setAttempting(w, false)
+				c.waits.doneAttempting(w)
 			}
 			tr.attempted(err)
 			if err == nil {

@@ -20,7 +20,7 @@ const (
 	kindMulti                     // LockAll: several names under one owner value
 )
 
-// Key layouts of the kinds other than exclusive (see lockKeys for that one):
+// Key layouts of the kinds other than exclusive (see ownerAndKeys for that one):
 //
 //	read:   holds set, this owner's released marker, lock key, waiting writers
 //	permit: holds set, this owner's released marker, fence counter
@@ -147,16 +147,12 @@ func foldPTTL(acc, v int64, first bool) int64 {
 	return min(acc, v)
 }
 
-// writerWaitMillis is how long a waiting writer's entry keeps new read
-// holds out (writer preference) without a new attempt of its Lock call; the
-// scripts that enter writers (acquire.lua) hold the same number. A
-// waiting Lock tries again at least every maxTrustedSleep, or at its retry
-// policy's pace while it polls, and each refused attempt renews the entry;
-// a writer that crashed while waiting delays new readers by at most this.
-const writerWaitMillis = int64(5000)
-
-// writerWait is a waiting Lock call's entry among the waiting writers of
-// its name (acquire.lua, KEYS[4]).
+// writerWait is a waiting Lock call's entry in the queue of waiting writers
+// of its name (enqueue, in _lib.lua). The entry lapses 5s after the call's
+// last refused attempt; a waiting Lock tries again at least every
+// maxTrustedSleep, or at its retry policy's pace while it polls, so a live
+// waiter keeps it, and one that crashed delays new readers and the writers
+// behind it by at most that.
 type writerWait struct {
 	id      string // the first attempt's owner value
 	entered bool   // an attempt failed, so the script may have entered id

@@ -45,7 +45,7 @@ type Lock struct {
 	eng       engine
 	name      string
 	owner     string
-	keys      []string // one hash tag; the layout depends on kind (lockKeys, kinds.go)
+	keys      []string // one hash tag; the layout depends on kind (ownerAndKeys, kinds.go)
 	channel   string   // where releases are published (wait.go)
 	fencing   bool
 	autoRenew bool

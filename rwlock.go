@@ -12,10 +12,11 @@ import (
 // of the sorted set "{<prefix><name>}:readers", scored by the end of its own
 // lease in server time, so that a crashed reader's hold ends at its own TTL
 // whatever the other readers do; rlock.lua refuses it while a writer holds
-// the name or waits for it. A waiting Lock call enters itself in
-// "{<prefix><name>}:writers" for writerWaitMillis at each refused attempt,
-// and leaves it when it gets the lock or gives up: that is the writer
-// preference, which keeps a steady stream of readers from starving writers.
+// the name or waits for it. A waiting Lock call enters itself in the queue
+// of waiting writers "{<prefix><name>}:writers" at its refused attempts
+// (enqueue, in _lib.lua), and leaves it when it gets the lock or gives up:
+// that is the writer preference, which keeps a steady stream of readers
+// from starving writers.
 
 // RLock takes a shared read hold on name: many read holds at once, but
 // never together with a writer (Lock, TryLock or Do on the same name, with

@@ -472,11 +472,11 @@ func (ws *waiters) wokenAttempt(w *waiter) bool {
 	return true
 }
 
-// setAttempting marks w done attempting (on false).
-func (ws *waiters) setAttempting(w *waiter, on bool) {
+// doneAttempting marks w's attempt answered.
+func (ws *waiters) doneAttempting(w *waiter) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	w.attempting = on
+	w.attempting = false
 }
 
 // dispatch wakes the head waiter of every queue of channel for a release of
@@ -795,9 +795,11 @@ func (ws *waiters) confirmed(channel string, on bool) {
 // missed).
 func (ws *waiters) listening(channel string) (bool, uint64) {
 	ws.mu.Lock()
-	n, seq := ws.heard[channel], ws.msgs[channel]
-	ws.mu.Unlock()
-	return n >= ws.c.quorum && ws.trusted(), seq
+	defer ws.mu.Unlock()
+	if ws.subs == nil {
+		return false, 0 // no pub/sub yet: every uncontended Lock asks
+	}
+	return ws.heard[channel] >= ws.c.quorum && ws.down.Load() == 0, ws.msgs[channel]
 }
 
 // missed reports whether, since listening returned seq, a release message

@@ -43,7 +43,7 @@ end
 -- The queue of waiting writers of a name (Locker only): the list
 -- "<lock key>:writers" holds their ids in arrival order, and each id has an
 -- alive key "<lock key>:writers:<id>" that its Lock call renews at every
--- refused attempt (lapsing writerWaitMillis after the last one), so a
+-- refused attempt (lapsing 5s after the last one), so a
 -- crashed waiter never blocks the queue. The list expires with its last
 -- renewal.
 
