@@ -93,6 +93,39 @@ func TestLossReasonUnreachable(t *testing.T) {
 	assert.Error(t, le.Err, "what the renewals heard")
 }
 
+// TestLossWhenPausedEveryKind: a read hold, a permit and a LockAll lock
+// whose server stops answering past their TTL are reported lost, as an
+// exclusive lock is (TestLossReasonUnreachable).
+func TestLossWhenPausedEveryKind(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		take func(ctx context.Context, lk *Locker) (*Lock, error)
+	}{
+		{"read hold", func(ctx context.Context, lk *Locker) (*Lock, error) { return lk.TryRLock(ctx, "paused") }},
+		{"permit", func(ctx context.Context, lk *Locker) (*Lock, error) {
+			s, err := lk.Semaphore("paused", 2)
+			if err != nil {
+				return nil, err
+			}
+			return s.TryAcquire(ctx)
+		}},
+		{"LockAll", func(ctx context.Context, lk *Locker) (*Lock, error) {
+			return lk.TryLockAll(ctx, []string{"paused-a", "paused-b"})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			lk := newLocker(t, srv.Client(t), WithTTL(600*time.Millisecond), WithNodeTimeout(100*time.Millisecond))
+			l, err := tc.take(context.Background(), lk)
+			require.NoError(t, err)
+			srv.Pause(t)
+			defer srv.Resume(t)
+			waitDone(t, l, 3*time.Second)
+			requireLoss(t, l.Err(), LossExpired)
+		})
+	}
+}
+
 // TestLossReasonClosed: Close under a held lock and under Do.
 func TestLossReasonClosed(t *testing.T) {
 	srv := redistest.Start(t)
