@@ -56,15 +56,7 @@ func BenchmarkUncontended(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		for range warmups {
-			once()
-		}
-		b.ReportAllocs()
-		m := startMeter(b, &cmds, srvs)
-		for i := 0; i < b.N; i++ {
-			once()
-		}
-		m.stop(b.N, "op")
+		timePairs(b, &cmds, srvs, once)
 	})
 	b.Run("rueidislock", func(b *testing.B) {
 		var cmds atomic.Int64
@@ -79,16 +71,22 @@ func BenchmarkUncontended(b *testing.B) {
 			}
 			cancel()
 		}
-		for range warmups {
-			once()
-		}
-		b.ReportAllocs()
-		m := startMeter(b, &cmds, srvs)
-		for i := 0; i < b.N; i++ {
-			once()
-		}
-		m.stop(b.N, "op")
+		timePairs(b, &cmds, srvs, once)
 	})
+}
+
+// timePairs runs once (one acquire + release) warmups times untimed, then
+// b.N times under the meter, reporting allocations and the per-op metrics.
+func timePairs(b *testing.B, cmds *atomic.Int64, srvs []*server, once func()) {
+	for range warmups {
+		once()
+	}
+	b.ReportAllocs()
+	m := startMeter(b, cmds, srvs)
+	for i := 0; i < b.N; i++ {
+		once()
+	}
+	m.stop(b.N, "op")
 }
 
 // benchRedlock times Lock + Unlock of a free lock with our Locker (one
@@ -128,15 +126,7 @@ func benchRedlock(b *testing.B, srvs []*server, opts ...redlock.Option) {
 			b.Fatal(err)
 		}
 	}
-	for range warmups {
-		once()
-	}
-	b.ReportAllocs()
-	m := startMeter(b, &cmds, srvs)
-	for i := 0; i < b.N; i++ {
-		once()
-	}
-	m.stop(b.N, "op")
+	timePairs(b, &cmds, srvs, once)
 }
 
 // benchRedsync times LockContext + UnlockContext of a free mutex over one
@@ -159,15 +149,7 @@ func benchRedsync(b *testing.B, srvs []*server) {
 			b.Fatalf("redsync unlock = %v, %v", ok, err)
 		}
 	}
-	for range warmups {
-		once()
-	}
-	b.ReportAllocs()
-	m := startMeter(b, &cmds, srvs)
-	for i := 0; i < b.N; i++ {
-		once()
-	}
-	m.stop(b.N, "op")
+	timePairs(b, &cmds, srvs, once)
 }
 
 // ---------------------------------------------------------------------------

@@ -58,15 +58,7 @@ func BenchmarkPrimitives(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			for range warmups {
-				once()
-			}
-			b.ReportAllocs()
-			m := startMeter(b, &cmds, srvs)
-			for i := 0; i < b.N; i++ {
-				once()
-			}
-			m.stop(b.N, "op")
+			timePairs(b, &cmds, srvs, once)
 		})
 	}
 }
