@@ -80,8 +80,8 @@ func (c *core) lockAll(ctx context.Context, names []string, opts []Option, wait 
 	}
 	mk := newMultiKeys(cfg.prefix, sorted, sharded)
 	joined := strings.Join(sorted, ",")
-	first := releaseChannel(lockKey(cfg.prefix, sorted[0]))
-	a := acquisition{kind: kindMulti, name: joined, channel: first, cfg: cfg, multi: mk, queue: queueKey(first, queueMulti), held: lockKey(cfg.prefix, sorted[0])}
+	first := releaseChannel(mk.locks[0])
+	a := acquisition{kind: kindMulti, name: joined, channel: first, cfg: cfg, multi: mk, queue: queueKey(first, queueMulti), held: mk.locks[0]}
 	return c.obtain(ctx, &a, wait)
 }
 
@@ -139,21 +139,19 @@ func (c *core) multiAcquireOn(ctx context.Context, n *node, l *Lock, cfg *config
 	tokens := make([]int64, 0, l.parts())
 	for p := range l.parts() {
 		res, holder, err := acquireReply(scriptMultiAcquire.Run(ctx, n.client, l.multi.acq[p], l.owner, ttlMillis(cfg.ttl), fence, floor))
+		// A refusal at part p leaves the parts before it ours: granted, so
+		// the failed attempt releases them.
+		before := granted
+		if p == 0 {
+			before = taken
+		}
 		switch {
 		case err != nil:
 			return reply{err: err}, failed
 		case res[0] == acqTaken:
-			o := granted // the parts before p are ours: released by the failed attempt
-			if p == 0 {
-				o = taken
-			}
-			return reply{val: res[1], holder: holder, code: int64(p)}, o
+			return reply{val: res[1], holder: holder, code: int64(p)}, before
 		case res[0] != acqGranted:
-			o := granted
-			if p == 0 {
-				o = taken
-			}
-			return reply{err: fmt.Errorf("%w (counter of %q)", errTokenSpace, l.multi.names[p])}, o
+			return reply{err: fmt.Errorf("%w (counter of %q)", errTokenSpace, l.multi.names[p])}, before
 		}
 		tokens = append(tokens, res[1])
 	}

@@ -93,7 +93,7 @@ func (c *core) handOff(ctx context.Context, l *Lock, w *waiter) (done bool, err 
 		fence = "1"
 	}
 	keys := []string{l.keys[0], l.keys[1], l.keys[3]}
-	args := []any{l.owner, nl.owner, ttlMillis(w.cfg.ttl), fence, ttlMillis(l.leaseTTL()), w.writerID()}
+	args := []any{l.owner, nl.owner, ttlMillis(w.cfg.ttl), fence, ttlMillis(l.leaseTTL()), w.wid}
 	if nl.metadata != "" {
 		keys = append(keys, nl.keys[5])
 		args = append(args, metaValue(nl.owner, nl.metadata))

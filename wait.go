@@ -223,10 +223,6 @@ func (ws *waiters) otherQueues(qk string) bool {
 	return false
 }
 
-// writerID is w's id among the waiting writers of its name, which a
-// hand-off to it withdraws.
-func (w *waiter) writerID() string { return w.wid }
-
 // join queues a waiter for channel at the tail, subscribing the channel on
 // every node if it is the first. It returns a channel that receives once per
 // node whose SUBSCRIBE was sent (nil when nothing was sent): the caller waits
