@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -120,25 +119,60 @@ func ownedBy(t *testing.T, nodes []*rlNode, name, owner string, idx ...int) int 
 	return n
 }
 
-// expiredKeys reads INFO stats expired_keys: a key removed by our release
-// does not count, one left to its TTL does.
-func expiredKeys(t *testing.T, cl *redis.Client) int64 {
+// expiryWatch records the keys a server expires, from its keyspace
+// notifications: a key removed by a release is not among them, one left to
+// its TTL is. (INFO's expired_keys counter could not tell the lock key from
+// the release's own markers, which expire by design.)
+type expiryWatch struct {
+	admin *redis.Client
+	sub   *redis.PubSub
+	keys  map[string]bool
+}
+
+const flushChannel = "redlock-test:flush"
+
+func watchExpiry(t *testing.T, admin *redis.Client) *expiryWatch {
 	t.Helper()
-	info, err := cl.Info(context.Background(), "stats").Result()
-	if err != nil {
-		t.Fatalf("INFO stats = %v", err)
+	ctx := context.Background()
+	if err := admin.ConfigSet(ctx, "notify-keyspace-events", "Ex").Err(); err != nil {
+		t.Fatalf("CONFIG SET notify-keyspace-events = %v", err)
 	}
-	for l := range strings.Lines(info) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "expired_keys:"); ok {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				t.Fatalf("expired_keys = %q: %v", v, err)
-			}
-			return n
+	sub := admin.Subscribe(ctx, "__keyevent@0__:expired", flushChannel)
+	t.Cleanup(func() { sub.Close() })
+	for range 2 {
+		if _, err := sub.ReceiveTimeout(ctx, 5*time.Second); err != nil {
+			t.Fatalf("SUBSCRIBE = %v", err)
 		}
 	}
-	t.Fatalf("no expired_keys in INFO stats")
-	return 0
+	return &expiryWatch{admin: admin, sub: sub, keys: map[string]bool{}}
+}
+
+// expired reports whether key has expired since the watch began. A message
+// published now is delivered after every expiry event the server sent
+// before it, so reading up to it reads them all.
+func (w *expiryWatch) expired(t *testing.T, key string) bool {
+	t.Helper()
+	ctx := context.Background()
+	mark := strconv.FormatInt(time.Now().UnixNano(), 10)
+	if err := w.admin.Publish(ctx, flushChannel, mark).Err(); err != nil {
+		t.Fatalf("PUBLISH = %v", err)
+	}
+	for range 10_000 {
+		msg, err := w.sub.ReceiveTimeout(ctx, 5*time.Second)
+		if err != nil {
+			t.Fatalf("reading expiry events = %v", err)
+		}
+		m, ok := msg.(*redis.Message)
+		switch {
+		case !ok:
+		case m.Channel == flushChannel && m.Payload == mark:
+			return w.keys[key]
+		case m.Channel != flushChannel:
+			w.keys[m.Payload] = true
+		}
+	}
+	t.Fatalf("flush mark not seen in 10000 messages")
+	return false
 }
 
 // nodeErrors collects every NodeError in err's tree by node index. errors.As
@@ -485,9 +519,9 @@ func TestRedlockValidityUsedUp(t *testing.T) {
 		nodes[3].srv.Kill(t)
 		nodes[4].srv.Kill(t)
 		nodes[2].proxy.SetDelay(delay)
-		before := make([]int64, 3)
-		for i := range before {
-			before[i] = expiredKeys(t, nodes[i].admin)
+		watches := make([]*expiryWatch, 3)
+		for i := range watches {
+			watches[i] = watchExpiry(t, nodes[i].admin)
 		}
 		start := time.Now()
 		_, err := r.TryLock(context.Background(), "slow")
@@ -501,9 +535,9 @@ func TestRedlockValidityUsedUp(t *testing.T) {
 		if !eventually(time.Second, func() bool { return len(holding(t, nodes, "slow", 0, 1, 2)) == 0 }) {
 			t.Errorf("lock key left on nodes %v, want released", holding(t, nodes, "slow", 0, 1, 2))
 		}
-		for i := range before {
-			if got := expiredKeys(t, nodes[i].admin); got != before[i] {
-				t.Errorf("node %d: %d keys expired, want 0: the attempt must release, not leave its key to the TTL", i, got-before[i])
+		for i, w := range watches {
+			if w.expired(t, rlKey("slow")) {
+				t.Errorf("node %d: the lock key expired: the attempt must release, not leave its key to the TTL", i)
 			}
 		}
 		nodes[2].proxy.SetDelay(0)
@@ -516,9 +550,9 @@ func TestRedlockValidityUsedUp(t *testing.T) {
 		r := newRL(t, nodes, WithTTL(ttl), WithDriftFactor(drift), WithNodeTimeout(200*time.Millisecond), WithAutoRenew(false))
 		warmUp(t, r)
 		all := indices(1<<5-1, 5)
-		before := make([]int64, 5)
-		for i := range before {
-			before[i] = expiredKeys(t, nodes[i].admin)
+		watches := make([]*expiryWatch, 5)
+		for i := range watches {
+			watches[i] = watchExpiry(t, nodes[i].admin)
 		}
 		r.c.hooks.beforeFinalCheck = func() { time.Sleep(650 * time.Millisecond) }
 		_, err := r.TryLock(context.Background(), "stalled")
@@ -531,9 +565,9 @@ func TestRedlockValidityUsedUp(t *testing.T) {
 		if got := holding(t, nodes, "stalled", all...); len(got) != 0 {
 			t.Errorf("lock key left on nodes %v, want released", got)
 		}
-		for i := range before {
-			if got := expiredKeys(t, nodes[i].admin); got != before[i] {
-				t.Errorf("node %d: %d keys expired, want 0 (released, not left to the TTL)", i, got-before[i])
+		for i, w := range watches {
+			if w.expired(t, rlKey("stalled")) {
+				t.Errorf("node %d: the lock key expired, want it released, not left to the TTL", i)
 			}
 		}
 		l, err := r.TryLock(context.Background(), "stalled")
