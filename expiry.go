@@ -14,10 +14,15 @@ import (
 type expiry struct {
 	mu    sync.Mutex
 	queue timeHeap
-	wake  chan struct{}
 	quit  chan struct{}
 	done  chan struct{}
-	next  time.Time // when the loop's timer fires; zero while it is busy
+	// next is when the loop's timer fires, zero while the loop is busy, and
+	// early how long before the head's mark that is. set moves the timer
+	// earlier for a lock due before next itself, under mu, without waking
+	// the loop: taking a lock costs no goroutine switch.
+	next  time.Time
+	early time.Duration
+	timer *time.Timer
 	// cost is what declaring one lock lost took, on average (owned by run):
 	// locks due together are declared lost that much earlier per lock, so
 	// the last of a batch of thousands (renewed together, due together)
@@ -26,7 +31,7 @@ type expiry struct {
 }
 
 func newExpiry() *expiry {
-	e := &expiry{wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}), cost: calibrate()}
+	e := &expiry{timer: time.NewTimer(time.Hour), quit: make(chan struct{}), done: make(chan struct{}), cost: calibrate()}
 	e.queue.slot = func(l *Lock) *slot { return &l.loss }
 	go e.run()
 	return e
@@ -54,14 +59,11 @@ func calibrate() time.Duration {
 func (e *expiry) set(l *Lock, at time.Time) {
 	e.mu.Lock()
 	e.queue.set(l, at)
-	early := !e.next.IsZero() && at.Before(e.next)
-	e.mu.Unlock()
-	if early {
-		select {
-		case e.wake <- struct{}{}:
-		default:
-		}
+	if mark := at.Add(-e.early); !e.next.IsZero() && mark.Before(e.next) {
+		e.next = mark
+		e.timer.Reset(time.Until(mark))
 	}
+	e.mu.Unlock()
 }
 
 func (e *expiry) remove(l *Lock) {
@@ -77,8 +79,7 @@ func (e *expiry) stop() {
 
 func (e *expiry) run() {
 	defer close(e.done)
-	t := time.NewTimer(time.Hour)
-	defer t.Stop()
+	defer e.timer.Stop()
 	var due, pending []*Lock // pending: lost, bookkeeping not done yet
 	var dueAt []time.Time    // the marks of due
 	var lead time.Duration   // how much earlier a batch starts, for its size
@@ -102,10 +103,12 @@ func (e *expiry) run() {
 			// Wake early by the time the locks due with the next one will
 			// take to declare lost.
 			lead = 2 * e.cost * time.Duration(e.dueWith())
+			e.early = lead + slack
 			e.next = farFuture
 			if _, at, ok := e.queue.head(); ok {
-				e.next = at.Add(-lead - slack)
+				e.next = at.Add(-e.early)
 			}
+			e.timer.Reset(time.Until(e.next))
 		} else {
 			e.next = time.Time{}
 		}
@@ -140,12 +143,10 @@ func (e *expiry) run() {
 			pending = append(pending[:0], pending[k:]...)
 			continue
 		}
-		t.Reset(time.Until(e.next))
 		select {
 		case <-e.quit:
 			return
-		case <-e.wake:
-		case <-t.C:
+		case <-e.timer.C:
 		}
 	}
 }
