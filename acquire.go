@@ -2,13 +2,10 @@ package redlock
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -21,14 +18,6 @@ var errNoCore = errors.New("redlock: Locker or Redlock not made by NewLocker or 
 // errTokenSpace: a name's fencing counter is where a Lua double can no longer
 // count up by one, so the next token would repeat the last.
 var errTokenSpace = errors.New("fencing counter exhausted: tokens would stop increasing at 2^53-1")
-
-// acquire.lua's status codes (the first element of its reply).
-const (
-	acqGranted   = 1
-	acqTaken     = 0
-	acqExhausted = -1 // the fence counter reached 2^53-1
-	acqBadFence  = -2 // the fence key holds something that is not a number
-)
 
 // acquire makes one attempt on all nodes. It returns the held lock, or an
 // error matching ErrNotObtained together with how long the current holder's
@@ -201,6 +190,51 @@ func (c *core) acquireOn(ctx context.Context, n *node, l *Lock, cfg *config, scr
 	return reply{err: fmt.Errorf("%w: %v", errBadReply, res)}, failed
 }
 
+// multiAcquireOn takes a multi-name lock spread over shards, one part at a
+// time in the names' global order. A part that refuses ends the attempt
+// with the parts before it granted, and the outcome granted, so that the
+// failed attempt releases them before it returns; an error ends it with
+// the outcome failed (unknown), released the same way in the background.
+// Each part mints its token from one time floor; when they differ, the
+// counters below the largest are raised to it, so that one token is valid
+// for every name.
+func (c *core) multiAcquireOn(ctx context.Context, n *node, l *Lock, cfg *config) (reply, outcome) {
+	fence, floor := "0", ""
+	if cfg.fencing {
+		fence, floor = "1", strconv.FormatInt(time.Now().UnixMicro(), 10)
+	}
+	tokens := make([]int64, 0, l.parts())
+	for p := range l.parts() {
+		res, holder, err := acquireReply(scriptMultiAcquire.Run(ctx, n.client, l.multi.acq[p], l.owner, ttlMillis(cfg.ttl), fence, floor))
+		// A refusal at part p leaves the parts before it ours: granted, so
+		// the failed attempt releases them.
+		before := granted
+		if p == 0 {
+			before = taken
+		}
+		switch {
+		case err != nil:
+			return reply{err: err}, failed
+		case res[0] == acqTaken:
+			return reply{val: res[1], holder: holder, code: int64(p)}, before
+		case res[0] != acqGranted:
+			return reply{err: fmt.Errorf("%w (counter of %q)", errTokenSpace, l.multi.names[p])}, before
+		}
+		tokens = append(tokens, res[1])
+	}
+	token := slices.Max(tokens)
+	for p, t := range tokens {
+		if t == token {
+			continue
+		}
+		fences := l.multi.acq[p][1:2] // one name per part
+		if err := scriptRaise.Run(ctx, n.client, fences, strconv.FormatInt(token, 10)).Err(); err != nil {
+			return reply{err: fmt.Errorf("redlock: raising the fence counter of %q to token %d: %w", l.multi.names[p], token, err)}, granted
+		}
+	}
+	return reply{ok: true, val: token}, granted
+}
+
 // Suffixes of a name's keys after its lock key "{<prefix><name>}".
 const (
 	fenceSuffix    = ":fence"
@@ -208,113 +242,6 @@ const (
 	writersSuffix  = ":writers" // writers waiting (writer preference); acquire.lua knows it too
 	releasedSuffix = ":released"
 )
-
-// inlineNodes is how many nodes' outcomes a Lock keeps without a separate
-// allocation: enough for the usual Redlock of 3, 5 or 7 masters.
-const inlineNodes = 8
-
-// lockAlloc is a Lock together with the backing arrays of its keys and
-// outcome slices, so that the slices cost no allocation of their own: a
-// Lock is made per acquire attempt, on the hot path. The Lock is used by
-// its address inside; the arrays live as long as it does.
-type lockAlloc struct {
-	Lock
-	keys    [6]string
-	outcome [inlineNodes]outcome
-}
-
-// newLock makes the lock of one attempt at the exclusive lock of name.
-func (c *core) newLock(name, tag, channel string, cfg *config) *Lock {
-	a := c.allocLock(name, channel, cfg)
-	a.Lock.owner, a.Lock.keys = ownerAndKeys(a.keys[:0], tag, cfg.metadata != "")
-	return &a.Lock
-}
-
-// makeLock makes the lock of one attempt of another kind (kinds.go), with a
-// fresh owner value and no keys yet.
-func (c *core) makeLock(name, channel string, cfg *config) *Lock {
-	a := c.allocLock(name, channel, cfg)
-	a.Lock.owner = uuid.NewString()
-	return &a.Lock
-}
-
-// allocLock makes a Lock for one attempt, without owner value and keys.
-func (c *core) allocLock(name, channel string, cfg *config) *lockAlloc {
-	a := &lockAlloc{Lock: Lock{
-		eng:           c,
-		name:          name,
-		channel:       channel,
-		fencing:       cfg.fencing,
-		autoRenew:     cfg.autoRenew,
-		driftFactor:   cfg.driftFactor,
-		renewInterval: cfg.renewInterval,
-		timeout:       cfg.timeout(cfg.ttl),
-		logger:        cfg.logger,
-		obs:           cfg.observer,
-		maxHold:       cfg.maxHold,
-		metadata:      cfg.metadata,
-		replicas:      uint16(cfg.replicas),
-		ackMillis:     int32(cfg.ackTimeout.Milliseconds()),
-		done:          make(chan struct{}),
-		ttl:           cfg.ttl,
-		renewal:       slot{index: -1},
-		loss:          slot{index: -1},
-	}}
-	l := &a.Lock
-	if len(c.nodes) <= len(a.outcome) {
-		l.outcome = a.outcome[:len(c.nodes)]
-	} else {
-		l.outcome = make([]outcome, len(c.nodes))
-	}
-	return a
-}
-
-// ownerAndKeys draws a fresh owner value, a random (version 4) UUID, and
-// appends to keys an exclusive lock's keys, all under the hash tag tag:
-//
-//	0 lock, 1 fence counter (acquire.lua: keys[:2])
-//	2 lock, 3 released marker (release.lua: relKeys)
-//	4 lock, 5 metadata, with metadata only (extend.lua: extendKeys)
-//
-// with the owner and the derived keys cut from one string: one allocation
-// instead of four.
-func ownerAndKeys(keys []string, tag string, metadata bool) (owner string, _ []string) {
-	var u [16]byte
-	_, _ = rand.Read(u[:])  // never fails (crypto/rand)
-	u[6] = u[6]&0x0f | 0x40 // version 4
-	u[8] = u[8]&0x3f | 0x80 // RFC 9562 variant
-	var hexed [36]byte
-	hex.Encode(hexed[0:8], u[0:4])
-	hex.Encode(hexed[9:13], u[4:6])
-	hex.Encode(hexed[14:18], u[6:8])
-	hex.Encode(hexed[19:23], u[8:10])
-	hex.Encode(hexed[24:36], u[10:16])
-	hexed[8], hexed[13], hexed[18], hexed[23] = '-', '-', '-', '-'
-
-	var b strings.Builder
-	b.Grow(len(hexed) + 3*len(tag) + len(fenceSuffix) + len(releasedSuffix) + len(metaSuffix))
-	b.Write(hexed[:])
-	b.WriteString(tag)
-	b.WriteString(fenceSuffix)
-	b.WriteString(tag)
-	b.WriteString(releasedSuffix)
-	if metadata {
-		b.WriteString(tag)
-		b.WriteString(metaSuffix)
-	}
-	s := b.String()
-	owner, s = s[:len(hexed)], s[len(hexed):]
-	cut := func(n int) string {
-		var part string
-		part, s = s[:n], s[n:]
-		return part
-	}
-	keys = append(keys, tag, cut(len(tag)+len(fenceSuffix)), tag, cut(len(tag)+len(releasedSuffix)))
-	if metadata {
-		keys = append(keys, tag, cut(len(tag)+len(metaSuffix)))
-	}
-	return owner, keys
-}
 
 // settledOn returns the nodes whose acquire call for l answered one of
 // outcomes; l.mu held.

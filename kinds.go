@@ -62,6 +62,11 @@ func (l *Lock) releaseCmd(p int) (*redis.Script, []string, []any) {
 	return scriptRelease, l.relKeys(), releaseArgs(l)
 }
 
+// releaseArgs are release.lua's ARGV for l.
+func releaseArgs(l *Lock) []any {
+	return []any{l.owner, l.channel, ttlMillis(l.leaseTTL())}
+}
+
 // extendCmd is the extend call of part p of l, to a lease of ttl.
 func (l *Lock) extendCmd(p int, ttl time.Duration) (*redis.Script, []string, []any) {
 	args := []any{l.owner, ttlMillis(ttl)}

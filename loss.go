@@ -130,9 +130,6 @@ func refusalReason(no, taken int) LossReason {
 // not answered by then.
 var errNoRenewal = errors.New("no renewal answered before the validity ran out")
 
-// extTaken is extend.lua's reply for a key that holds another owner's value.
-const extTaken = 2
-
 // takenIn counts the replies of an Extend round that found another owner's
 // value.
 func takenIn(rs []reply) int {

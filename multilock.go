@@ -3,11 +3,8 @@ package redlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
-	"strconv"
 	"strings"
-	"time"
 )
 
 // LockAll acquires the locks of all names at once, all or nothing, waiting
@@ -83,87 +80,4 @@ func (c *core) lockAll(ctx context.Context, names []string, opts []Option, wait 
 	first := releaseChannel(mk.locks[0])
 	a := acquisition{kind: kindMulti, name: joined, channel: first, cfg: cfg, multi: mk, queue: queueKey(first, queueMulti), held: mk.locks[0]}
 	return c.obtain(ctx, &a, wait)
-}
-
-// newMultiLock makes the lock of one attempt at the names of mk, joined in
-// name; channel is the first name's.
-func (c *core) newMultiLock(name, channel string, cfg *config, mk *multiKeys) *Lock {
-	l := c.makeLock(name, channel, cfg)
-	l.kind, l.metadata, l.multi, l.keys = kindMulti, "", mk, mk.locks
-	return l
-}
-
-// newMultiKeys lays out the keys of a multi-name lock on names (sorted,
-// distinct): one part for all of them, or one per name when sharded.
-func newMultiKeys(prefix string, names []string, sharded bool) *multiKeys {
-	mk := &multiKeys{names: names}
-	for _, name := range names {
-		mk.locks = append(mk.locks, lockKey(prefix, name))
-	}
-	part := func(names []string) {
-		n := len(names)
-		acq := make([]string, 3*n)
-		rel := make([]string, 2*n)
-		for i, name := range names {
-			tag := lockKey(prefix, name)
-			acq[i], acq[n+i], acq[2*n+i] = tag, tag+fenceSuffix, tag+readersSuffix
-			rel[i], rel[n+i] = tag, tag+releasedSuffix
-		}
-		mk.acq = append(mk.acq, acq)
-		mk.rel = append(mk.rel, rel)
-		mk.ext = append(mk.ext, acq[:n])
-	}
-	if !sharded {
-		part(names)
-		return mk
-	}
-	for i := range names {
-		part(names[i : i+1])
-	}
-	return mk
-}
-
-// multiAcquireOn takes a multi-name lock spread over shards, one part at a
-// time in the names' global order. A part that refuses ends the attempt
-// with the parts before it granted, and the outcome granted, so that the
-// failed attempt releases them before it returns; an error ends it with
-// the outcome failed (unknown), released the same way in the background.
-// Each part mints its token from one time floor; when they differ, the
-// counters below the largest are raised to it, so that one token is valid
-// for every name.
-func (c *core) multiAcquireOn(ctx context.Context, n *node, l *Lock, cfg *config) (reply, outcome) {
-	fence, floor := "0", ""
-	if cfg.fencing {
-		fence, floor = "1", strconv.FormatInt(time.Now().UnixMicro(), 10)
-	}
-	tokens := make([]int64, 0, l.parts())
-	for p := range l.parts() {
-		res, holder, err := acquireReply(scriptMultiAcquire.Run(ctx, n.client, l.multi.acq[p], l.owner, ttlMillis(cfg.ttl), fence, floor))
-		// A refusal at part p leaves the parts before it ours: granted, so
-		// the failed attempt releases them.
-		before := granted
-		if p == 0 {
-			before = taken
-		}
-		switch {
-		case err != nil:
-			return reply{err: err}, failed
-		case res[0] == acqTaken:
-			return reply{val: res[1], holder: holder, code: int64(p)}, before
-		case res[0] != acqGranted:
-			return reply{err: fmt.Errorf("%w (counter of %q)", errTokenSpace, l.multi.names[p])}, before
-		}
-		tokens = append(tokens, res[1])
-	}
-	token := slices.Max(tokens)
-	for p, t := range tokens {
-		if t == token {
-			continue
-		}
-		fences := l.multi.acq[p][1:2] // one name per part
-		if err := scriptRaise.Run(ctx, n.client, fences, strconv.FormatInt(token, 10)).Err(); err != nil {
-			return reply{err: fmt.Errorf("redlock: raising the fence counter of %q to token %d: %w", l.multi.names[p], token, err)}, granted
-		}
-	}
-	return reply{ok: true, val: token}, granted
 }

@@ -89,9 +89,6 @@ func (l *Lock) Valid(ctx context.Context) (bool, error) {
 	return d != 0 && l.Err() == nil, nil
 }
 
-// pttlGone is pttl.lua's reply for a key that is not ours.
-const pttlGone = -3
-
 // remaining is Lock.TTL (engine).
 func (c *core) remaining(ctx context.Context, l *Lock) (time.Duration, error) {
 	ch, err := c.fanOut(ctx, c.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node) reply {

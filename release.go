@@ -9,21 +9,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// release.lua's replies; handoff.lua answers relNotOurs and relAlready
-// alike, acqGranted when it handed the lock over, and acquire.lua's
-// negative codes when it could mint no token.
-const (
-	relNotOurs     = 0 // gone or another owner's: left untouched
-	relReleased    = 1
-	relAlready     = 2 // this owner released it before: a retried call after a lost reply
-	relUnpublished = 3 // released, but PUBLISH was refused (an ACL user without channel rights)
-)
-
-// releaseArgs are release.lua's ARGV for l.
-func releaseArgs(l *Lock) []any {
-	return []any{l.owner, l.channel, ttlMillis(l.leaseTTL())}
-}
-
 // releaseReply turns release.lua's reply into a node reply, logging a
 // release whose wake-up message the server refused to publish: the release
 // itself stands, and waiters fall back to their timers.

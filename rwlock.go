@@ -58,13 +58,3 @@ func (c *core) rlock(ctx context.Context, name string, opts []Option, wait bool)
 	a := acquisition{kind: kindRead, name: name, tag: key, channel: channel, cfg: cfg, queue: queueKey(channel, queueReaders), held: key}
 	return c.obtain(ctx, &a, wait)
 }
-
-// newReadLock makes the lock of one read-hold attempt. Its keys: the read
-// holds, its own released marker, the lock key, the waiting writers.
-func (c *core) newReadLock(name, tag, channel string, cfg *config) *Lock {
-	l := c.makeLock(name, channel, cfg)
-	l.kind, l.metadata = kindRead, ""
-	readers := tag + readersSuffix
-	l.keys = []string{readers, readers + releasedSuffix + ":" + l.owner, tag, tag + writersSuffix}
-	return l
-}

@@ -36,6 +36,32 @@ var (
 	allScripts = []*redis.Script{scriptAcquire, scriptRelease, scriptExtend, scriptRaise, scriptHandOff, scriptInspect, scriptPTTL}
 )
 
+// The scripts' replies that the engine tells apart.
+
+// acquire.lua's status codes (the first element of its reply).
+const (
+	acqGranted   = 1
+	acqTaken     = 0
+	acqExhausted = -1 // the fence counter reached 2^53-1
+	acqBadFence  = -2 // the fence key holds something that is not a number
+)
+
+// release.lua's replies; handoff.lua answers relNotOurs and relAlready
+// alike, acqGranted when it handed the lock over, and acquire.lua's
+// negative codes when it could mint no token.
+const (
+	relNotOurs     = 0 // gone or another owner's: left untouched
+	relReleased    = 1
+	relAlready     = 2 // this owner released it before: a retried call after a lost reply
+	relUnpublished = 3 // released, but PUBLISH was refused (an ACL user without channel rights)
+)
+
+// extTaken is extend.lua's reply for a key that holds another owner's value.
+const extTaken = 2
+
+// pttlGone is pttl.lua's reply for a key that is not ours.
+const pttlGone = -3
+
 //go:embed scripts/*.lua
 var scriptFS embed.FS
 

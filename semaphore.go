@@ -81,15 +81,5 @@ func (s *Semaphore) acquire(ctx context.Context, opts []Option, wait bool) (*Loc
 	return c.obtain(ctx, &a, wait)
 }
 
-// newPermit makes the lock of one attempt at a permit of the semaphore
-// whose set of holders is set. Its keys: the set, its own released marker,
-// the fence counter.
-func (c *core) newPermit(name, set, channel string, cfg *config, permits int) *Lock {
-	l := c.makeLock(name, channel, cfg)
-	l.kind, l.metadata, l.permits = kindPermit, "", permits
-	l.keys = []string{set, set + releasedSuffix + ":" + l.owner, set + fenceSuffix}
-	return l
-}
-
 // semSuffix follows the lock key "{<prefix><name>}" in a semaphore's keys.
 const semSuffix = ":sem"
