@@ -2,6 +2,8 @@ package bench
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 	"github.com/go-redsync/redsync/v4"
 	rsredis "github.com/go-redsync/redsync/v4/redis"
 	goredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 	"github.com/redlockgo/redlock"
 )
@@ -26,6 +29,8 @@ func BenchmarkInterleaved(b *testing.B) {
 		loopbackOnly(b, srvs[0].Addr())
 		ops := []namedOp{pingOp(b, srvs[0].Addr()), rawFloorOp(b, srvs[0].Addr())}
 		ops = append(ops,
+			bareScriptsOp(b, srvs[0].Addr(), false),
+			bareScriptsOp(b, srvs[0].Addr(), true),
 			redlockOp(b, "redlock", srvs),
 			redlockOp(b, "redlock-norenew", srvs, redlock.WithAutoRenew(false)),
 			redlockOp(b, "redlock-norenew-nofence", srvs, redlock.WithAutoRenew(false), redlock.WithFencing(false)),
@@ -111,6 +116,53 @@ func rawFloorOp(b *testing.B, addr string) namedOp {
 			b.Fatalf("SET NX = %v, %v", ok, err)
 		}
 		if err := c.Del(ctx, key).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}}
+}
+
+// bareScriptsOp runs our acquire and release scripts (read from ../scripts,
+// the library's own files) straight from go-redis, with a fresh owner value
+// and a fencing token, as an uncontended Lock + Unlock sends them, but with
+// none of the library around them: what the scripts cost over the raw
+// floor. With inGoroutine, each call runs in a goroutine of its own that the
+// caller waits for on a channel, as the library does when the client cannot
+// bound a call itself (go-redis defaults): what that hand-off costs.
+func bareScriptsOp(b *testing.B, addr string, inGoroutine bool) namedOp {
+	read := func(name string) string {
+		src, err := os.ReadFile(filepath.Join("..", "scripts", name))
+		if err != nil {
+			b.Fatal(err)
+		}
+		return string(src)
+	}
+	lib := read("_lib.lua")
+	acquire := redis.NewScript(lib + read("acquire.lua"))
+	release := redis.NewScript(lib + read("release.lua"))
+	c := newGoRedis(b, addr, nil)
+	name := "bare-scripts"
+	if inGoroutine {
+		name += "-goroutine"
+	}
+	tag := "{" + lockName("interleaved-"+name) + "}"
+	keys := []string{tag, tag + ":fence"}
+	relKeys := []string{tag, tag + ":released"}
+	ttl := lockTTL.Milliseconds()
+	ctx := context.Background()
+	call := func(f func() error) error {
+		if !inGoroutine {
+			return f()
+		}
+		ch := make(chan error, 1)
+		go func() { ch <- f() }()
+		return <-ch
+	}
+	return namedOp{name, func() {
+		owner := uuid.NewString()
+		if err := call(func() error { return acquire.Run(ctx, c, keys, owner, ttl, "1", "").Err() }); err != nil {
+			b.Fatal(err)
+		}
+		if err := call(func() error { return release.Run(ctx, c, relKeys, owner, tag+":rel", ttl).Err() }); err != nil {
 			b.Fatal(err)
 		}
 	}}
