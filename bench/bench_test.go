@@ -42,6 +42,36 @@ func BenchmarkUncontended(b *testing.B) {
 		benchRedlock(b, srvs, redlock.WithAutoRenew(false), redlock.WithFencing(false))
 	})
 	b.Run("redsync", func(b *testing.B) { benchRedsync(b, srvs) })
+	// Our scripts from go-redis without the library: the allocations and
+	// server commands that are go-redis's and the scripts' own.
+	b.Run("bare-scripts", func(b *testing.B) {
+		var cmds atomic.Int64
+		scripts := loadBareScripts(b)
+		c := newGoRedis(b, addr, &cmds)
+		ctx := context.Background()
+		name := lockName("uncontended-bare-scripts")
+		once := func() {
+			if err := scripts.pair(ctx, c, name, false); err != nil {
+				b.Fatal(err)
+			}
+		}
+		timePairs(b, &cmds, srvs, once)
+	})
+	b.Run("raw-setnx-del", func(b *testing.B) {
+		var cmds atomic.Int64
+		c := newGoRedis(b, addr, &cmds)
+		ctx := context.Background()
+		name := lockName("uncontended-raw")
+		once := func() {
+			if ok, err := c.SetNX(ctx, name, "v", lockTTL).Result(); err != nil || !ok {
+				b.Fatalf("SET NX = %v, %v", ok, err)
+			}
+			if err := c.Del(ctx, name).Err(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		timePairs(b, &cmds, srvs, once)
+	})
 	b.Run("redislock", func(b *testing.B) {
 		var cmds atomic.Int64
 		c := redislock.New(newGoRedis(b, addr, &cmds))

@@ -2,8 +2,6 @@ package bench
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -11,7 +9,6 @@ import (
 	"github.com/go-redsync/redsync/v4"
 	rsredis "github.com/go-redsync/redsync/v4/redis"
 	goredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
-	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 	"github.com/redlockgo/redlock"
 )
@@ -121,48 +118,20 @@ func rawFloorOp(b *testing.B, addr string) namedOp {
 	}}
 }
 
-// bareScriptsOp runs our acquire and release scripts (read from ../scripts,
-// the library's own files) straight from go-redis, with a fresh owner value
-// and a fencing token, as an uncontended Lock + Unlock sends them, but with
-// none of the library around them: what the scripts cost over the raw
-// floor. With inGoroutine, each call runs in a goroutine of its own that the
-// caller waits for on a channel, as the library does when the client cannot
-// bound a call itself (go-redis defaults): what that hand-off costs.
+// bareScriptsOp is bareScripts.pair in the rotation: what our scripts
+// cost without the library around them, inline or, with inGoroutine, from a
+// goroutine per call.
 func bareScriptsOp(b *testing.B, addr string, inGoroutine bool) namedOp {
-	read := func(name string) string {
-		src, err := os.ReadFile(filepath.Join("..", "scripts", name))
-		if err != nil {
-			b.Fatal(err)
-		}
-		return string(src)
-	}
-	lib := read("_lib.lua")
-	acquire := redis.NewScript(lib + read("acquire.lua"))
-	release := redis.NewScript(lib + read("release.lua"))
+	scripts := loadBareScripts(b)
 	c := newGoRedis(b, addr, nil)
 	name := "bare-scripts"
 	if inGoroutine {
 		name += "-goroutine"
 	}
-	tag := "{" + lockName("interleaved-"+name) + "}"
-	keys := []string{tag, tag + ":fence"}
-	relKeys := []string{tag, tag + ":released"}
-	ttl := lockTTL.Milliseconds()
+	key := lockName("interleaved-" + name)
 	ctx := context.Background()
-	call := func(f func() error) error {
-		if !inGoroutine {
-			return f()
-		}
-		ch := make(chan error, 1)
-		go func() { ch <- f() }()
-		return <-ch
-	}
 	return namedOp{name, func() {
-		owner := uuid.NewString()
-		if err := call(func() error { return acquire.Run(ctx, c, keys, owner, ttl, "1", "").Err() }); err != nil {
-			b.Fatal(err)
-		}
-		if err := call(func() error { return release.Run(ctx, c, relKeys, owner, tag+":rel", ttl).Err() }); err != nil {
+		if err := scripts.pair(ctx, c, key, inGoroutine); err != nil {
 			b.Fatal(err)
 		}
 	}}

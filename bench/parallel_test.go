@@ -38,6 +38,12 @@ func BenchmarkParallel16(b *testing.B) {
 				return c.Del(ctx, name).Err()
 			}
 		}},
+		// Our scripts without the library: the server's share of our pair.
+		{"bare-scripts", func(b *testing.B) pairFunc {
+			scripts := loadBareScripts(b)
+			c := newGoRedis(b, addr, nil)
+			return func(ctx context.Context, name string) error { return scripts.pair(ctx, c, name, false) }
+		}},
 		{"redlock", func(b *testing.B) pairFunc {
 			lk, err := redlock.NewLocker(newGoRedis(b, addr, nil))
 			if err != nil {
