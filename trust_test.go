@@ -37,9 +37,12 @@ func TestRedlockMinorityHungKeepsLocks(t *testing.T) {
 		{"3 masters, 1 slower than the TTL", 3, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			const ttl = 400 * time.Millisecond
+			// A node timeout close to the TTL, so that "settled at the
+			// quorum" (milliseconds) and "waited for the hung node" (the
+			// node timeout) stay far apart even on a loaded machine.
+			const ttl, nodeTimeout = 400 * time.Millisecond, 300 * time.Millisecond
 			nodes := startRLNodes(t, tc.n, tc.delay, 3*time.Second)
-			r := newRL(t, nodes, WithTTL(ttl), WithNodeTimeout(100*time.Millisecond))
+			r := newRL(t, nodes, WithTTL(ttl), WithNodeTimeout(nodeTimeout))
 			warmUp(t, r)
 			ctx := context.Background()
 			if tc.delay {
@@ -68,10 +71,10 @@ func TestRedlockMinorityHungKeepsLocks(t *testing.T) {
 
 			start := time.Now()
 			require.NoError(t, l.Extend(ctx, ttl), "Extend() with a hung minority")
-			assert.Less(t, time.Since(start), 90*time.Millisecond, "Extend() waited for the hung node")
+			assert.Less(t, time.Since(start), nodeTimeout-50*time.Millisecond, "Extend() waited for the hung node")
 			start = time.Now()
 			require.NoError(t, l.Unlock(ctx), "Unlock() with a hung minority")
-			assert.Less(t, time.Since(start), 90*time.Millisecond, "Unlock() waited for the hung node")
+			assert.Less(t, time.Since(start), nodeTimeout-50*time.Millisecond, "Unlock() waited for the hung node")
 		})
 	}
 }
