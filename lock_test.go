@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/redlockgo/redlock/internal/redistest"
 )
@@ -393,6 +396,43 @@ func TestPausedServer(t *testing.T) {
 		srv := redistest.Start(t)
 		testPausedServer(t, srv, deadlineClient(t, srv))
 	})
+}
+
+// TestFullPoolBounded: on a client whose socket timeouts are within the node
+// timeout (the library calls it inline), a call that finds the pool's only
+// connection busy waits for it no longer than the node timeout, not the
+// client's PoolTimeout.
+func TestFullPoolBounded(t *testing.T) {
+	const nodeTimeout = 300 * time.Millisecond
+	srv := redistest.Start(t)
+	cl := redis.NewClient(&redis.Options{
+		Addr:         srv.Addr(),
+		PoolSize:     1,
+		DialTimeout:  200 * time.Millisecond,
+		ReadTimeout:  200 * time.Millisecond,
+		WriteTimeout: 200 * time.Millisecond,
+		PoolTimeout:  5 * time.Second,
+		MaxRetries:   -1,
+	})
+	t.Cleanup(func() { cl.Close() })
+	lk := newLocker(t, cl, WithNodeTimeout(nodeTimeout), WithAutoRenew(false))
+	ctx := context.Background()
+
+	// BLPOP holds the pool's one connection for 3s (go-redis extends the
+	// read deadline of a blocking command by its own timeout).
+	busy := make(chan error, 1)
+	go func() { busy <- cl.BLPop(ctx, 3*time.Second, "{redlock-test}:never").Err() }()
+	require.Eventually(t, func() bool { return cl.PoolStats().IdleConns == 0 && cl.PoolStats().TotalConns == 1 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool {
+		return strings.Contains(srv.Info(t, "clients"), "blocked_clients:1")
+	}, 5*time.Second, time.Millisecond, "BLPOP not blocked on the server")
+
+	start := time.Now()
+	_, err := lk.TryLock(ctx, "full-pool")
+	took := time.Since(start)
+	assert.ErrorIs(t, err, ErrNotObtained)
+	assert.Less(t, took, 2*time.Second, "TryLock() waited %v for a connection, want about the node timeout (%v), not PoolTimeout (5s)", took, nodeTimeout)
+	assert.ErrorIs(t, <-busy, redis.Nil, "BLPOP")
 }
 
 func testPausedServer(t *testing.T, srv *redistest.Server, cl *redis.Client) {

@@ -64,10 +64,13 @@ func newNode(idx int, cl Client) *node {
 // a goroutine of ours watching it, and whether the ctx must then carry that
 // deadline: with ContextTimeoutEnabled the client turns the ctx deadline
 // into socket deadlines; a *redis.Client whose dial, read and write timeouts
-// are all positive and no longer than timeout bounds every step itself.
-// (redis.Client.WithTimeout would give such a client for any timeout, but
-// its clone runs without the parent's hooks: tracing and metrics would miss
-// every lock command.)
+// are all positive and no longer than timeout bounds every step itself,
+// except the wait for a free connection of a full pool, which lasts up to
+// PoolTimeout (by default ReadTimeout + 1s): go-redis ends that wait at the
+// ctx deadline whatever ContextTimeoutEnabled says, so the ctx carries one
+// when PoolTimeout is longer. (redis.Client.WithTimeout would give a bounded
+// client for any timeout, but its clone keeps only the hooks added before
+// it: tracing or metrics added later would miss every lock command.)
 func (n *node) bounded(timeout time.Duration) (withDeadline, ok bool) {
 	if n.deadlines {
 		return true, true
@@ -75,7 +78,7 @@ func (n *node) bounded(timeout time.Duration) (withDeadline, ok bool) {
 	if o, isClient := n.client.(interface{ Options() *redis.Options }); isClient {
 		opt := o.Options()
 		within := func(d time.Duration) bool { return d > 0 && d <= timeout }
-		return false, within(opt.DialTimeout) && within(opt.ReadTimeout) && within(opt.WriteTimeout)
+		return !within(opt.PoolTimeout), within(opt.DialTimeout) && within(opt.ReadTimeout) && within(opt.WriteTimeout)
 	}
 	return false, false
 }
