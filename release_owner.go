@@ -8,11 +8,13 @@ import (
 )
 
 // Release releases the lock name if, and only if, owner holds it: for an
-// operator who knows the owner value (from [Locker.Inspect], or a holder's
-// REDLOCK_OWNER) and must free a lock whose holder is stuck, without
-// touching a later holder's lock. It runs the same script as [Lock.Unlock]
-// (waiters are woken), with the Locker's key prefix, and returns nil when
-// this call released the lock.
+// operator who knows the owner value (from [Locker.Inspect], a holder's
+// [Lock.Owner] in its logs, or its REDLOCK_OWNER) and must free a lock whose
+// holder is stuck, without touching a later holder's lock. The hold may be
+// of any kind: the exclusive lock of name, one of its read holds
+// ([Locker.RLock]) or a permit of the semaphore name ([Locker.Semaphore]).
+// It runs the same script as [Lock.Unlock] (waiters are woken), with the
+// Locker's key prefix, and returns nil when this call released the hold.
 //
 // It returns an error matching ErrNotHeld when owner does not hold name: the
 // name is free, held by another owner (left untouched), or owner released it
@@ -29,7 +31,8 @@ func (lk *Locker) Release(ctx context.Context, name, owner string) error {
 }
 
 // Release releases the lock name on every master where owner holds it, as
-// [Locker.Release] does. It returns nil when a quorum released it, and an
+// [Locker.Release] does for an exclusive lock (a Redlock has no read holds
+// or permits). It returns nil when a quorum released it, and an
 // error matching ErrNotHeld when so many masters do not hold it for owner
 // that it was not held (keys of owner found on a minority are deleted all
 // the same).
@@ -83,6 +86,9 @@ func (c *core) releaseOwner(ctx context.Context, name, owner string) error {
 	switch {
 	case t.ok >= c.quorum:
 		return nil
+	case c.impossible(t.no) && len(c.nodes) == 1:
+		// Not the exclusive lock's owner: a read hold's or a permit's?
+		return c.releaseSetOwner(ctx, name, key, owner, timeout)
 	case c.impossible(t.no):
 		return fmt.Errorf("%w: %q is not held by owner %q", ErrNotHeld, name, owner)
 	}
@@ -91,4 +97,43 @@ func (c *core) releaseOwner(ctx context.Context, name, owner string) error {
 		errs = append(errs, ctx.Err())
 	}
 	return errors.Join(errs...)
+}
+
+// releaseSetOwner is Release of a read hold of name or a permit of the
+// semaphore name (a Locker's only node), after the exclusive lock turned out
+// not to be owner's: zrelease.lua on the read holds, then on the permits.
+// Owner values are random UUIDs, so at most one of them holds owner. As in
+// releaseOwner, the marker has a key of its own, so that the holder's own
+// Unlock still reports the hold as not held.
+func (c *core) releaseSetOwner(ctx context.Context, name, key, owner string, timeout time.Duration) error {
+	sets := []struct {
+		key, channel, reads string
+	}{
+		{key + readersSuffix, releaseChannel(key), "1"}, // read holds publish on the lock's channel, when the last one leaves
+		{key + semSuffix, releaseChannel(key + semSuffix), "0"},
+	}
+	for _, set := range sets {
+		keys := []string{set.key, set.key + ":released-by-operator:" + owner}
+		ch, err := c.fanOut(context.WithoutCancel(ctx), c.nodes, timeout, timeout, func(ctx context.Context, n *node) reply {
+			v, err := scriptZRelease.Run(ctx, n.client, keys, owner, set.channel, 1, set.reads).Int64()
+			if err == nil && v == relUnpublished {
+				c.cfg.logger.Warn("redlock: released, but the server refused to publish the release message; waiters wake by their timers", "name", name)
+			}
+			return reply{ok: err == nil && (v == relReleased || v == relUnpublished), code: v, err: err}
+		})
+		if err != nil {
+			return err
+		}
+		rs, interrupted := gather(ch, c.nodes, time.Now().Add(timeout), ctx.Done(), never)
+		if interrupted {
+			return errors.Join(fmt.Errorf("redlock: release of %q not answered", name), ctx.Err())
+		}
+		switch r := rs[0]; {
+		case r.err != nil:
+			return c.nodeErr(r.node, r.err)
+		case r.ok:
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %q is not held by owner %q", ErrNotHeld, name, owner)
 }

@@ -71,6 +71,84 @@ func TestReleaseHolderUnlock(t *testing.T) {
 	assert.ErrorIs(t, l.Unlock(ctx), ErrNotHeld, "holder's Unlock() after an operator's Release()")
 }
 
+// TestReleaseReadHoldAndPermit: Release frees a read hold or a semaphore
+// permit by its owner value, wakes the waiter it was blocking, and leaves
+// the other holds of the name alone; the holder's own Unlock then reports
+// not held.
+func TestReleaseReadHoldAndPermit(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	holder := newLocker(t, srv.Client(t), WithAutoRenew(false))
+	operator := newLocker(t, srv.Client(t))
+	waiter := newLocker(t, srv.Client(t), WithAutoRenew(false), WithRetry(ConstantRetry(time.Hour)))
+
+	t.Run("read hold", func(t *testing.T) {
+		const name = "release-read"
+		r1, err := holder.TryRLock(ctx, name)
+		require.NoError(t, err)
+		r2, err := holder.TryRLock(ctx, name)
+		require.NoError(t, err)
+		assert.ErrorIs(t, operator.Release(ctx, name, "someone-else"), ErrNotHeld, "Release() with the wrong owner")
+
+		require.NoError(t, operator.Release(ctx, name, r1.Owner()))
+		h, err := operator.Inspect(ctx, name)
+		require.NoError(t, err)
+		assert.Equal(t, 1, h.Readers, "read holds after releasing one of two")
+		assert.ErrorIs(t, r1.Unlock(ctx), ErrNotHeld, "holder's Unlock() of the released read hold")
+
+		// The writer waits for the last read hold; releasing it wakes the
+		// writer by message (its retry policy sleeps an hour).
+		got := make(chan error, 1)
+		go func() {
+			l, err := waiter.Lock(ctx, name)
+			if err == nil {
+				err = l.Unlock(ctx)
+			}
+			got <- err
+		}()
+		waiting(t, waiter.c, name)
+		waitSubscribers(t, srv, rlKey(name)+":rel", 1)
+		require.NoError(t, operator.Release(ctx, name, r2.Owner()))
+		select {
+		case err := <-got:
+			require.NoError(t, err, "writer's Lock() after the last read hold was released")
+		case <-time.After(10 * time.Second):
+			t.Fatal("writer not woken within 10s of releasing the last read hold")
+		}
+		assert.ErrorIs(t, operator.Release(ctx, name, r2.Owner()), ErrNotHeld, "second Release()")
+	})
+
+	t.Run("permit", func(t *testing.T) {
+		const name = "release-permit"
+		sem, err := holder.Semaphore(name, 1)
+		require.NoError(t, err)
+		p, err := sem.TryAcquire(ctx)
+		require.NoError(t, err)
+		wsem, err := waiter.Semaphore(name, 1)
+		require.NoError(t, err)
+		got := make(chan error, 1)
+		go func() {
+			l, err := wsem.Acquire(ctx)
+			if err == nil {
+				err = l.Unlock(ctx)
+			}
+			got <- err
+		}()
+		require.Eventually(t, func() bool { return waiter.c.waits.busy(queueKey(releaseChannel(rlKey(name)+semSuffix), queuePermits)) },
+			10*time.Second, time.Millisecond, "permit waiter not queued")
+		waitSubscribers(t, srv, rlKey(name)+semSuffix+":rel", 1)
+		require.NoError(t, operator.Release(ctx, name, p.Owner()))
+		select {
+		case err := <-got:
+			require.NoError(t, err, "waiter's Acquire() after the permit was released")
+		case <-time.After(10 * time.Second):
+			t.Fatal("permit waiter not woken within 10s of Release")
+		}
+		assert.ErrorIs(t, p.Unlock(ctx), ErrNotHeld, "holder's Unlock() of the released permit")
+		assert.ErrorIs(t, operator.Release(ctx, name, p.Owner()), ErrNotHeld, "second Release()")
+	})
+}
+
 func TestReleaseBadInput(t *testing.T) {
 	ctx := context.Background()
 	cl, _ := miniClient(t)

@@ -97,6 +97,7 @@ func unlockCmd(args []string, stdout, stderr io.Writer) int {
 	c := newCommand("unlock", "redlock unlock [flags] NAME --owner OWNER",
 		"Releases the lock NAME if, and only if, OWNER holds it: for an operator\n"+
 			"freeing a stuck holder's lock (its owner value is in 'redlock status').\n"+
+			"On a single server OWNER may also be a read hold's or a semaphore permit's.\n"+
 			"Exit code 0 if released, 1 if not held by OWNER, 69 if Redis failed.\n"+
 			"A 'redlock run' holding it finds the lock lost and terminates its command.\n")
 	var cf connFlags
