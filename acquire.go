@@ -136,7 +136,7 @@ func (c *core) acquireArgs(l *Lock, cfg *config, wait string) (*redis.Script, []
 	case kindRead:
 		return scriptRLock, []string{l.keys[2], l.keys[0], l.keys[3]}, []any{owner, c.ttlArg(cfg.ttl)}
 	case kindPermit:
-		return scriptSemAcquire, []string{l.keys[0], l.keys[2]}, []any{owner, c.ttlArg(cfg.ttl), fence, l.permits}
+		return scriptSemAcquire, []string{l.keys[0], l.keys[3], l.keys[2]}, []any{owner, c.ttlArg(cfg.ttl), fence, l.permits}
 	case kindMulti:
 		return scriptMultiAcquire, l.multi.acq[0], []any{owner, c.ttlArg(cfg.ttl), fence, floor}
 	}
@@ -184,6 +184,8 @@ func (c *core) acquireOn(ctx context.Context, n *node, l *Lock, cfg *config, scr
 		return reply{val: res[1], holder: holder, code: refusing}, taken
 	case res[0] == acqExhausted:
 		return reply{err: fmt.Errorf("%w (counter %s at %d)", errTokenSpace, l.keys[1], res[1])}, taken
+	case res[0] == acqPermits:
+		return reply{err: fmt.Errorf("%w: the semaphore %q is held under %d permits, this Semaphore has %d", errPermits, l.name, res[1], l.permits)}, taken
 	case res[0] == acqBadFence:
 		return reply{err: fmt.Errorf("%w: fence key %s does not hold a number", errTokenSpace, l.keys[1])}, taken
 	}

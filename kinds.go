@@ -23,10 +23,12 @@ const (
 // Key layouts of the kinds other than exclusive (see ownerAndKeys for that one):
 //
 //	read:   holds set, this owner's released marker, lock key, waiting writers
-//	permit: holds set, this owner's released marker, fence counter
+//	permit: holds set, this owner's released marker, permit count, fence counter
 //	multi:  the names' lock keys (see multiKeys for its scripts' keys)
 //
-// so that a set's release keys are keys[:2] and its extend keys keys[:1].
+// so that a read hold's release keys are keys[:2] and its extend keys
+// keys[:1], and a permit's release and extend keys keys[:3] (the count key
+// lives and dies with the set).
 
 // multiKeys are the script keys of a multi-name lock, per part: one part
 // for all names on a server that takes keys of any slot in one script, one
@@ -55,7 +57,7 @@ func (l *Lock) releaseCmd(p int) (*redis.Script, []string, []any) {
 	case kindRead:
 		return scriptZRelease, l.keys[:2], []any{l.owner, l.channel, ttlMillis(l.leaseTTL()), "1"}
 	case kindPermit:
-		return scriptZRelease, l.keys[:2], []any{l.owner, l.channel, ttlMillis(l.leaseTTL()), "0"}
+		return scriptZRelease, l.keys[:3], []any{l.owner, l.channel, ttlMillis(l.leaseTTL()), "0"}
 	case kindMulti:
 		return scriptMultiRelease, l.multi.rel[p], []any{l.owner, channelSuffix, ttlMillis(l.leaseTTL())}
 	}
@@ -71,8 +73,10 @@ func releaseArgs(l *Lock) []any {
 func (l *Lock) extendCmd(p int, ttl time.Duration) (*redis.Script, []string, []any) {
 	args := []any{l.owner, ttlMillis(ttl)}
 	switch l.kind {
-	case kindRead, kindPermit:
+	case kindRead:
 		return scriptZExtend, l.keys[:1], args
+	case kindPermit:
+		return scriptZExtend, l.keys[:3], args
 	case kindMulti:
 		return scriptMultiExtend, l.multi.ext[p], args
 	}

@@ -131,11 +131,11 @@ func (c *core) newReadLock(name, tag, channel string, cfg *config) *Lock {
 
 // newPermit makes the lock of one attempt at a permit of the semaphore
 // whose set of holders is set. Its keys: the set, its own released marker,
-// the fence counter.
+// the permit count, the fence counter.
 func (c *core) newPermit(name, set, channel string, cfg *config, permits int) *Lock {
 	l := c.makeLock(name, channel, cfg)
 	l.kind, l.metadata, l.permits = kindPermit, "", permits
-	l.keys = []string{set, set + releasedSuffix + ":" + l.owner, set + fenceSuffix}
+	l.keys = []string{set, set + releasedSuffix + ":" + l.owner, set + permitsSuffix, set + fenceSuffix}
 	return l
 }
 

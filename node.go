@@ -349,7 +349,7 @@ func isServerError(err error) bool {
 // once on a permanent one.
 func isPermanent(err error) bool {
 	switch {
-	case errors.Is(err, redis.ErrClosed), errors.Is(err, errTokenSpace), errors.Is(err, errDuplicate):
+	case errors.Is(err, redis.ErrClosed), errors.Is(err, errTokenSpace), errors.Is(err, errDuplicate), errors.Is(err, errPermits):
 		return true
 	case errors.Is(err, errNodeTimeout), errors.Is(err, errNodeBusy),
 		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),

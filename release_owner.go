@@ -108,12 +108,16 @@ func (c *core) releaseOwner(ctx context.Context, name, owner string) error {
 func (c *core) releaseSetOwner(ctx context.Context, name, key, owner string, timeout time.Duration) error {
 	sets := []struct {
 		key, channel, reads string
+		counted             bool // a permit count key lives with the set
 	}{
-		{key + readersSuffix, releaseChannel(key), "1"}, // read holds publish on the lock's channel, when the last one leaves
-		{key + semSuffix, releaseChannel(key + semSuffix), "0"},
+		{key + readersSuffix, releaseChannel(key), "1", false}, // read holds publish on the lock's channel, when the last one leaves
+		{key + semSuffix, releaseChannel(key + semSuffix), "0", true},
 	}
 	for _, set := range sets {
 		keys := []string{set.key, set.key + ":released-by-operator:" + owner}
+		if set.counted {
+			keys = append(keys, set.key+permitsSuffix)
+		}
 		ch, err := c.fanOut(context.WithoutCancel(ctx), c.nodes, timeout, timeout, func(ctx context.Context, n *node) reply {
 			v, err := scriptZRelease.Run(ctx, n.client, keys, owner, set.channel, 1, set.reads).Int64()
 			if err == nil && v == relUnpublished {

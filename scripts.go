@@ -44,6 +44,7 @@ const (
 	acqTaken     = 0
 	acqExhausted = -1 // the fence counter reached 2^53-1
 	acqBadFence  = -2 // the fence key holds something that is not a number
+	acqPermits   = -3 // sem_acquire.lua: the live holders use another permit count
 )
 
 // release.lua's replies; handoff.lua answers relNotOurs and relAlready

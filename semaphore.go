@@ -7,13 +7,15 @@ import (
 )
 
 // Semaphore is a counting semaphore on one name: at most Permits holders at
-// once, across every process that uses the name with the same number of
-// permits and key prefix. Each permit is a *Lock: a lease with its own
+// once, across every process that uses the name and key prefix. Each permit is a *Lock: a lease with its own
 // owner value and TTL, renewed by the watchdog, reported lost through Done
 // and Err like any lock, returned by Unlock. The holders are an entry each
 // in the sorted set "{<prefix><name>}:sem", scored by the end of their
 // lease in server time, so a crashed holder's permit comes back when its
-// lease ends: no count that a crash can leak.
+// lease ends: no count that a crash can leak. The number of permits is
+// kept beside the set while any permit is held, and an acquisition with
+// another number is refused at once (an error matching ErrNotObtained):
+// two processes that disagree on it never each enforce their own bound.
 //
 // A Semaphore is independent of the lock and read holds of the same name.
 // It is safe for concurrent use; make one per name and share it.
@@ -30,7 +32,8 @@ const maxPermits = 1 << 20
 // Semaphore returns the semaphore name with permits permits. It makes no
 // call to Redis. It returns an error for an empty name, permits below 1 or
 // above 2^20, or a nil Locker. Processes that share a name must agree on
-// permits: each enforces its own.
+// permits: while permits are held under one number, Acquire and TryAcquire
+// with another return an error at once.
 func (lk *Locker) Semaphore(name string, permits int) (*Semaphore, error) {
 	c := lk.core()
 	switch {
@@ -81,5 +84,14 @@ func (s *Semaphore) acquire(ctx context.Context, opts []Option, wait bool) (*Loc
 	return c.obtain(ctx, &a, wait)
 }
 
-// semSuffix follows the lock key "{<prefix><name>}" in a semaphore's keys.
-const semSuffix = ":sem"
+// semSuffix follows the lock key "{<prefix><name>}" in a semaphore's keys,
+// and permitsSuffix the set's key in that of its permit count.
+const (
+	semSuffix     = ":sem"
+	permitsSuffix = ":permits"
+)
+
+// errPermits: a Semaphore's permit count differs from the one the live
+// holders of its name took their permits under. Permanent: waiting does not
+// change another process's configuration.
+var errPermits = errors.New("redlock: semaphore permit counts differ between processes")

@@ -162,3 +162,54 @@ func TestSemaphoreRenewAndInput(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, l.Unlock(ctx))
 }
+
+// TestSemaphorePermitsDiffer: two processes that disagree on a semaphore's
+// permit count would each enforce their own bound. While live holders took
+// their permits under one count, a Semaphore with another count is refused
+// at once (waiting would not change the other process's configuration),
+// also after the holders' leases were renewed past the first one; once the
+// last permit is released, the next holder may choose a new count.
+func TestSemaphorePermitsDiffer(t *testing.T) {
+	srv := redistest.Start(t)
+	lks := twoLockers(t, srv, WithRetry(hourRetry))
+	ctx := context.Background()
+	two, err := lks[0].Semaphore("sem-differ", 2)
+	require.NoError(t, err)
+	three, err := lks[1].Semaphore("sem-differ", 3)
+	require.NoError(t, err)
+
+	taken := time.Now()
+	p, err := two.TryAcquire(ctx, WithTTL(time.Second))
+	require.NoError(t, err)
+	_, err = three.TryAcquire(ctx)
+	require.ErrorIs(t, err, ErrNotObtained)
+	assert.ErrorIs(t, err, errPermits)
+	assert.ErrorContains(t, err, "held under 2 permits, this Semaphore has 3")
+
+	// Renewed past its first lease (the duration under test): the count
+	// lives as long as the holds, not as the first lease.
+	require.True(t, eventually(5*time.Second, func() bool {
+		return time.Since(taken) > 1200*time.Millisecond && p.Until().After(taken.Add(1200*time.Millisecond))
+	}), "renewed past the first lease; Err() = %v", p.Err())
+	require.NoError(t, p.Err())
+	start := time.Now()
+	_, err = three.Acquire(ctx)
+	assert.ErrorIs(t, err, errPermits, "Acquire() under another count")
+	assert.Less(t, time.Since(start), 5*time.Second, "Acquire() waited on a refusal no wait can fix (retry policy: an hour)")
+
+	// The same count is fine while held.
+	q, err := lks[1].Semaphore("sem-differ", 2)
+	require.NoError(t, err)
+	p2, err := q.TryAcquire(ctx)
+	require.NoError(t, err)
+	require.NoError(t, p2.Unlock(ctx))
+
+	// Released, and a new count may be chosen.
+	require.NoError(t, p.Unlock(ctx))
+	n, err := srv.Client(t).Exists(ctx, "{redlock:sem-differ}:sem:permits").Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "permit count key left after the last release")
+	p3, err := three.TryAcquire(ctx)
+	require.NoError(t, err, "TryAcquire() under a new count once no permit is held")
+	require.NoError(t, p3.Unlock(ctx))
+}

@@ -4,6 +4,9 @@
 --                          values scored by the end of their lease (server
 --                          time in ms), the key expiring with the longest
 -- KEYS[2]  fence counter   "{<prefix><name>}:sem:fence"
+-- KEYS[3]  permit count    "{<prefix><name>}:sem:permits": the number of
+--                          permits the live holders took theirs under,
+--                          living as long as the set
 -- ARGV[1]  owner value of this permit (a fresh UUID per attempt)
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3]  "1" to mint a fencing token, "0" to skip it
@@ -12,9 +15,13 @@
 -- Returns {1, token} when the permit is ours (also for a client-side retry
 -- of this attempt), {0, ms, owner} when all permits are held (ms: until the
 -- first of their leases ends; owner: its holder), or {-1, counter} /
--- {-2, 0} when no token can be minted (see _lib.lua). A permit whose lease
--- ended no longer counts, whether or not its holder released it: a crash
--- cannot leak one.
+-- {-2, 0} when no token can be minted (see _lib.lua), or {-3, count} when
+-- the live holders took their permits under another count: two processes
+-- that disagree on the count would each enforce their own bound. A permit
+-- whose lease ended no longer counts, whether or not its holder released
+-- it: a crash cannot leak one.
+local count = redis.call('GET', KEYS[3])
+if count and count ~= ARGV[4] then return {-3, tonumber(count) or 0} end
 local now = nowms()
 local mine = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if mine and tonumber(mine) > now then
@@ -40,4 +47,5 @@ end
 local ttl = tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
 if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
+redis.call('SET', KEYS[3], ARGV[4], 'PX', redis.call('PTTL', KEYS[1]))
 return {1, tok}

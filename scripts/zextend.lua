@@ -1,6 +1,9 @@
 -- zextend.lua: move the lease of a read hold or a permit that is still ours.
 --
 -- KEYS[1]  the sorted set of holds (rlock.lua, sem_acquire.lua)
+-- KEYS[2]  (not used: the hold's released marker, passed along with KEYS[3])
+-- KEYS[3]  a permit's count key "<set key>:permits" (sem_acquire.lua), kept
+--          alive as long as the set; absent for a read hold
 -- ARGV[1]  owner value
 -- ARGV[2]  new TTL in milliseconds
 --
@@ -16,4 +19,5 @@ end
 local ttl = tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
 if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
+if KEYS[3] then redis.call('PEXPIRE', KEYS[3], redis.call('PTTL', KEYS[1])) end
 return 1

@@ -3,6 +3,8 @@
 --
 -- KEYS[1]  the sorted set of holds (rlock.lua, sem_acquire.lua)
 -- KEYS[2]  released marker of this owner "<set key>:released:<owner>"
+-- KEYS[3]  a permit's count key "<set key>:permits" (sem_acquire.lua),
+--          deleted with the last live permit; absent for a read hold
 -- ARGV[1]  owner value
 -- ARGV[2]  release channel
 -- ARGV[3]  lifetime of the marker in milliseconds (the hold's TTL)
@@ -16,6 +18,11 @@ local now = nowms()
 local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if s then
   redis.call('ZREM', KEYS[1], ARGV[1])
+  if KEYS[3] then
+    -- The last live permit gone: the next holder may choose another count.
+    redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+    if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('DEL', KEYS[3]) end
+  end
   if tonumber(s) > now then
     redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
     local publish = ARGV[4] ~= '1'
