@@ -24,8 +24,7 @@ type watchdog struct {
 	// timer is set for; the zero time means it is busy and looks again at
 	// once. Both are changed under mu only. schedule moves the timer earlier
 	// for a renewal due before lookAt, without waking the scheduler: taking
-	// a lock costs no goroutine switch (on a 2-core VM each one cost about
-	// 10µs of the Lock call).
+	// a lock never costs a goroutine switch.
 	lookAt time.Time
 	timer  *time.Timer
 	quit   chan struct{}
