@@ -570,12 +570,16 @@ func (c *core) obtain(ctx context.Context, a *acquisition, wait bool) (l *Lock, 
 // unwait takes a writer that gave up waiting out of its name's queue of
 // waiting writers (unwait.lua), before its Lock call returns, as every key
 // a failed call set: neither the writers behind it nor new read holds wait
-// for its entry to lapse, and a name already passed to it passes on.
+// for its entry to lapse, and a name already passed to it passes on. The
+// call is bounded by the node timeout like every other: on a hung server
+// Lock returns at its ctx's end plus that, not at the client's read timeout
+// and retries, and the entry lapses by itself (5s) if the call fails.
 func (c *core) unwait(ctx context.Context, a *acquisition) {
 	keys := []string{a.tag + writersSuffix, a.tag}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.timeout(a.cfg.ttl))
-	defer cancel()
-	_ = scriptUnwait.Run(ctx, c.nodes[0].client, keys, a.ww.id, a.channel).Err() // the entry lapses by itself if this fails
+	timeout := a.cfg.timeout(a.cfg.ttl)
+	_, _, _ = c.round(detached(ctx), c.nodes, timeout, timeout, func(ctx context.Context, n *node) reply {
+		return reply{err: scriptUnwait.Run(ctx, n.client, keys, a.ww.id, a.channel).Err()}
+	}, time.Now().Add(timeout), nil, never)
 }
 
 // keyAndChannel returns lockKey(prefix, name) and its releaseChannel, the

@@ -385,6 +385,49 @@ func TestConcurrentUnlock(t *testing.T) {
 	}
 }
 
+// TestWaitingLockPausedServer: a Lock waiting for a held name whose server
+// hangs returns at its ctx's end plus the node timeout, on a client with
+// go-redis's defaults (3s read timeout, 3 retries): the withdrawal of its
+// place in the queue of waiting writers, made before Lock returns, is
+// bounded like every other call.
+func TestWaitingLockPausedServer(t *testing.T) {
+	const nodeTimeout, wait = 200 * time.Millisecond, 1500 * time.Millisecond
+	srv := redistest.Start(t)
+	holder := newLocker(t, srv.Client(t))
+	cl := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { cl.Close() })
+	waiter := newLocker(t, cl, WithNodeTimeout(nodeTimeout))
+	ctx := context.Background()
+	_, err := holder.TryLock(ctx, "paused-waiter")
+	require.NoError(t, err)
+
+	type result struct {
+		err  error
+		took time.Duration
+	}
+	done := make(chan result, 1)
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	start := time.Now()
+	go func() {
+		_, err := waiter.Lock(wctx, "paused-waiter")
+		done <- result{err, time.Since(start)}
+	}()
+	waiting(t, waiter.c, "paused-waiter")
+	require.True(t, eventually(5*time.Second, func() bool {
+		n, err := srv.Client(t).LLen(ctx, "{redlock:paused-waiter}:writers").Result()
+		return err == nil && n == 1
+	}), "the waiter is entered among the waiting writers")
+	srv.Pause(t)
+	r := <-done
+	srv.Resume(t)
+	assert.ErrorIs(t, r.err, ErrNotObtained)
+	assert.ErrorIs(t, r.err, context.DeadlineExceeded)
+	// Wrong: the client's 3s read timeout, and its retries, after the ctx's
+	// end (6.5s measured before the fix).
+	assert.Less(t, r.took, wait+nodeTimeout+time.Second, "Lock() returned %v after its start (ctx %v, node timeout %v)", r.took, wait, nodeTimeout)
+}
+
 // TestPausedServer: every call is bounded by the library, not by go-redis's
 // read timeout, and the late grant of a paused server is cleaned up.
 func TestPausedServer(t *testing.T) {
@@ -447,9 +490,11 @@ func testPausedServer(t *testing.T, srv *redistest.Server, cl *redis.Client) {
 	if !errors.Is(err, ErrNotObtained) || !errors.Is(err, errNodeTimeout) {
 		t.Errorf("TryLock(paused) = %v, want ErrNotObtained with a node timeout", err)
 	}
-	// Bound: the node timeout plus scheduling slack. The cleanup release to
-	// the silent node is not waited for: it would not answer any sooner.
-	if took > nodeTimeout+100*time.Millisecond {
+	// Bound: the node timeout plus scheduling slack (a loaded machine's);
+	// wrong would be the client's own read timeout, 1s or more. The cleanup
+	// release to the silent node is not waited for: it would not answer any
+	// sooner.
+	if took > nodeTimeout+500*time.Millisecond {
 		t.Errorf("TryLock(paused) took %v, want <= node timeout %v + slack", took, nodeTimeout)
 	}
 	srv.Resume(t)
