@@ -574,12 +574,21 @@ func (c *core) obtain(ctx context.Context, a *acquisition, wait bool) (l *Lock, 
 // call is bounded by the node timeout like every other: on a hung server
 // Lock returns at its ctx's end plus that, not at the client's read timeout
 // and retries, and the entry lapses by itself (5s) if the call fails.
+//
+// After Close, when the core may start no goroutine, it still runs, from the
+// caller's goroutine (as releaseOn does): a closed Locker's waiters must not
+// leave entries that a release would reserve the name for.
 func (c *core) unwait(ctx context.Context, a *acquisition) {
 	keys := []string{a.tag + writersSuffix, a.tag}
 	timeout := a.cfg.timeout(a.cfg.ttl)
-	_, _, _ = c.round(detached(ctx), c.nodes, timeout, timeout, func(ctx context.Context, n *node) reply {
+	call := func(ctx context.Context, n *node) reply {
 		return reply{err: scriptUnwait.Run(ctx, n.client, keys, a.ww.id, a.channel).Err()}
-	}, time.Now().Add(timeout), nil, never)
+	}
+	if _, _, err := c.round(detached(ctx), c.nodes, timeout, timeout, call, time.Now().Add(timeout), nil, never); err != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+		defer cancel()
+		call(cctx, c.nodes[0])
+	}
 }
 
 // keyAndChannel returns lockKey(prefix, name) and its releaseChannel, the

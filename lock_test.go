@@ -428,6 +428,40 @@ func TestWaitingLockPausedServer(t *testing.T) {
 	assert.Less(t, r.took, wait+nodeTimeout+time.Second, "Lock() returned %v after its start (ctx %v, node timeout %v)", r.took, wait, nodeTimeout)
 }
 
+// TestClosedWaiterLeavesQueue: a Lock waiting for a held name when its
+// Locker is closed returns ErrClosed and, before it returns, withdraws its
+// entry from the name's queue of waiting writers, although the closed core
+// may start no goroutine: otherwise the holder's release would reserve the
+// name for a waiter that is gone.
+func TestClosedWaiterLeavesQueue(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	holder := newLocker(t, srv.Client(t))
+	waiter, err := NewLocker(defaultClient(t, srv))
+	require.NoError(t, err)
+	ctx := context.Background()
+	l, err := holder.TryLock(ctx, "closed-waiter")
+	require.NoError(t, err)
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := waiter.Lock(ctx, "closed-waiter")
+		done <- err
+	}()
+	require.True(t, eventually(5*time.Second, func() bool {
+		n, err := admin.LLen(ctx, "{redlock:closed-waiter}:writers").Result()
+		return err == nil && n == 1
+	}), "the waiter is entered among the waiting writers")
+	require.NoError(t, waiter.Close())
+	require.ErrorIs(t, <-done, ErrClosed)
+
+	n, err := admin.LLen(ctx, "{redlock:closed-waiter}:writers").Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "the closed waiter's entry is still queued")
+	require.NoError(t, l.Unlock(ctx))
+	assert.Empty(t, get(t, admin, rlKey("closed-waiter")), "the release reserved the name for the closed waiter")
+}
+
 // TestPausedServer: every call is bounded by the library, not by go-redis's
 // read timeout, and the late grant of a paused server is cleaned up.
 func TestPausedServer(t *testing.T) {

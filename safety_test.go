@@ -635,8 +635,15 @@ func TestSafetyCloseRaces(t *testing.T) {
 	names := []string{"cr-0", "cr-1", "cr-2", "cr-3"}
 	for round := range 5 {
 		s := newScene(t)
-		a := lockerOn(t, srv.Client(t), WithTTL(time.Second), WithRenewInterval(100*time.Millisecond))
-		b := lockerOn(t, srv.Client(t), WithTTL(time.Second), WithRenewInterval(100*time.Millisecond))
+		// A node timeout longer than any stall of a loaded machine: the
+		// cleanup calls a waiter that gives up makes (unwait) and Close's
+		// releases are then answered before Lock and Close return, instead
+		// of landing, bounded but late, after the check below began.
+		// Clients with go-redis's 3s socket timeouts keep every call on the
+		// goroutine path, where grants can land after Close began.
+		opts := []Option{WithTTL(time.Second), WithRenewInterval(100 * time.Millisecond), WithNodeTimeout(2 * time.Second)}
+		a := lockerOn(t, defaultClient(t, srv), opts...)
+		b := lockerOn(t, defaultClient(t, srv), opts...)
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
 		for i := range 8 {
@@ -683,4 +690,13 @@ func TestSafetyCloseRaces(t *testing.T) {
 		require.NoError(t, b.Close())
 		s.check()
 	}
+}
+
+// defaultClient is a client with go-redis's default timeouts (5s dial, 3s
+// read and write), without hidden retries.
+func defaultClient(t testing.TB, srv *redistest.Server) *redis.Client {
+	t.Helper()
+	cl := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { cl.Close() })
+	return cl
 }
