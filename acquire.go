@@ -320,19 +320,28 @@ func (c *core) settleToken(ctx context.Context, l *Lock, rs []reply, timeout tim
 	return token, nil
 }
 
-// lock is Lock (wait=true) and TryLock (wait=false).
-func (c *core) lock(ctx context.Context, name string, opts []Option, wait bool) (*Lock, error) {
+// named checks a call on one name and returns its config, the name's lock
+// key and its release channel.
+func (c *core) named(name string, opts []Option) (cfg *config, key, channel string, err error) {
 	if c == nil {
-		return nil, errNoCore
+		return nil, "", "", errNoCore
 	}
 	if name == "" {
-		return nil, errors.New("redlock: empty lock name")
+		return nil, "", "", errors.New("redlock: empty lock name")
 	}
-	cfg, err := c.callConfig(opts)
+	if cfg, err = c.callConfig(opts); err != nil {
+		return nil, "", "", err
+	}
+	key, channel = keyAndChannel(cfg.prefix, name)
+	return cfg, key, channel, nil
+}
+
+// lock is Lock (wait=true) and TryLock (wait=false).
+func (c *core) lock(ctx context.Context, name string, opts []Option, wait bool) (*Lock, error) {
+	cfg, key, channel, err := c.named(name, opts)
 	if err != nil {
 		return nil, err
 	}
-	key, channel := keyAndChannel(cfg.prefix, name)
 	a := acquisition{kind: kindExclusive, name: name, tag: key, channel: channel, cfg: cfg, queue: channel, held: key}
 	// A waiting writer keeps new read holds out (writer preference).
 	// Redlock offers no read holds: its masters need no entry.

@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	"errors"
 )
 
 // Read-write locks.
@@ -44,17 +43,10 @@ func (lk *Locker) TryRLock(ctx context.Context, name string, opts ...Option) (*L
 }
 
 func (c *core) rlock(ctx context.Context, name string, opts []Option, wait bool) (*Lock, error) {
-	if c == nil {
-		return nil, errNoCore
-	}
-	if name == "" {
-		return nil, errors.New("redlock: empty lock name")
-	}
-	cfg, err := c.callConfig(opts)
+	cfg, key, channel, err := c.named(name, opts)
 	if err != nil {
 		return nil, err
 	}
-	key, channel := keyAndChannel(cfg.prefix, name)
 	a := acquisition{kind: kindRead, name: name, tag: key, channel: channel, cfg: cfg, queue: queueKey(channel, queueReaders), held: key}
 	return c.obtain(ctx, &a, wait)
 }
