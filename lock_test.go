@@ -414,10 +414,7 @@ func TestWaitingLockPausedServer(t *testing.T) {
 		done <- result{err, time.Since(start)}
 	}()
 	waiting(t, waiter.c, "paused-waiter")
-	require.True(t, eventually(5*time.Second, func() bool {
-		n, err := srv.Client(t).LLen(ctx, "{redlock:paused-waiter}:writers").Result()
-		return err == nil && n == 1
-	}), "the waiter is entered among the waiting writers")
+	writersQueued(t, srv, "paused-waiter", 1)
 	srv.Pause(t)
 	r := <-done
 	srv.Resume(t)
@@ -448,10 +445,7 @@ func TestClosedWaiterLeavesQueue(t *testing.T) {
 		_, err := waiter.Lock(ctx, "closed-waiter")
 		done <- err
 	}()
-	require.True(t, eventually(5*time.Second, func() bool {
-		n, err := admin.LLen(ctx, "{redlock:closed-waiter}:writers").Result()
-		return err == nil && n == 1
-	}), "the waiter is entered among the waiting writers")
+	writersQueued(t, srv, "closed-waiter", 1)
 	require.NoError(t, waiter.Close())
 	require.ErrorIs(t, <-done, ErrClosed)
 

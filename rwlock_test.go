@@ -170,10 +170,7 @@ func TestRWLockWriterPreference(t *testing.T) {
 		got <- l
 	}()
 	// The writer's first refused attempt enters it among the waiters.
-	require.True(t, eventually(5*time.Second, func() bool {
-		n, err := srv.Client(t).LLen(ctx, "{redlock:rw-pref}:writers").Result()
-		return err == nil && n == 1
-	}), "the waiting writer is entered")
+	writersQueued(t, srv, "rw-pref", 1)
 	waitSubscribers(t, srv, "{redlock:rw-pref}:rel", 1)
 
 	_, err = lks[0].TryRLock(ctx, "rw-pref")
@@ -229,11 +226,7 @@ func TestRWLockWriterGivesUp(t *testing.T) {
 		_, err := lks[1].Lock(wctx, "rw-giveup")
 		werr <- err
 	}()
-	cl := srv.Client(t)
-	require.True(t, eventually(5*time.Second, func() bool {
-		n, err := cl.LLen(ctx, "{redlock:rw-giveup}:writers").Result()
-		return err == nil && n == 1
-	}))
+	writersQueued(t, srv, "rw-giveup", 1)
 	rctx, rcancel := context.WithTimeout(ctx, 4*time.Second) // the entry would last 5s
 	defer rcancel()
 	rgot := make(chan error, 1)

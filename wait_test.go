@@ -62,6 +62,20 @@ func waiting(t testing.TB, c *core, name string) {
 	}
 }
 
+// writersQueued waits until the server-side queue of waiting writers of
+// name (default prefix) holds n entries.
+func writersQueued(t testing.TB, srv *redistest.Server, name string, n int64) {
+	t.Helper()
+	cl := srv.Client(t)
+	key := rlKey(name) + writersSuffix
+	if !eventually(5*time.Second, func() bool {
+		got, err := cl.LLen(context.Background(), key).Result()
+		return err == nil && got == n
+	}) {
+		t.Fatalf("queue %s never held %d waiting writers", key, n)
+	}
+}
+
 // TestWaitContention: 8 goroutines x 200 critical sections on one name. The
 // counter is exact, no waiter starves, one pub/sub connection serves them
 // all, and a release wakes one goroutine, not all of them.
