@@ -50,7 +50,20 @@ func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // into n (when n is not nil), closed when tb ends.
 func newGoRedis(tb testing.TB, addr string, n *atomic.Int64) *redis.Client {
 	tb.Helper()
-	c := redis.NewClient(goRedisOptions(addr))
+	return goRedisClient(tb, goRedisOptions(addr), n)
+}
+
+// newCtxDLGoRedis is newGoRedis with ContextTimeoutEnabled: our library then
+// calls it inline, without a goroutine per call (the fast path).
+func newCtxDLGoRedis(tb testing.TB, addr string, n *atomic.Int64) *redis.Client {
+	tb.Helper()
+	opt := goRedisOptions(addr)
+	opt.ContextTimeoutEnabled = true
+	return goRedisClient(tb, opt, n)
+}
+
+func goRedisClient(tb testing.TB, opt *redis.Options, n *atomic.Int64) *redis.Client {
+	c := redis.NewClient(opt)
 	if n != nil {
 		c.AddHook(countHook{n})
 	}

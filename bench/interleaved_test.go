@@ -31,11 +31,14 @@ func BenchmarkInterleaved(b *testing.B) {
 			redlockOp(b, "redlock", srvs),
 			redlockOp(b, "redlock-norenew", srvs, redlock.WithAutoRenew(false)),
 			redlockOp(b, "redlock-norenew-nofence", srvs, redlock.WithAutoRenew(false), redlock.WithFencing(false)),
-			redlockCtxDLOp(b, srvs[0].Addr()),
-			redlockShapeOp(b, "redlock-rlock", srvs[0].Addr(), func(ctx context.Context, lk *redlock.Locker, name string) (*redlock.Lock, error) {
+			// Calls run inline on a client with ContextTimeoutEnabled.
+			redlockShapeOp(b, "redlock-ctxdl", newCtxDLGoRedis(b, srvs[0].Addr(), nil), func(ctx context.Context, lk *redlock.Locker, name string) (*redlock.Lock, error) {
+				return lk.Lock(ctx, name)
+			}),
+			redlockShapeOp(b, "redlock-rlock", newGoRedis(b, srvs[0].Addr(), nil), func(ctx context.Context, lk *redlock.Locker, name string) (*redlock.Lock, error) {
 				return lk.RLock(ctx, name)
 			}),
-			redlockShapeOp(b, "redlock-semaphore", srvs[0].Addr(), func(ctx context.Context, lk *redlock.Locker, name string) (*redlock.Lock, error) {
+			redlockShapeOp(b, "redlock-semaphore", newGoRedis(b, srvs[0].Addr(), nil), func(ctx context.Context, lk *redlock.Locker, name string) (*redlock.Lock, error) {
 				s, err := lk.Semaphore(name, 4)
 				if err != nil {
 					return nil, err
@@ -137,31 +140,6 @@ func bareScriptsOp(b *testing.B, addr string, inGoroutine bool) namedOp {
 	}}
 }
 
-// redlockCtxDLOp is ours on a client with ContextTimeoutEnabled: calls run
-// inline, without a goroutine per call (the fast path).
-func redlockCtxDLOp(b *testing.B, addr string) namedOp {
-	opt := goRedisOptions(addr)
-	opt.ContextTimeoutEnabled = true
-	c := redis.NewClient(opt)
-	b.Cleanup(func() { c.Close() })
-	lk, err := redlock.NewLocker(c)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { lk.Close() })
-	key := lockName("interleaved-redlock-ctxdl")
-	ctx := context.Background()
-	return namedOp{"redlock-ctxdl", func() {
-		l, err := lk.Lock(ctx, key)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := l.Unlock(ctx); err != nil {
-			b.Fatal(err)
-		}
-	}}
-}
-
 func redlockOp(b *testing.B, name string, srvs []*server, opts ...redlock.Option) namedOp {
 	var clients []redlock.Client
 	for _, s := range srvs {
@@ -196,10 +174,10 @@ func redlockOp(b *testing.B, name string, srvs []*server, opts ...redlock.Option
 	}}
 }
 
-// redlockShapeOp is an acquire + release of another shape of ours (a read
-// hold, a semaphore permit) on a Locker with go-redis defaults.
-func redlockShapeOp(b *testing.B, name, addr string, take func(context.Context, *redlock.Locker, string) (*redlock.Lock, error)) namedOp {
-	lk, err := redlock.NewLocker(newGoRedis(b, addr, nil))
+// redlockShapeOp is an acquire + release of ours by take (a Lock, a read
+// hold, a semaphore permit) on a Locker over cl.
+func redlockShapeOp(b *testing.B, name string, cl *redis.Client, take func(context.Context, *redlock.Locker, string) (*redlock.Lock, error)) namedOp {
+	lk, err := redlock.NewLocker(cl)
 	if err != nil {
 		b.Fatal(err)
 	}

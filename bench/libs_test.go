@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"errors"
-	"github.com/redis/go-redis/v9"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -71,14 +70,7 @@ func newRedlockWorker(tb testing.TB, addr string, cmds *atomic.Int64) worker {
 }
 
 func newRedlockCtxDLWorker(tb testing.TB, addr string, cmds *atomic.Int64) worker {
-	opt := goRedisOptions(addr)
-	opt.ContextTimeoutEnabled = true
-	c := redis.NewClient(opt)
-	if cmds != nil {
-		c.AddHook(countHook{cmds})
-	}
-	tb.Cleanup(func() { c.Close() })
-	lk, err := redlock.NewLocker(c)
+	lk, err := redlock.NewLocker(newCtxDLGoRedis(tb, addr, cmds))
 	if err != nil {
 		tb.Fatal(err)
 	}

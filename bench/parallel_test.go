@@ -44,38 +44,8 @@ func BenchmarkParallel16(b *testing.B) {
 			c := newGoRedis(b, addr, nil)
 			return func(ctx context.Context, name string) error { return scripts.pair(ctx, c, name, false) }
 		}},
-		{"redlock", func(b *testing.B) pairFunc {
-			lk, err := redlock.NewLocker(newGoRedis(b, addr, nil))
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { lk.Close() })
-			return func(ctx context.Context, name string) error {
-				l, err := lk.Lock(ctx, name)
-				if err != nil {
-					return err
-				}
-				return l.Unlock(ctx)
-			}
-		}},
-		{"redlock-ctxdl", func(b *testing.B) pairFunc {
-			opt := goRedisOptions(addr)
-			opt.ContextTimeoutEnabled = true
-			c := redis.NewClient(opt)
-			b.Cleanup(func() { c.Close() })
-			lk, err := redlock.NewLocker(c)
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { lk.Close() })
-			return func(ctx context.Context, name string) error {
-				l, err := lk.Lock(ctx, name)
-				if err != nil {
-					return err
-				}
-				return l.Unlock(ctx)
-			}
-		}},
+		{"redlock", func(b *testing.B) pairFunc { return redlockPair(b, newGoRedis(b, addr, nil)) }},
+		{"redlock-ctxdl", func(b *testing.B) pairFunc { return redlockPair(b, newCtxDLGoRedis(b, addr, nil)) }},
 		{"redislock", func(b *testing.B) pairFunc {
 			c := redislock.New(newGoRedis(b, addr, nil))
 			return func(ctx context.Context, name string) error {
@@ -140,5 +110,22 @@ func BenchmarkParallel16(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "pairs/s")
 		})
+	}
+}
+
+// redlockPair is Lock + Unlock of ours on a Locker over cl, closed when b
+// ends.
+func redlockPair(b *testing.B, cl *redis.Client) func(ctx context.Context, name string) error {
+	lk, err := redlock.NewLocker(cl)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { lk.Close() })
+	return func(ctx context.Context, name string) error {
+		l, err := lk.Lock(ctx, name)
+		if err != nil {
+			return err
+		}
+		return l.Unlock(ctx)
 	}
 }
