@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"embed"
+	"regexp"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -67,23 +68,28 @@ const pttlGone = -3
 var scriptFS embed.FS
 
 // newScript loads an embedded script, with the helpers of scripts/_lib.lua
-// (mint, nowms, the writers' queue) in front when it calls them. go-redis runs it with EVALSHA
-// and falls back to EVAL on NOSCRIPT, so a SCRIPT FLUSH, a restart or a
-// failover to a node with an empty script cache costs one extra round trip,
-// never an error.
+// (mint, minted, nowms, the writers' queue) in front when it calls one of
+// them. go-redis runs it with EVALSHA and falls back to EVAL on NOSCRIPT,
+// so a SCRIPT FLUSH, a restart or a failover to a node with an empty
+// script cache costs one extra round trip, never an error.
 func newScript(name string) *redis.Script {
+	body := string(embedded(name))
+	lib := string(embedded("_lib.lua"))
+	for _, m := range libFunc.FindAllStringSubmatch(lib, -1) {
+		if strings.Contains(body, m[1]+"(") {
+			return redis.NewScript(lib + body)
+		}
+	}
+	return redis.NewScript(body)
+}
+
+// libFunc finds the names of _lib.lua's functions.
+var libFunc = regexp.MustCompile(`(?m)^local function (\w+)\(`)
+
+func embedded(name string) []byte {
 	src, err := scriptFS.ReadFile("scripts/" + name)
 	if err != nil {
 		panic("redlock: missing embedded script " + name) // a build defect, not a runtime condition
 	}
-	body := string(src)
-	if strings.Contains(body, "mint(") || strings.Contains(body, "nowms()") ||
-		strings.Contains(body, "pass(") || strings.Contains(body, "enqueue(") || strings.Contains(body, "firstwaiter(") {
-		lib, err := scriptFS.ReadFile("scripts/_lib.lua")
-		if err != nil {
-			panic("redlock: missing embedded script _lib.lua")
-		}
-		body = string(lib) + body
-	}
-	return redis.NewScript(body)
+	return src
 }

@@ -1,7 +1,8 @@
 -- _lib.lua: prepended to every script that calls one of its functions (see
 -- newScript); not a script by itself.
 --
--- mint(fences, floor) raises every counter in fences to one new token,
+-- mint(on, fences, floor) returns 0 when on is not '1' (fencing off), and
+-- otherwise raises every counter in fences to one new token,
 -- larger than each of them (counter + 1) and no smaller than the time floor
 -- in microseconds: floor, or this server's TIME when floor is not a number.
 -- The counter alone goes backwards when Redis loses it together with the
@@ -12,7 +13,8 @@
 -- script must give instead: {-1, counter} when a counter reached 2^53-1,
 -- where a Lua double can no longer count up by one, or {-2, 0} when a fence
 -- key holds something that is not a number. Nothing is written then.
-local function mint(fences, floor)
+local function mint(on, fences, floor)
+  if on ~= '1' then return 0 end
   local tok = 0
   for _, k in ipairs(fences) do
     local last = tonumber(redis.call('GET', k) or '0')
@@ -31,6 +33,14 @@ local function mint(fences, floor)
   local s = string.format('%.0f', tok)
   for _, k in ipairs(fences) do redis.call('SET', k, s) end
   return tok
+end
+
+-- minted(on, fence) is the token a grant of this very attempt minted
+-- earlier, for a client-side retry after a lost reply: the counter at fence
+-- (0 when on is not '1').
+local function minted(on, fence)
+  if on ~= '1' then return 0 end
+  return tonumber(redis.call('GET', fence) or '0') or 0
 end
 
 -- nowms is the server's time in milliseconds: the clock of the expiry

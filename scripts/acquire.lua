@@ -37,9 +37,7 @@ local cur = redis.call('GET', KEYS[1])
 if cur == ARGV[1] then
   -- Our own earlier execution of this very attempt (a client-side retry after
   -- a lost reply): report the grant it made instead of a false "taken".
-  local tok = 0
-  if ARGV[3] == '1' then tok = tonumber(redis.call('GET', KEYS[2]) or '0') or 0 end
-  return {1, tok}
+  return {1, minted(ARGV[3], KEYS[2])}
 end
 local wid = ARGV[5] or ''
 local claimed = false
@@ -61,12 +59,8 @@ if not claimed and redis.call('EXISTS', readers) == 1 then
     return {0, tonumber(last[2]) - now, ''}
   end
 end
-local tok = 0
-if ARGV[3] == '1' then
-  local t, refused = mint({KEYS[2]}, ARGV[4])
-  if not t then return refused end
-  tok = t
-end
+local tok, refused = mint(ARGV[3], {KEYS[2]}, ARGV[4])
+if not tok then return refused end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 if ARGV[6] then redis.call('SET', KEYS[3], ARGV[6], 'PX', ARGV[2]) end
 if wid ~= '' and wid ~= ARGV[1] and not claimed then

@@ -28,9 +28,7 @@
 -- keys share one hash tag.
 local cur = redis.call('GET', KEYS[1])
 if cur == ARGV[2] then
-  local tok = 0
-  if ARGV[4] == '1' then tok = tonumber(redis.call('GET', KEYS[2]) or '0') or 0 end
-  return {1, tok}
+  return {1, minted(ARGV[4], KEYS[2])}
 end
 if cur ~= ARGV[1] then
   if redis.call('GET', KEYS[3]) == ARGV[1] then return {2, 0} end
@@ -43,12 +41,8 @@ if first then
   redis.call('LPOP', q)
   redis.call('DEL', q .. ':' .. first)
 end
-local tok = 0
-if ARGV[4] == '1' then
-  local t, refused = mint({KEYS[2]}, '')
-  if not t then return refused end
-  tok = t
-end
+local tok, refused = mint(ARGV[4], {KEYS[2]}, '')
+if not tok then return refused end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 if ARGV[7] then redis.call('SET', KEYS[4], ARGV[7], 'PX', ARGV[3]) end
 redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[5])

@@ -21,9 +21,7 @@
 -- caller sends one call per name there, in the same global order.
 local n = #KEYS / 3
 if redis.call('GET', KEYS[1]) == ARGV[1] then
-  local tok = 0
-  if ARGV[3] == '1' then tok = tonumber(redis.call('GET', KEYS[n + 1]) or '0') or 0 end
-  return {1, tok}
+  return {1, minted(ARGV[3], KEYS[n + 1])}
 end
 local now
 for i = 1, n do
@@ -37,13 +35,9 @@ for i = 1, n do
     if last[1] then return {0, tonumber(last[2]) - now, '', i} end
   end
 end
-local tok = 0
-if ARGV[3] == '1' then
-  local fences = {}
-  for i = 1, n do fences[i] = KEYS[n + i] end
-  local t, refused = mint(fences, ARGV[4])
-  if not t then return refused end
-  tok = t
-end
+local fences = {}
+for i = 1, n do fences[i] = KEYS[n + i] end
+local tok, refused = mint(ARGV[3], fences, ARGV[4])
+if not tok then return refused end
 for i = 1, n do redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2]) end
 return {1, tok}

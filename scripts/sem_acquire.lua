@@ -25,9 +25,7 @@ if count and count ~= ARGV[4] then return {-3, tonumber(count) or 0} end
 local now = nowms()
 local mine = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if mine and tonumber(mine) > now then
-  local tok = 0
-  if ARGV[3] == '1' then tok = tonumber(redis.call('GET', KEYS[2]) or '0') or 0 end
-  return {1, tok}
+  return {1, minted(ARGV[3], KEYS[2])}
 end
 local n = 0
 if redis.call('EXISTS', KEYS[1]) == 1 then
@@ -38,12 +36,8 @@ if n >= tonumber(ARGV[4]) then
   local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
   return {0, tonumber(first[2]) - now, first[1]}
 end
-local tok = 0
-if ARGV[3] == '1' then
-  local t, refused = mint({KEYS[2]}, '')
-  if not t then return refused end
-  tok = t
-end
+local tok, refused = mint(ARGV[3], {KEYS[2]}, '')
+if not tok then return refused end
 local ttl = tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
 if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
