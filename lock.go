@@ -446,13 +446,6 @@ func (l *Lock) renewFailed(err error, refused bool) {
 	l.mu.Unlock()
 }
 
-// maxHoldOver reports that the watchdog must not renew the lock any more.
-func (l *Lock) maxHoldOver() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.pastHoldEnd(0)
-}
-
 // renewed records a successful extension; false if the lock is gone.
 func (l *Lock) renewed(ttl time.Duration, until time.Time) bool {
 	l.mu.Lock()
