@@ -13,20 +13,27 @@ import (
 // goroutine.
 type RetryFunc func(attempt int) time.Duration
 
-// ExponentialRetry returns a RetryFunc that doubles the wait from lo up to hi,
-// with jitter: each wait is drawn from [d/2, d), so that contending clients
-// spread out instead of retrying in step (the Redlock spec's "random delay").
+// ExponentialRetry returns a RetryFunc whose waits grow from lo to hi and
+// always lie in [lo, hi] (lo is a minimum, as in bsm/redislock's
+// ExponentialBackoff). Attempt n draws from [max(lo, u/2), u], u being lo
+// doubled n+1 times and clipped to hi: [lo, 2lo], [2lo, 4lo], ... up to
+// [max(lo, hi/2), hi]. The jitter spreads contending clients instead of
+// retrying in step (the Redlock spec's "random delay"). hi below lo counts
+// as lo.
 func ExponentialRetry(lo, hi time.Duration) RetryFunc {
+	lo = max(lo, 0)
+	hi = max(hi, lo)
 	return func(attempt int) time.Duration {
-		d := lo
-		for i := 0; i < attempt && d < hi; i++ {
-			d *= 2
+		u := lo
+		for i := 0; i <= attempt && u < hi; i++ {
+			u *= 2
 		}
-		d = min(d, hi)
-		if d <= 1 {
-			return d
+		u = min(u, hi)
+		lower := max(lo, u/2)
+		if u <= lower {
+			return lower
 		}
-		return d/2 + rand.N(d/2)
+		return lower + rand.N(u-lower+1)
 	}
 }
 

@@ -42,22 +42,40 @@ func containsMonotonic(t time.Time) bool {
 }
 
 func TestExponentialRetry(t *testing.T) {
-	f := ExponentialRetry(8*time.Millisecond, 100*time.Millisecond)
+	ms := time.Millisecond
 	tests := []struct {
+		lo, hi  time.Duration
 		attempt int
-		lo, hi  time.Duration // the draw is in [lo, hi)
+		min     time.Duration // the draw is in [min, max]
+		max     time.Duration
 	}{
-		{0, 4 * time.Millisecond, 8 * time.Millisecond},
-		{1, 8 * time.Millisecond, 16 * time.Millisecond},
-		{3, 32 * time.Millisecond, 64 * time.Millisecond},
-		{4, 50 * time.Millisecond, 100 * time.Millisecond},
-		{1000, 50 * time.Millisecond, 100 * time.Millisecond},
+		{8 * ms, 100 * ms, 0, 8 * ms, 16 * ms},
+		{8 * ms, 100 * ms, 1, 16 * ms, 32 * ms},
+		{8 * ms, 100 * ms, 2, 32 * ms, 64 * ms},
+		{8 * ms, 100 * ms, 3, 50 * ms, 100 * ms},
+		{8 * ms, 100 * ms, 4, 50 * ms, 100 * ms},
+		{8 * ms, 100 * ms, 1000, 50 * ms, 100 * ms},
+		// bsm/redislock's reading: the first bound is a minimum.
+		{100 * ms, 120 * ms, 0, 100 * ms, 120 * ms},
+		{100 * ms, 120 * ms, 5, 100 * ms, 120 * ms},
+		{10 * ms, 10 * ms, 3, 10 * ms, 10 * ms},
+		{10 * ms, 5 * ms, 3, 10 * ms, 10 * ms},
+		{0, 0, 2, 0, 0},
 	}
 	for _, tt := range tests {
-		for range 100 {
-			if d := f(tt.attempt); d < tt.lo || d >= tt.hi {
-				t.Fatalf("ExponentialRetry(8ms, 100ms)(%d) = %v, want in [%v, %v)", tt.attempt, d, tt.lo, tt.hi)
+		f := ExponentialRetry(tt.lo, tt.hi)
+		for range 300 {
+			if d := f(tt.attempt); d < tt.min || d > tt.max {
+				t.Fatalf("ExponentialRetry(%v, %v)(%d) = %v, want in [%v, %v]", tt.lo, tt.hi, tt.attempt, d, tt.min, tt.max)
 			}
+		}
+	}
+	// Every wait of a long run stays in [lo, hi] (redislock's suite draws
+	// 1,800 of them).
+	f := ExponentialRetry(20*ms, 200*ms)
+	for attempt := range 1800 {
+		if d := f(attempt % 12); d < 20*ms || d > 200*ms {
+			t.Fatalf("ExponentialRetry(20ms, 200ms)(%d) = %v, want in [20ms, 200ms]", attempt%12, d)
 		}
 	}
 	if d := ConstantRetry(7 * time.Millisecond)(9); d != 7*time.Millisecond {
