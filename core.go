@@ -315,7 +315,7 @@ func (c *core) close() error {
 			live = append(live, l)
 		}
 	}
-	c.batch(context.Background(), live, nil, deadline, nil)
+	c.batch(context.Background(), live, nil, deadline, nil, nil, nil)
 	c.waits.close()
 	c.exp.stop()
 

@@ -71,7 +71,7 @@ func releaseArgs(l *Lock) []any {
 
 // extendCmd is the extend call of part p of l, to a lease of ttl.
 func (l *Lock) extendCmd(p int, ttl time.Duration) (*redis.Script, []string, []any) {
-	args := []any{l.owner, ttlMillis(ttl)}
+	args := []any{l.owner, ttlMillis(ttl), l.guardMillis()}
 	switch l.kind {
 	case kindRead:
 		return scriptZExtend, l.keys[:1], args
@@ -127,15 +127,17 @@ func foldRelease(acc, v int64, first bool) int64 {
 }
 
 // foldExtend combines extend codes: another owner's if any part is, gone if
-// any part is, extended only if every part was.
+// any part is, too late if any part was, extended only if every part was.
 func foldExtend(acc, v int64, first bool) int64 {
 	switch {
 	case first:
 		return v
 	case acc == extTaken || v == extTaken:
 		return extTaken
-	case acc != 1 || v != 1:
+	case acc == 0 || v == 0:
 		return 0
+	case acc == extLate || v == extLate:
+		return extLate
 	}
 	return 1
 }

@@ -92,7 +92,8 @@ type Lock struct {
 	holdEnd      time.Time     // when maxHold runs out; zero without a cap
 	ttl          time.Duration
 	until        time.Time
-	ended        time.Time // when Done closed
+	guard        time.Duration // see guardMillis
+	ended        time.Time     // when Done closed
 	// acquired is when the lock became held; set only for the observer and
 	// the max hold, which need it.
 	acquired time.Time
@@ -326,6 +327,7 @@ func (l *Lock) hold(token int64, until time.Time) {
 	l.token = token
 	l.state = stateHeld
 	l.until = until
+	l.setGuard()
 	if l.obs != nil || l.maxHold > 0 {
 		l.acquired = time.Now()
 	}
@@ -455,6 +457,7 @@ func (l *Lock) renewed(ttl time.Duration, until time.Time) bool {
 	}
 	l.ttl = ttl
 	l.until = until
+	l.setGuard()
 	l.renewErr, l.renewRefused = nil, false
 	l.eng.armLoss(l, l.lossAt())
 	return true
@@ -486,6 +489,35 @@ func (l *Lock) held() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.state == stateHeld
+}
+
+func (l *Lock) isLost() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.state == stateLost
+}
+
+// guardMillis is the least remaining lease, in ms, that extend.lua may still
+// move: below it the renewal runs too late (a server paused with renewals in
+// its sockets runs them when it resumes) and the holder has declared the
+// lock lost already, or will before the reply can reach it.
+//
+// Why it suffices: the lease in force was sent at t1 and confirmed at c, so
+// its server expiry E >= t1+ttl (no server runs a command before it is
+// sent), later than t1 by at most c-t1, and the holder's loss mark is
+// Until-lossLead = t1+ttl-drift-lossLead. A renewal run at a server time s
+// with E-s < guard = (c-t1)+drift+lossLead therefore runs after the loss
+// mark, and one run before the mark minus (c-t1) is never refused.
+func (l *Lock) guardMillis() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return (l.guard + time.Millisecond - 1).Milliseconds()
+}
+
+// setGuard records the guard of the lease in force, confirmed now (l.mu
+// held): with c-t1 = ttl-drift-(Until-now), it is ttl-(Until-now)+lossLead.
+func (l *Lock) setGuard() {
+	l.guard = l.ttl - time.Until(l.until) + l.lossLead()
 }
 
 // finish moves a held (or acquiring) lock to a final state.

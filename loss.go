@@ -115,29 +115,53 @@ func (e *LostError) Unwrap() error { return e.Err }
 
 // refusalReason names what the refusing nodes said when a renewal or Extend
 // found the lock no longer ours on too many of them: taken nodes held another
-// owner's value, the rest of the no nodes had no key.
-func refusalReason(no, taken int) LossReason {
+// owner's value, late ones a lease too near its end to move (the holder's
+// validity ran out first), the rest of the no nodes had no key.
+func refusalReason(no, taken, late int) LossReason {
 	switch {
 	case taken == no:
 		return LossTaken
-	case taken == 0:
+	case late == no:
+		return LossExpired
+	case taken == 0 && late == 0:
 		return LossDeleted
 	}
 	return LossQuorum
+}
+
+// What one node's refusal of a renewal or Extend said, for the error a loss
+// carries (a NodeError each).
+var (
+	errKeyGone = errors.New("key gone")
+	errExpLate = errors.New("lease too near its end to move")
+)
+
+// refusalOf is the reason behind one node's refusal code.
+func refusalOf(code int64) error {
+	switch code {
+	case extTaken:
+		return errTaken
+	case extLate:
+		return errExpLate
+	}
+	return errKeyGone
 }
 
 // errNoRenewal is what a loss by time heard when the renewal in flight had
 // not answered by then.
 var errNoRenewal = errors.New("no renewal answered before the validity ran out")
 
-// takenIn counts the replies of an Extend round that found another owner's
-// value.
-func takenIn(rs []reply) int {
-	n := 0
+// refusalsIn counts the replies of an Extend round that found another
+// owner's value, and those that found the lease too near its end.
+func refusalsIn(rs []reply) (taken, late int) {
 	for _, r := range rs {
-		if r.err == nil && r.code == extTaken {
-			n++
+		switch {
+		case r.err != nil:
+		case r.code == extTaken:
+			taken++
+		case r.code == extLate:
+			late++
 		}
 	}
-	return n
+	return taken, late
 }

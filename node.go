@@ -66,9 +66,11 @@ func newNode(idx int, cl Client) *node {
 // into socket deadlines; a *redis.Client whose dial, read and write timeouts
 // are all positive and no longer than timeout bounds every step itself,
 // except the wait for a free connection of a full pool, which lasts up to
-// PoolTimeout (by default ReadTimeout + 1s): go-redis ends that wait at the
-// ctx deadline whatever ContextTimeoutEnabled says, so the ctx carries one
-// when PoolTimeout is longer. (redis.Client.WithTimeout would give a bounded
+// PoolTimeout (by default ReadTimeout + 1s), and a dial, which go-redis
+// retries DialerRetries times (5 by default, 100ms apart) on a refused
+// connection: go-redis ends both at the ctx deadline whatever
+// ContextTimeoutEnabled says, so the ctx carries one when PoolTimeout is
+// longer or a dial may be retried. (redis.Client.WithTimeout would give a bounded
 // client for any timeout, but its clone keeps only the hooks added before
 // it: tracing or metrics added later would miss every lock command.)
 func (n *node) bounded(timeout time.Duration) (withDeadline, ok bool) {
@@ -78,7 +80,7 @@ func (n *node) bounded(timeout time.Duration) (withDeadline, ok bool) {
 	if o, isClient := n.client.(interface{ Options() *redis.Options }); isClient {
 		opt := o.Options()
 		within := func(d time.Duration) bool { return d > 0 && d <= timeout }
-		return !within(opt.PoolTimeout), within(opt.DialTimeout) && within(opt.ReadTimeout) && within(opt.WriteTimeout)
+		return !within(opt.PoolTimeout) || opt.DialerRetries > 1, within(opt.DialTimeout) && within(opt.ReadTimeout) && within(opt.WriteTimeout)
 	}
 	return false, false
 }

@@ -240,6 +240,9 @@ func (c *core) extend(ctx context.Context, l *Lock, ttl time.Duration) error {
 	switch {
 	case t.ok >= c.quorum && !interrupted && time.Now().Before(until):
 		if !l.renewed(ttl, until) {
+			if l.isLost() {
+				c.abandon(l) // lost meanwhile: the moved lease must not keep the name
+			}
 			return fmt.Errorf("%w: %w", ErrNotHeld, l.Err())
 		}
 		if l.autoRenew {
@@ -247,7 +250,11 @@ func (c *core) extend(ctx context.Context, l *Lock, ttl time.Duration) error {
 		}
 		return nil
 	case c.impossible(t.no):
-		l.lose(refusalReason(t.no, takenIn(rs)), nil)
+		taken, late := refusalsIn(rs)
+		l.lose(refusalReason(t.no, taken, late), nil)
+		if t.ok > 0 {
+			c.abandon(l) // the masters that moved it must not keep the name
+		}
 		return fmt.Errorf("%w: %w", ErrNotHeld, l.Err())
 	}
 	errs := append([]error{fmt.Errorf("redlock: extend reached %d of %d nodes within validity, need %d; the lock stays held until its current Until", t.ok, len(c.nodes), c.quorum)}, t.errs...)

@@ -140,15 +140,15 @@ func renewAcked(ctx context.Context, cl Client, locks []*Lock, ttls []time.Durat
 }
 
 // extendCode is a renewal's per-lock code in a batch: 1 extended, extTaken
-// another owner's, 0 missing, -1 error.
+// another owner's, extLate too near its end, 0 missing, -1 error.
 func extendCode(v int64, err error) int8 {
 	switch {
 	case err != nil:
 		return -1
 	case v == 1:
 		return 1
-	case v == extTaken:
-		return extTaken
+	case v == extTaken, v == extLate:
+		return int8(v)
 	}
 	return 0
 }

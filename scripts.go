@@ -58,8 +58,14 @@ const (
 	relUnpublished = 3 // released, but PUBLISH was refused (an ACL user without channel rights)
 )
 
-// extTaken is extend.lua's reply for a key that holds another owner's value.
-const extTaken = 2
+// extend.lua's replies besides 1 (moved) and 0 (the key is gone).
+const (
+	extTaken = 2 // the key holds another owner's value
+	// extLate: the lease has less left than the lock's guard, so its holder
+	// has declared it lost, or is about to: a renewal that a paused server
+	// ran late must not bring it back.
+	extLate = 3
+)
 
 // pttlGone is pttl.lua's reply for a key that is not ours.
 const pttlGone = -3

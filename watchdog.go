@@ -136,17 +136,14 @@ func (w *watchdog) due(now time.Time) []*Lock {
 }
 
 // renew extends every lock in due on every node, one pipeline per node, and
-// applies the Redlock rule per lock: renewed iff a quorum extended and the
-// new validity, measured from before the send, is still ahead. It returns as
-// soon as every lock's outcome is settled, so a hung minority of nodes costs
-// a Redlock nothing.
+// applies the Redlock rule to each lock as soon as its own outcome is
+// settled: renewed iff a quorum extended and the new validity, measured
+// from before the send, is still ahead. The scheduler waits only until
+// every lock is settled or a quorum of nodes has answered the whole batch;
+// locks still waiting for a slow minority are settled by the round's own
+// goroutine, so a hung master never holds back another lock's renewal.
 func (w *watchdog) renew(due []*Lock) {
 	c := w.c
-	defer func() {
-		for _, l := range due {
-			l.io.Unlock()
-		}
-	}()
 	ttls := make([]time.Duration, len(due))
 	deadline := time.Time{}
 	for i, l := range due {
@@ -159,35 +156,77 @@ func (w *watchdog) renew(due []*Lock) {
 	// Wait for replies until the first of these locks would be lost anyway,
 	// but give a slow pipeline at least one node timeout.
 	deadline = latest(deadline, t1.Add(due[0].timeout))
-	res := c.batch(w.ctx, due, ttls, deadline, w.quit)
-	now := time.Now()
-	for i, l := range due {
-		r := res[i]
-		until := validUntil(t1, ttls[i], l.driftFactor)
-		switch {
-		case r.ok >= c.quorum && now.Before(until):
-			if l.renewed(ttls[i], until) {
-				w.schedule(l, l.renewAt(t1))
-			}
-			if l.obs != nil {
-				l.observeRenew(false, ttls[i], t1, l.Err(), r.err)
-			}
-		case c.impossible(r.no):
-			if l.obs != nil {
-				l.observeRenew(false, ttls[i], t1, refusalReason(r.no, r.taken), r.err)
-			}
-			l.lose(refusalReason(r.no, r.taken), r.err)
-		default:
-			if l.obs != nil {
-				l.observeRenew(false, ttls[i], t1, r.err, r.err)
-			}
-			l.renewFailed(r.err, r.no > 0)
-			if l.logger.Enabled(context.Background(), slog.LevelWarn) {
-				l.logger.Warn("redlock: renewal failed, retrying", "name", l.name, "extended", r.ok, "nodes", len(c.nodes), "err", r.err)
-			}
-			// Retry soon; the loss clock fires at Until if this keeps failing.
-			w.schedule(l, now.Add(max(l.renewEvery()/4, time.Millisecond)))
+	settle := func(i int, r batchResult) {
+		if r.partial {
+			// Still waiting for a slow node: what a loss by time reports.
+			due[i].renewFailed(r.err, r.no > 0)
+			return
 		}
+		w.apply(due[i], ttls[i], t1, r)
+		due[i].io.Unlock()
+	}
+	if !c.goCount(1) {
+		for _, l := range due {
+			l.io.Unlock()
+		}
+		return
+	}
+	moveOn := make(chan struct{})
+	go func() {
+		defer c.wg.Done()
+		c.batch(w.ctx, due, ttls, deadline, w.quit, settle, moveOn)
+	}()
+	select {
+	case <-moveOn:
+	case <-w.quit:
+	}
+}
+
+// apply records one lock's renewal outcome r, for a lease of ttl sent at t1.
+func (w *watchdog) apply(l *Lock, ttl time.Duration, t1 time.Time, r batchResult) {
+	c := w.c
+	now := time.Now()
+	until := validUntil(t1, ttl, l.driftFactor)
+	switch {
+	case r.ok >= c.quorum && now.Before(until):
+		if l.renewed(ttl, until) {
+			w.schedule(l, l.renewAt(t1))
+		} else if l.isLost() {
+			// Lost while the renewal was on the wire (the loss clock got there
+			// first): the lease it moved must not keep the name.
+			c.abandon(l)
+		}
+		if l.obs != nil {
+			l.observeRenew(false, ttl, t1, l.Err(), r.err)
+		}
+	case c.impossible(r.no):
+		reason := refusalReason(r.no, r.taken, r.late)
+		if l.obs != nil {
+			l.observeRenew(false, ttl, t1, reason, r.err)
+		}
+		l.lose(reason, r.err)
+		if r.ok > 0 && l.isLost() {
+			c.abandon(l) // the masters that moved it must not keep the name
+		}
+	default:
+		if l.obs != nil {
+			l.observeRenew(false, ttl, t1, r.err, r.err)
+		}
+		if !l.held() {
+			if r.ok > 0 && l.isLost() {
+				c.abandon(l)
+			}
+			return
+		}
+		l.renewFailed(r.err, r.no > 0)
+		if r.interrupted {
+			return // Close: the lock is being released
+		}
+		if l.logger.Enabled(context.Background(), slog.LevelWarn) {
+			l.logger.Warn("redlock: renewal failed, retrying", "name", l.name, "extended", r.ok, "nodes", len(c.nodes), "err", r.err)
+		}
+		// Retry soon; the loss clock fires at Until if this keeps failing.
+		w.schedule(l, now.Add(max(l.renewEvery()/4, time.Millisecond)))
 	}
 }
 
@@ -196,17 +235,33 @@ func (w *watchdog) renew(due []*Lock) {
 type batchResult struct {
 	ok, no, failed int
 	taken          int // of no: another owner's value, not a missing key
+	late           int // of no: the lease was too near its end to move (extend.lua)
 	err            error
+	interrupted    bool // quit closed before the outcome was settled
+	partial        bool // not settled yet: what one node timeout brought
 }
 
 // batch runs the extend script (ttls != nil) or the release script (ttls ==
-// nil) for every lock on every node, one pipeline per node, and waits until
-// every lock's outcome is settled by quorum, the deadline passes, or quit
-// closes. A renewal skips a node whose previous renewal has not answered
-// yet (counted as failed), so a hung node ties up one goroutine, not one per
-// period.
-func (c *core) batch(ctx context.Context, locks []*Lock, ttls []time.Duration, deadline time.Time, quit <-chan struct{}) []batchResult {
+// nil) for every lock on every node, one pipeline per node. settle, when
+// not nil, gets each lock's outcome once, as soon as a quorum of yes, or its
+// impossibility, decides it, or when the deadline passes or quit closes;
+// and, for a lock still open one node timeout after the send, a partial
+// outcome then.
+// moveOn, when not nil, is closed as soon as every lock is settled or a
+// quorum of nodes has answered: what is left waits for a slow minority. It
+// returns every lock's outcome from the replies gathered by the end. A
+// renewal skips a node whose previous renewal has not answered yet (counted
+// as failed), so a hung node ties up one goroutine, not one per period.
+func (c *core) batch(ctx context.Context, locks []*Lock, ttls []time.Duration, deadline time.Time, quit <-chan struct{}, settle func(int, batchResult), moveOn chan struct{}) []batchResult {
 	out := make([]batchResult, len(locks))
+	moved := false
+	letGo := func() {
+		if !moved && moveOn != nil {
+			moved = true
+			close(moveOn)
+		}
+	}
+	defer letGo()
 	if len(locks) == 0 {
 		return out
 	}
@@ -220,35 +275,126 @@ func (c *core) batch(ctx context.Context, locks []*Lock, ttls []time.Duration, d
 		}
 		nodes = append(nodes, n)
 	}
-	var rs []reply
-	if len(nodes) > 0 {
-		ch, err := c.fanOut(ctx, nodes, time.Until(deadline), time.Until(deadline), func(ctx context.Context, n *node) reply {
+	rs := skipped
+	done := make([]bool, len(locks))
+	left := len(locks)
+	// decide settles every lock that the replies so far decide (all of them
+	// when final), and lets the scheduler go once nothing is left to wait
+	// for but a minority.
+	decide := func(final, interrupted bool) {
+		for i := range locks {
+			if done[i] {
+				continue
+			}
+			var res batchResult
+			for _, r := range rs {
+				c.tallyBatch(&res, r, i, true)
+			}
+			if !final && res.ok < c.quorum && !c.impossible(res.no+res.failed) {
+				continue
+			}
+			res.interrupted = interrupted
+			out[i], done[i] = res, true
+			left--
+			if settle != nil {
+				settle(i, res)
+			}
+		}
+		if answered := len(rs) - len(skipped); left == 0 || answered >= c.quorum || final {
+			letGo()
+		}
+	}
+	if len(nodes) == 0 {
+		decide(true, false)
+		return out
+	}
+	ch, err := c.fanOut(ctx, nodes, time.Until(deadline), time.Until(deadline), func(ctx context.Context, n *node) reply {
+		if renew {
+			defer n.renewing.Store(false)
+		}
+		codes, err := pipelineScript(ctx, n.client, locks, ttls)
+		if renew {
+			c.releaseLate(ctx, n, locks, codes)
+		}
+		return reply{codes: codes, err: err}
+	})
+	if err != nil {
+		for _, n := range nodes {
 			if renew {
-				defer n.renewing.Store(false)
+				n.renewing.Store(false)
 			}
-			codes, err := pipelineScript(ctx, n.client, locks, ttls)
-			return reply{codes: codes, err: err}
-		})
-		if err != nil {
-			for _, n := range nodes {
-				if renew {
-					n.renewing.Store(false)
+			rs = append(rs, reply{node: n.idx, err: err})
+		}
+		decide(true, false)
+		return out
+	}
+	t := getTimer(time.Until(deadline))
+	defer putTimer(t)
+	var soft <-chan time.Time
+	if timeout := locks[0].timeout; settle != nil && time.Until(deadline) > timeout {
+		st := getTimer(timeout)
+		defer putTimer(st)
+		soft = st.C
+	}
+	for got := 0; got < len(nodes) && left > 0; {
+		select {
+		case r := <-ch:
+			rs = append(rs, r)
+			got++
+			decide(false, false)
+			continue
+		case <-soft:
+			soft = nil
+			for i := range locks {
+				if done[i] {
+					continue
 				}
-				rs = append(rs, reply{node: n.idx, err: err})
+				res := batchResult{partial: true}
+				for _, r := range rs {
+					c.tallyBatch(&res, r, i, true)
+				}
+				for _, n := range nodes {
+					if _, ok := replyOf(rs, n.idx); !ok {
+						res.err = errors.Join(res.err, c.nodeErr(n.idx, errNodeTimeout))
+					}
+				}
+				settle(i, res)
 			}
-		} else {
-			rs, _ = gather(ch, nodes, deadline, quit, func(rs []reply) bool {
-				return c.batchSettled(append(rs, skipped...), len(locks))
-			})
+			continue
+		case <-t.C:
+			for _, n := range nodes {
+				if _, ok := replyOf(rs, n.idx); !ok {
+					rs = append(rs, reply{node: n.idx, err: errNodeTimeout})
+				}
+			}
+			decide(true, false)
+		case <-quit:
+			decide(true, true)
 		}
+		break
 	}
-	rs = append(rs, skipped...)
-	for _, r := range rs {
-		for i := range out {
-			c.tallyBatch(&out[i], r, i, true)
-		}
-	}
+	decide(true, false)
 	return out
+}
+
+// releaseLate releases, on node n, the locks whose lease n has just moved
+// although they stopped being held while the renewal was on the wire (a
+// server that answers after a pause runs the renewals queued in its
+// sockets): a lock declared lost must not keep its name once the server
+// answers again. extend.lua already refuses a lease too near its end, so
+// this is the rest: leases moved shortly before the loss was declared.
+func (c *core) releaseLate(ctx context.Context, n *node, locks []*Lock, codes []int8) {
+	var late []*Lock
+	for i, l := range locks {
+		if i < len(codes) && codes[i] == 1 && l.isLost() {
+			late = append(late, l)
+		}
+	}
+	if len(late) > 0 {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), late[0].timeout)
+		defer cancel()
+		_, _ = pipelineScript(ctx, n.client, late, nil)
+	}
 }
 
 // tallyBatch adds node reply r's answer for lock i to res, and its error
@@ -269,25 +415,16 @@ func (c *core) tallyBatch(res *batchResult, r reply, i int, withErr bool) {
 		res.ok++
 	default:
 		res.no++
-		if r.codes[i] == extTaken {
+		switch r.codes[i] {
+		case extTaken:
 			res.taken++
+		case extLate:
+			res.late++
+		}
+		if withErr {
+			res.err = errors.Join(res.err, c.nodeErr(r.node, refusalOf(int64(r.codes[i]))))
 		}
 	}
-}
-
-// batchSettled reports that every one of n locks has a quorum of yes, or can
-// no longer get one, from the replies so far.
-func (c *core) batchSettled(rs []reply, n int) bool {
-	for i := range n {
-		var res batchResult
-		for _, r := range rs {
-			c.tallyBatch(&res, r, i, false)
-		}
-		if res.ok < c.quorum && !c.impossible(res.no+res.failed) {
-			return false
-		}
-	}
-	return true
 }
 
 // pipelineScript sends one script call per lock in one pipeline and returns
@@ -401,8 +538,8 @@ func pipelineScript(ctx context.Context, cl Client, locks []*Lock, ttls []time.D
 			codes[i] = 1
 		case v == 1:
 			codes[i] = 1
-		case v == extTaken:
-			codes[i] = extTaken
+		case v == extTaken, v == extLate:
+			codes[i] = int8(v)
 		}
 	}
 	return codes, firstErr

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -389,6 +390,75 @@ func TestWatchdogScriptFlush(t *testing.T) {
 	for i, l := range locks {
 		if err := l.Err(); err != nil {
 			t.Errorf("lock %d: Err() = %v after renewals across SCRIPT FLUSH, want held", i, err)
+		}
+	}
+}
+
+// TestRedlockRenewalPerLock: locks renewed in one round settle one by one.
+// X and Y share a renewal round; X's key is gone from master 0 and master 1
+// is paused. Y has a quorum (masters 0 and 2) at every renewal and must stay
+// held; X must be lost for want of a quorum, saying what the masters said,
+// not that no renewal answered; and a lock Z taken after the pause must be
+// renewed while X's round waits for the paused master. The clients keep
+// go-redis's 3s read timeout, under which the round once waited for the
+// paused master until X's validity ran out, and took Y down with it.
+func TestRedlockRenewalPerLock(t *testing.T) {
+	const ttl = time.Second
+	nodes := startRLNodes(t, 3, false, 3*time.Second)
+	r := newRL(t, nodes, WithTTL(ttl))
+	warmUp(t, r)
+	ctx := context.Background()
+	x, err := r.TryLock(ctx, "per-lock-x")
+	if err != nil {
+		t.Fatalf("TryLock(x) = %v", err)
+	}
+	y, err := r.TryLock(ctx, "per-lock-y")
+	if err != nil {
+		t.Fatalf("TryLock(y) = %v", err)
+	}
+	if err := nodes[0].admin.Del(ctx, rlKey("per-lock-x")).Err(); err != nil {
+		t.Fatalf("DEL x on master 0: %v", err)
+	}
+	resume := pause(t, nodes, 1)
+	defer resume()
+	z, err := r.TryLock(ctx, "per-lock-z")
+	if err != nil {
+		t.Fatalf("TryLock(z) with master 1 paused = %v", err)
+	}
+
+	select {
+	case <-x.Done():
+	case <-time.After(2 * ttl):
+		t.Fatalf("x not lost %v after its key went from master 0 with master 1 paused", 2*ttl)
+	}
+	if err := x.Err(); !errors.Is(err, LossQuorum) {
+		t.Errorf("x.Err() = %v, want LossQuorum", err)
+	} else if !strings.Contains(err.Error(), "node 0") || !strings.Contains(err.Error(), errKeyGone.Error()) {
+		t.Errorf("x.Err() = %v, want it to name master 0's answer (%v)", err, errKeyGone)
+	}
+
+	// Three leases of renewals with master 1 paused throughout.
+	hold := time.NewTimer(3 * ttl)
+	defer hold.Stop()
+	select {
+	case <-y.Done():
+		t.Fatalf("y lost with a quorum answering every renewal: %v", y.Err())
+	case <-z.Done():
+		t.Fatalf("z lost with a quorum answering every renewal: %v", z.Err())
+	case <-hold.C:
+	}
+	for _, l := range []*Lock{y, z} {
+		if n := ownedBy(t, nodes, l.Name(), l.Owner(), 0, 2); n != 2 {
+			t.Errorf("%s owned on %d of masters 0 and 2, want 2", l.Name(), n)
+		}
+		if d := time.Until(l.Until()); d < ttl/3 {
+			t.Errorf("%s Until() %v away after 3 TTLs, want renewed (> %v)", l.Name(), d, ttl/3)
+		}
+	}
+	resume()
+	for _, l := range []*Lock{y, z} {
+		if err := l.Unlock(ctx); err != nil {
+			t.Errorf("%s Unlock() = %v", l.Name(), err)
 		}
 	}
 }

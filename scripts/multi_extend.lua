@@ -4,15 +4,23 @@
 -- KEYS     the lock keys of the names
 -- ARGV[1]  owner value
 -- ARGV[2]  new TTL in milliseconds
+-- ARGV[3]  guard in milliseconds: a lease with less than this left is not
+--          moved (Lock.guardMillis: its holder has declared it lost by now;
+--          a renewal that a paused server runs late must not revive it);
+--          absent: no guard
 --
 -- Returns 1 when every lease was moved, 0 when some key is gone, 2 when
--- some key belongs to another owner; then nothing was moved.
+-- some key belongs to another owner, 3 when some lease is too near its end
+-- (ARGV[3]); then nothing was moved.
+local late = false
 for i = 1, #KEYS do
   local cur = redis.call('GET', KEYS[i])
   if cur ~= ARGV[1] then
     if cur then return 2 end
     return 0
   end
+  if ARGV[3] and redis.call('PTTL', KEYS[i]) < tonumber(ARGV[3]) then late = true end
 end
+if late then return 3 end
 for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[2]) end
 return 1

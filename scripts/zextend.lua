@@ -6,9 +6,14 @@
 --          alive as long as the set; absent for a read hold
 -- ARGV[1]  owner value
 -- ARGV[2]  new TTL in milliseconds
+-- ARGV[3]  guard in milliseconds: a lease with less than this left is not
+--          moved (Lock.guardMillis: its holder has declared it lost by now;
+--          a renewal that a paused server runs late must not revive it);
+--          absent: no guard
 --
 -- Returns 1 when the lease was moved, 0 when the hold is gone or its lease
--- already ended (its entry is then removed: an expired hold stays expired).
+-- already ended (its entry is then removed: an expired hold stays expired),
+-- 3 when it is ours but too near its end (ARGV[3]).
 local now = nowms()
 local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not s then return 0 end
@@ -16,6 +21,7 @@ if tonumber(s) <= now then
   redis.call('ZREM', KEYS[1], ARGV[1])
   return 0
 end
+if ARGV[3] and tonumber(s) - now < tonumber(ARGV[3]) then return 3 end
 local ttl = tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
 if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
