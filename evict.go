@@ -9,11 +9,12 @@ import (
 // the warm-up, so that the constructor can warn, once per node, that the
 // server may evict lock keys.
 //
-// Lock keys carry an expiry, and a server shared with a cache under a
-// volatile-* policy evicts exactly such keys first (allkeys-* may evict them
-// too): a held lock then vanishes, and its holder learns of it only at its
-// next renewal (LossDeleted). Nothing on a lock path can prevent that, so the
-// check costs nothing there: one command, read once, in the warm-up.
+// Lock keys carry an expiry, and a volatile-* policy evicts only keys with
+// one (on a server shared with a cache whose keys have none, only lock keys);
+// allkeys-* may evict them too. A held lock then vanishes, and its holder
+// learns of it only at its next renewal (LossDeleted, or LossTaken). A
+// warning is all the library can do about it, and it costs no lock path
+// anything: one command per node, once, in the warm-up.
 type evictionProbe struct {
 	// policy is nil until the server answered. Atomic: a warm-up that
 	// outlives the constructor's wait stores it while the constructor reads.
