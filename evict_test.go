@@ -149,3 +149,16 @@ func TestEvictionWarningConfigRefused(t *testing.T) {
 	newLocker(t, srv.Client(t), WithLogger(slog.New(h)), warmedUp)
 	assert.Len(t, h.evictionWarnings(), 1, "eviction warnings for a user who may run CONFIG")
 }
+
+// TestEvictionWarningCluster: through a Cluster client CONFIG GET reaches one
+// node, whose policy stands for the deployment: one warning, for the one
+// client.
+func TestEvictionWarningCluster(t *testing.T) {
+	cc := startCluster(t)
+	require.NoError(t, cc.ConfigSet(context.Background(), "maxmemory-policy", "volatile-ttl").Err())
+	h := &logRecords{}
+	newLocker(t, cc, WithLogger(slog.New(h)), warmedUp)
+	got := h.evictionWarnings()
+	require.Len(t, got, 1, "eviction warnings of NewLocker() on a Cluster client")
+	assert.Equal(t, "volatile-ttl", got[0]["policy"])
+}
