@@ -23,7 +23,10 @@ type Locker struct{ c *core }
 // NewLocker warms the client up before it returns (a dial and the scripts
 // loaded into the server's cache, at most 1s or the node timeout, ignoring
 // failures), so that a first call with a short TTL is not judged by a budget
-// that a dial spent.
+// that a dial spent. When the server's maxmemory-policy is anything but
+// noeviction, it logs a warning through [WithLogger]'s logger: such a server
+// may evict lock keys (see the README). A server that refuses CONFIG GET, or
+// does not answer in time, is not reported.
 //
 // Every call to Redis is bounded by the node timeout ([WithNodeTimeout]).
 // When the client bounds a call itself, the call runs inline in the
@@ -41,6 +44,7 @@ func NewLocker(client Client, opts ...Option) (*Locker, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.warnEviction()
 	return &Locker{c: c}, nil
 }
 

@@ -48,6 +48,8 @@ type node struct {
 	// dup is the index of the node this one duplicates, or -1. Atomic: every
 	// tally reads it, on the hot path.
 	dup atomic.Int32
+	// evict is the server's maxmemory-policy, read by the warm-up (evict.go).
+	evict evictionProbe
 }
 
 func newNode(idx int, cl Client) *node {
@@ -134,7 +136,8 @@ func identifiable(cl Client) bool {
 // warmUp dials the node and loads the scripts, so that a first call is not
 // judged by a budget that a dial and a NOSCRIPT round trip already spent.
 // With identify it also reads the server's run_id, and reports whether it
-// learnt it. Errors are ignored: a node that is down now is dialled again by
+// learnt it. It reads the maxmemory-policy for the constructor's warning.
+// Errors are ignored: a node that is down now is dialled again by
 // the first call that needs it.
 func (n *node) warmUp(ctx context.Context, identify bool) (identified bool) {
 	if identify {
@@ -148,6 +151,7 @@ func (n *node) warmUp(ctx context.Context, identify bool) (identified bool) {
 			break
 		}
 	}
+	n.evict.probe(ctx, n.client)
 	return identified
 }
 

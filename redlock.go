@@ -53,12 +53,15 @@ type Redlock struct{ c *core }
 // most 1s or the node timeout. A master that does not answer in time is
 // identified on its first contact, before its first vote counts; if it then
 // turns out to duplicate another, its votes never count (the Redlock works
-// on with the remaining masters and the same quorum).
+// on with the remaining masters and the same quorum). Each master whose
+// maxmemory-policy is anything but noeviction gets one warning through
+// [WithLogger]'s logger, as for [NewLocker].
 func NewRedlock(clients []Client, opts ...Option) (*Redlock, error) {
 	c, err := newCore(clients, opts)
 	if err != nil {
 		return nil, err
 	}
+	c.warnEviction()
 	return &Redlock{c: c}, nil
 }
 

@@ -1,0 +1,63 @@
+package redlock
+
+import (
+	"context"
+	"sync/atomic"
+)
+
+// evictionProbe holds the maxmemory-policy a node's server reported during
+// the warm-up, so that the constructor can warn, once per node, that the
+// server may evict lock keys.
+//
+// Lock keys carry an expiry, and a volatile-* policy evicts only keys with
+// one (on a server shared with a cache whose keys have none, only lock keys);
+// allkeys-* may evict them too. A held lock then vanishes, and its holder
+// learns of it only at its next renewal (LossDeleted, or LossTaken). A
+// warning is all the library can do about it, and it costs no lock path
+// anything: one command per node, once, in the warm-up.
+type evictionProbe struct {
+	// policy is nil until the server answered. Atomic: a warm-up that
+	// outlives the constructor's wait stores it while the constructor reads.
+	policy atomic.Pointer[string]
+}
+
+// probe reads maxmemory-policy through a one-command pipeline (the Client
+// interface offers no more than that; see fetchRunID). Any failure leaves
+// the policy unknown, and no warning follows: an ACL user without +config,
+// a managed Redis that renames or hides CONFIG, a node that does not answer.
+// Through a Cluster client CONFIG GET reaches one arbitrary node, and through
+// a Ring one shard: the answer stands for the deployment, which is fine for
+// a warning, since shards of one deployment are normally configured alike.
+func (p *evictionProbe) probe(ctx context.Context, cl Client) {
+	pipe := cl.Pipeline()
+	cmd := pipe.ConfigGet(ctx, "maxmemory-policy")
+	if _, err := pipe.Exec(ctx); err != nil {
+		return
+	}
+	if v, ok := cmd.Val()["maxmemory-policy"]; ok {
+		p.policy.Store(&v)
+	}
+}
+
+// evicting returns the policy the server reported and whether it may evict
+// keys with an expiry: every policy but noeviction. A policy not reported
+// (yet) is not one.
+func (p *evictionProbe) evicting() (policy string, ok bool) {
+	v := p.policy.Load()
+	if v == nil || *v == "" || *v == "noeviction" {
+		return "", false
+	}
+	return *v, true
+}
+
+// warnEviction logs one warning per node whose server reported an evicting
+// maxmemory-policy during the warm-up. A node that had not answered by the
+// time the constructor stopped waiting for it is not reported.
+func (c *core) warnEviction() {
+	for _, n := range c.nodes {
+		if policy, ok := n.evict.evicting(); ok {
+			c.cfg.logger.Warn("redlock: maxmemory-policy may evict lock keys: a held lock can vanish before its lease ends, and its holder learns it only at its next renewal; give locks a Redis of their own, or use noeviction",
+				"node", n.idx, "addr", n.addr, "policy", policy)
+		}
+	}
+}
