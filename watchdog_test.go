@@ -462,3 +462,79 @@ func TestRedlockRenewalPerLock(t *testing.T) {
 		}
 	}
 }
+
+// TestZombieRenewals: a renewal that a paused server runs when it resumes,
+// after the holder declared the lock lost, must not bring the lock back:
+// extend.lua refuses a lease below the lock's guard, and a reply that
+// still says "extended" releases the key. 200 locks share a renewal round;
+// the server is paused right after one round, the next round waits in its
+// sockets, and it resumes as soon as every Done has closed, before the
+// keys expire on the server (the drift allowance, 5% of a 2s TTL, leaves
+// about 150ms between the two). Before the guard, the round ran on resume
+// and kept every name blocked for one more TTL, with nobody holding it.
+// Both kinds of client: one whose reply is read on resume (go-redis
+// defaults), one whose call was cut at its deadline (ContextTimeoutEnabled).
+func TestZombieRenewals(t *testing.T) {
+	for _, deadlines := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ContextTimeoutEnabled=%v", deadlines), func(t *testing.T) {
+			const ttl, n = 2 * time.Second, 200
+			srv := redistest.Start(t)
+			cl := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: deadlines})
+			t.Cleanup(func() { cl.Close() })
+			admin := srv.Client(t)
+			lk := newLocker(t, cl, WithTTL(ttl), WithDriftFactor(0.05))
+			ctx := context.Background()
+			locks := make([]*Lock, n)
+			for i := range locks {
+				l, err := lk.TryLock(ctx, fmt.Sprintf("zombie-%d", i))
+				if err != nil {
+					t.Fatalf("TryLock(%d) = %v", i, err)
+				}
+				locks[i] = l
+			}
+			first := locks[n-1].Until()
+			if !eventually(ttl, func() bool {
+				for _, l := range locks {
+					if !l.Until().After(first) {
+						return false
+					}
+				}
+				return true
+			}) {
+				t.Fatalf("the first renewal round did not move every Until within %v", ttl)
+			}
+			srv.Pause(t)
+			resumed := false
+			defer func() {
+				if !resumed {
+					srv.Resume(t)
+				}
+			}()
+			for i, l := range locks {
+				select {
+				case <-l.Done():
+				case <-time.After(ttl + time.Second):
+					t.Fatalf("lock %d not lost %v into the pause", i, ttl+time.Second)
+				}
+			}
+			srv.Resume(t)
+			resumed = true
+			keys := make([]string, n)
+			for i, l := range locks {
+				if !errors.Is(l.Err(), ErrLost) {
+					t.Fatalf("lock %d Err() = %v, want ErrLost", i, l.Err())
+				}
+				keys[i] = lockKey("redlock:", l.Name())
+			}
+			// The keys expire on the server within the drift allowance of the
+			// loss; a revived one would stay for another 2s.
+			var left int64
+			if !eventually(time.Second, func() bool {
+				left = admin.Exists(ctx, keys...).Val()
+				return left == 0
+			}) {
+				t.Errorf("%d of %d lock keys still on the server 1s after resume, their locks declared lost", left, n)
+			}
+		})
+	}
+}
