@@ -531,7 +531,7 @@ func (c *core) obtain(ctx context.Context, a *acquisition, wait bool) (l *Lock, 
 				wid = a.ww.id
 			}
 			qk = a.queue
-			w, sent = c.waits.join(qk, a.name, wid, cfg)
+			w, sent = c.waits.join(qk, a.name, wid, cfg, ctx.Done())
 			subscribed(ctx, sent, c.quorum, cfg.timeout(cfg.ttl))
 			if warm && c.waits.missed(channelOf(qk), heardSeq, wid) {
 				// A release came between the refusal and the join, with

@@ -205,3 +205,92 @@ func TestReservedWaiterWokenByHead(t *testing.T) {
 	require.NotNil(t, l, "and the head after it")
 	require.NoError(t, l.Unlock(ctx))
 }
+
+// TestHandOffSkipsWaitersThatGaveUp (the rueidislock suite's MissingPeers
+// case): 100 waiters whose ctx was cancelled before the holder's Unlock
+// are never handed the lock, and none returns one; the name is free for
+// another Locker as soon as they have all returned. 20 rounds.
+func TestHandOffSkipsWaitersThatGaveUp(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	lk := newLocker(t, srv.Client(t), WithRetry(ConstantRetry(time.Hour)))
+	other := newLocker(t, srv.Client(t))
+	ctx := context.Background()
+	const waiters = 100
+	ch := releaseChannel(lockKey(lk.c.cfg.prefix, "gave-up"))
+	queued := func() int {
+		lk.c.waits.mu.Lock()
+		defer lk.c.waits.mu.Unlock()
+		if q := lk.c.waits.queues[ch]; q != nil {
+			return len(q.list)
+		}
+		return 0
+	}
+	for round := range 20 {
+		holder, err := lk.TryLock(ctx, "gave-up")
+		require.NoError(t, err)
+		wctx, cancel := context.WithCancel(ctx)
+		errs := make(chan error, waiters)
+		for range waiters {
+			go func() {
+				w, err := lk.Lock(wctx, "gave-up")
+				if err == nil {
+					err = fmt.Errorf("Lock() = %v with a cancelled ctx, want an error", w.Owner())
+					_ = w.Unlock(ctx)
+				}
+				errs <- err
+			}()
+		}
+		require.True(t, eventually(5*time.Second, func() bool { return queued() == waiters }), "round %d: %d of %d waiters queued", round, queued(), waiters)
+		cancel()
+		require.NoError(t, holder.Unlock(ctx))
+		for range waiters {
+			err := <-errs
+			require.ErrorIs(t, err, ErrNotObtained, "round %d", round)
+			require.ErrorIs(t, err, context.Canceled, "round %d", round)
+		}
+		require.True(t, eventually(time.Second, func() bool { return get(t, admin, "{redlock:gave-up}") == "" }),
+			"round %d: the name is still held by %q after every waiter gave up", round, get(t, admin, "{redlock:gave-up}"))
+		l, err := other.TryLock(ctx, "gave-up")
+		require.NoError(t, err, "round %d: TryLock after every waiter gave up", round)
+		require.NoError(t, l.Unlock(ctx))
+	}
+}
+
+// TestHandOffPassesOverGivenUpHead: a waiter whose ctx ended but which has
+// not left the queue yet (its Lock call is still on its way out) is passed
+// over: the Unlock hands the lock to the live waiter behind it, and the one
+// that gave up is handed nothing.
+func TestHandOffPassesOverGivenUpHead(t *testing.T) {
+	srv := redistest.Start(t)
+	lk := newLocker(t, srv.Client(t), WithRetry(ConstantRetry(time.Hour)))
+	ctx := context.Background()
+	holder, err := lk.TryLock(ctx, "dead-head")
+	require.NoError(t, err)
+	ch := releaseChannel(lockKey(lk.c.cfg.prefix, "dead-head"))
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	dead, _ := lk.c.waits.join(ch, "dead-head", "", &lk.c.cfg, gone.Done())
+	got := make(chan *Lock, 1)
+	go func() {
+		l, err := lk.Lock(ctx, "dead-head")
+		assert.NoError(t, err)
+		got <- l
+	}()
+	require.True(t, eventually(5*time.Second, func() bool {
+		lk.c.waits.mu.Lock()
+		defer lk.c.waits.mu.Unlock()
+		return len(lk.c.waits.queues[ch].list) == 2
+	}), "the live waiter never queued behind the one that gave up")
+	require.NoError(t, holder.Unlock(ctx))
+	select {
+	case l := <-got:
+		require.NotNil(t, l)
+		assert.Greater(t, l.Token(), holder.Token())
+		require.NoError(t, l.Unlock(ctx))
+	case <-time.After(2 * time.Second):
+		t.Fatal("the live waiter was not handed the lock within 2s; the hand-off went to the waiter that gave up")
+	}
+	assert.Empty(t, dead.handed, "a waiter that gave up was handed a lock")
+	lk.c.waits.leave(ch, dead, false)
+}

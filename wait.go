@@ -153,6 +153,10 @@ type waiter struct {
 	name   string
 	cfg    *config // the options of its Lock call, for a lock handed to it
 	wid    string  // its id among the name's waiting writers (acquire.lua), or ""
+	// gone is its Lock call's ctx.Done(): closed once the caller gave up,
+	// maybe before the call has returned and left the queue. Such a waiter
+	// is never handed a lock.
+	gone <-chan struct{}
 	// Guarded by ws.mu: an Unlock is handing the lock to it; it left; an
 	// attempt of its own is on the wire. A hand-off never overlaps an
 	// attempt: the attempt, refused, would enter it in the server's queue
@@ -229,8 +233,8 @@ func (ws *waiters) otherQueues(qk string) bool {
 // for a quorum of them, bounded by the node timeout and its ctx, before its
 // next attempt, so that a release right after that attempt is not missed,
 // and a hung node delays nothing.
-func (ws *waiters) join(qk, name, wid string, cfg *config) (*waiter, <-chan struct{}) {
-	w := &waiter{wake: make(chan struct{}, 1), handed: make(chan *Lock, 1), name: name, cfg: cfg, wid: wid}
+func (ws *waiters) join(qk, name, wid string, cfg *config, gone <-chan struct{}) (*waiter, <-chan struct{}) {
+	w := &waiter{wake: make(chan struct{}, 1), handed: make(chan *Lock, 1), name: name, cfg: cfg, wid: wid, gone: gone}
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	q := ws.queues[qk]
@@ -302,14 +306,25 @@ func (ws *waiters) leave(qk string, w *waiter, acquired bool) {
 	}
 }
 
-// reserveHead picks the head waiter of channel for a hand-off by an Unlock
-// of this core; nil when nobody waits or the head is already being handed
-// a lock.
+// reserveHead picks the first live waiter of channel for a hand-off by an
+// Unlock of this core, passing over those whose caller gave up (they are on
+// their way out of the queue); nil when nobody live waits or that waiter is
+// already being handed a lock or attempting.
 func (ws *waiters) reserveHead(channel string) *waiter {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	q := ws.queues[channel]
-	if q == nil || len(q.list) == 0 || q.list[0].reserved || q.list[0].attempting {
+	if q == nil {
+		return nil
+	}
+	var w *waiter
+	for _, x := range q.list {
+		if !x.givenUp() {
+			w = x
+			break
+		}
+	}
+	if w == nil || w.reserved || w.attempting {
 		return nil
 	}
 	if q.handOffs >= maxHandOffs {
@@ -319,9 +334,21 @@ func (ws *waiters) reserveHead(channel string) *waiter {
 		return nil
 	}
 	q.handOffs++
-	w := q.list[0]
 	w.reserved = true
 	return w
+}
+
+// givenUp reports that w's caller no longer wants the lock (ws.mu held).
+func (w *waiter) givenUp() bool {
+	if w.left {
+		return true
+	}
+	select {
+	case <-w.gone:
+		return true
+	default:
+		return false
+	}
 }
 
 // maxHandOffs bounds how many Unlocks in a row hand a name to a waiter of
@@ -329,13 +356,14 @@ func (ws *waiters) reserveHead(channel string) *waiter {
 // otherwise never free the name, and other processes would wait forever.
 const maxHandOffs = 8
 
-// deliver gives w the lock handed to it, unless w left meanwhile (its ctx
-// ended): then it reports false and the caller must release l.
+// deliver gives w the lock handed to it, unless w's caller gave up
+// meanwhile (its ctx ended): then it reports false and the caller must
+// release l, which hands it to the next live waiter.
 func (ws *waiters) deliver(w *waiter, l *Lock) bool {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	w.reserved = false
-	if w.left {
+	if w.givenUp() {
 		return false
 	}
 	// Never blocks: handed is buffered 1, and a waiter is handed at most
@@ -355,10 +383,17 @@ func (ws *waiters) unreserve(channel string, w *waiter, wake bool) {
 	if !wake {
 		return
 	}
-	if !w.left {
+	if !w.givenUp() {
 		notify(w)
-	} else if q := ws.queues[channel]; q != nil && len(q.list) > 0 {
-		notify(q.list[0])
+		return
+	}
+	if q := ws.queues[channel]; q != nil {
+		for _, x := range q.list {
+			if !x.givenUp() {
+				notify(x)
+				return
+			}
+		}
 	}
 }
 
@@ -854,6 +889,12 @@ func (c *core) await(ctx context.Context, qk string, w *waiter, delay time.Durat
 	for {
 		select {
 		case l := <-w.handed:
+			if err := ctx.Err(); err != nil {
+				// Handed over as the caller gave up: a Lock whose ctx ended
+				// returns no lock. Its release hands it to the next waiter.
+				_ = l.Unlock(context.WithoutCancel(ctx))
+				return wokeNone, nil, err
+			}
 			return wokeHanded, l, nil
 		case <-w.wake:
 			if c.waits.wokenAttempt(w) {
