@@ -350,3 +350,76 @@ func TestRedlockRetriedAcquireAfterUnlock(t *testing.T) {
 	assert.Zero(t, admin.Exists(ctx, "{redlock:retried}").Val(),
 		"the retried grant on the third master is still there (owner %q, PTTL %v)", get(t, admin, "{redlock:retried}"), admin.PTTL(ctx, "{redlock:retried}").Val())
 }
+
+// TestNameFreeAfterPause: an attempt that a paused server left unanswered
+// leaves nothing once the server resumes, although the grant and the
+// attempt's cleanup wait in the server's sockets together and may run in
+// either order: the name is free for another Locker within 1s of the
+// resume. Before, the cleanup that ran first found nothing, and the grant
+// after it held the name for a whole lease (10s). Both kinds of client: one
+// that reads the late reply (go-redis defaults), one whose call was cut at
+// its deadline (ContextTimeoutEnabled), whose reply nobody reads.
+func TestNameFreeAfterPause(t *testing.T) {
+	for _, deadlines := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ContextTimeoutEnabled=%v", deadlines), func(t *testing.T) {
+			srv := redistest.Start(t)
+			cl := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: deadlines, MaxRetries: -1})
+			t.Cleanup(func() { cl.Close() })
+			lk := newLocker(t, cl, WithNodeTimeout(100*time.Millisecond), WithTTL(10*time.Second))
+			other := newLocker(t, srv.Client(t))
+			ctx := context.Background()
+			for i := range 6 {
+				name := fmt.Sprintf("after-pause-%d", i)
+				srv.Pause(t)
+				_, err := lk.TryLock(ctx, name)
+				srv.Resume(t)
+				require.ErrorIs(t, err, ErrNotObtained, "TryLock on a paused server")
+				var l *Lock
+				require.True(t, eventually(time.Second, func() bool {
+					l, err = other.TryLock(ctx, name)
+					return err == nil
+				}), "%s: not free 1s after the resume: %v", name, err)
+				require.NoError(t, l.Unlock(ctx))
+			}
+		})
+	}
+}
+
+// TestNameFreeAfterPartition: a grant that ran on the server while the link
+// was cut (its reply lost), and whose cleanup the partition swallowed too,
+// is released once the link heals: the name is free for another Locker
+// within 1s. Before, the one cleanup call was lost with the partition and
+// the grant held the name for its whole lease (10s).
+func TestNameFreeAfterPartition(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	proxy := redistest.NewProxy(t, srv.Addr())
+	cl := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { cl.Close() })
+	lk := newLocker(t, cl, WithNodeTimeout(100*time.Millisecond), WithTTL(10*time.Second))
+	other := newLocker(t, srv.Client(t))
+	ctx := context.Background()
+	for i := range 3 {
+		name := fmt.Sprintf("after-partition-%d", i)
+		key := lockKey(lk.c.cfg.prefix, name)
+		proxy.Hold(true) // the grant runs, its reply waits in the proxy
+		tried := make(chan error, 1)
+		go func() {
+			_, err := lk.TryLock(ctx, name)
+			tried <- err
+		}()
+		require.True(t, eventually(2*time.Second, func() bool { return get(t, admin, key) != "" }), "%s: the grant never ran", name)
+		proxy.Blackhole(true) // drops the held reply, and the cleanup
+		require.ErrorIs(t, <-tried, ErrNotObtained)
+		time.Sleep(300 * time.Millisecond) // the partition lasts
+		proxy.Blackhole(false)
+		proxy.Hold(false)
+		var l *Lock
+		var err error
+		require.True(t, eventually(time.Second, func() bool {
+			l, err = other.TryLock(ctx, name)
+			return err == nil
+		}), "%s: not free 1s after the partition healed: %v", name, err)
+		require.NoError(t, l.Unlock(ctx))
+	}
+}

@@ -173,30 +173,67 @@ func (c *core) releaseOn(ctx context.Context, l *Lock, nodes []*node, timeout ti
 	return rs
 }
 
-// releaseInBackground releases locks, in order, on nodes from one goroutine
-// of the core, waiting for none: their outcome is unknown (the nodes failed
-// or did not answer), and they will not answer the release any sooner.
+// releaseInBackground releases locks, in order, on each of nodes from a
+// goroutine of the core per node, waiting for none: their outcome is
+// unknown (the nodes failed or did not answer), and they will not answer
+// the release any sooner. A goroutine per node, so that a hung node does not
+// keep the others' keys.
 func (c *core) releaseInBackground(ctx context.Context, nodes []*node, locks ...*Lock) {
-	if len(nodes) == 0 || !c.goCount(1) {
+	if len(nodes) == 0 || !c.goCount(len(nodes)) {
 		return
 	}
-	go func() {
-		defer c.wg.Done()
-		for _, l := range locks {
-			for _, n := range nodes {
+	for _, n := range nodes {
+		go func() {
+			defer c.wg.Done()
+			for _, l := range locks {
 				c.releaseNode(ctx, n, l)
 			}
-		}
-	}()
+		}()
+	}
 }
 
-// releaseNode releases l on one node from a goroutine the core already owns.
+// releaseNode releases l on node n, where a call of l's may have run or may
+// still run (its outcome is unknown), from a goroutine the core already
+// owns. A paused server, or one behind a stalled link, runs the commands
+// waiting in its sockets when it resumes, in no set order across
+// connections: a release sent meanwhile may run before the grant or
+// renewal it is meant to undo. So it releases until the node answers, and
+// when the answer is "not ours", once more: by then the server has run
+// every command that was waiting when it answered, and a grant among them
+// is ours to delete. Each call is bounded by the node timeout (on a client
+// without ContextTimeoutEnabled, by its read timeout), so a link that heals
+// is used within that much. It gives up after releaseRetryFor (three
+// leases, if longer), or at Close.
 func (c *core) releaseNode(ctx context.Context, n *node, l *Lock) {
-	// Until the lease would end anyway: a late release still frees the name.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.leaseTTL())
-	defer cancel()
-	releaseCall(ctx, n, l, releaseArgs(l)) // the key expires by itself if this fails
+	ctx = context.WithoutCancel(ctx)
+	end := time.Now().Add(max(3*l.leaseTTL(), releaseRetryFor))
+	answered := false
+	for time.Now().Before(end) {
+		start := time.Now()
+		cctx, cancel := context.WithTimeout(ctx, l.timeout)
+		r := releaseCall(cctx, n, l, releaseArgs(l))
+		cancel()
+		switch {
+		case r.err == nil && (r.ok || answered):
+			return
+		case r.err == nil:
+			answered = true
+			continue
+		case isPermanent(r.err):
+			return
+		}
+		select {
+		case <-time.After(l.timeout - time.Since(start)):
+		case <-c.closing:
+			return
+		}
+	}
 }
+
+// releaseRetryFor bounds how long releaseNode keeps trying on a node that
+// does not answer: a server paused for longer runs a grant waiting in its
+// sockets when it resumes, and that key then lasts one lease.
+const releaseRetryFor = 10 * time.Second
 
 // releaseCall runs the release script of l, with args from releaseArgs
 // (used by an exclusive lock's release.lua only), on one node.
