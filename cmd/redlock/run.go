@@ -25,6 +25,7 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 			"COMMAND's process group, SIGKILL after --grace, exit 76. SIGINT, SIGTERM\n"+
 			"and SIGHUP are forwarded to COMMAND. COMMAND's environment gets\n"+
 			"REDLOCK_NAME, REDLOCK_OWNER and REDLOCK_TOKEN (the fencing token).\n")
+	c.takesCommand = true
 	var cf connFlags
 	cf.register(c.fs)
 	wait := c.fs.Duration("wait", 0, "give up (exit 75) if the lock is not obtained within this `duration`; 0: wait forever")
@@ -36,7 +37,7 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	case done:
 		return code
 	case len(pos) == 0:
-		return c.bad(stderr, "missing lock NAME")
+		return c.bad(stderr, "missing lock NAME before COMMAND (redlock run NAME -- COMMAND [ARGS...])")
 	case len(command) == 0:
 		return c.bad(stderr, "missing COMMAND after NAME (redlock run NAME -- COMMAND [ARGS...])")
 	case *try && *wait != 0:
