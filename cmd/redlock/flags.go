@@ -45,6 +45,9 @@ type command struct {
 	fs       *flag.FlagSet
 	synopsis string // "redlock status [flags] NAME"
 	about    string // what it does, a few lines
+	// takesCommand: a COMMAND follows NAME ("run NAME -- COMMAND"), so
+	// "--" ends the positional arguments as well as the flags.
+	takesCommand bool
 }
 
 func newCommand(name, synopsis, about string) *command {
@@ -64,8 +67,10 @@ func (c *command) usage(w io.Writer) {
 // parse parses args with flags anywhere among them, so that flags may follow
 // NAME ("unlock NAME --owner X"). It returns up to maxPos positional
 // arguments and, after them, the rest verbatim: for run, the command and its
-// own flags. "--" ends the flags; what follows it fills the positional
-// arguments still missing, then the rest.
+// own flags. "--" ends the flags. For a command that takes a COMMAND, all
+// after "--" is the rest: "run -- /bin/sh -c X" lacks a NAME, it must not
+// lock "/bin/sh" and run "-c". Elsewhere what follows "--" fills the
+// positional arguments still missing ("status -- -odd-name"), then the rest.
 //
 // It returns done=true with the exit code when there is nothing more to do:
 // --help (usage on stdout, 0) or a bad flag (message and usage on stderr, 2).
@@ -78,6 +83,9 @@ scan:
 		switch {
 		case a == "--":
 			i++
+			if c.takesCommand {
+				maxPos = len(pos)
+			}
 			break scan
 		case len(a) > 1 && a[0] == '-':
 			flags = append(flags, a)

@@ -109,6 +109,8 @@ func cli(args []string, stdout, stderr io.Writer) int {
 		return statusCmd(rest, stdout, stderr)
 	case "unlock":
 		return unlockCmd(rest, stdout, stderr)
+	case guardArg: // run's own, not in the usage
+		return guardCmd(rest, stderr)
 	case "version", "-version", "--version":
 		fmt.Fprintf(stdout, "redlock %s (%s %s/%s)\n", version(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 		return exitOK

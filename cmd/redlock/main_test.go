@@ -519,6 +519,53 @@ func TestUsage(t *testing.T) {
 	assert.True(t, strings.HasPrefix(out, "redlock "), "version = %q", out)
 }
 
+// TestNameBeforeDashDash: for run, "--" starts COMMAND, so a NAME missing
+// before it is a usage error and nothing runs, however the flags are placed
+// (issue 20, item 8: "run -- /bin/sh -c X" ran "-c" under a lock on
+// "/bin/sh"). status and unlock take no COMMAND: after "--" comes NAME.
+func TestNameBeforeDashDash(t *testing.T) {
+	srv := redistest.Start(t)
+	addr := srv.Addr()
+	dir := t.TempDir()
+	for i, tc := range []struct {
+		args []string // "RAN" is replaced by a file the command would create
+		want int
+	}{
+		{[]string{"run", "--addr", addr, "--", "/bin/sh", "-c", "touch RAN"}, exitUsage},
+		{[]string{"run", "--", "--addr", addr, "/bin/sh", "-c", "touch RAN"}, exitUsage},
+		{[]string{"run", "--addr", addr, "--", "n", "touch", "RAN"}, exitUsage},
+		{[]string{"run", "--addr", addr, "--try", "--", "touch", "RAN"}, exitUsage},
+		{[]string{"run", "--addr", addr, "--ttl", "1s", "--", "touch", "RAN"}, exitUsage},
+		{[]string{"run", "--addr=" + addr, "--wait=1s", "--", "n", "--", "touch", "RAN"}, exitUsage},
+		{[]string{"run", "--addr", addr, "--"}, exitUsage},
+		{[]string{"run", "--addr", addr, "n", "--", "touch", "RAN"}, exitOK},
+		{[]string{"run", "--addr", addr, "n", "touch", "RAN"}, exitOK},
+		{[]string{"run", "n", "--addr", addr, "--", "touch", "RAN"}, exitOK},
+		{[]string{"status", "--addr", addr, "--"}, exitUsage},
+		{[]string{"status", "--addr", addr, "--", "n"}, exitFree},
+		{[]string{"status", "--addr", addr, "--", "--json"}, exitFree}, // a lock named "--json"
+		{[]string{"status", "--addr", addr, "--", "n", "m"}, exitUsage},
+		{[]string{"unlock", "--addr", addr, "--owner", "o", "--"}, exitUsage},
+		{[]string{"unlock", "--addr", addr, "--", "n", "--owner", "o"}, exitUsage},
+		{[]string{"unlock", "--addr", addr, "--owner", "o", "--", "n"}, exitFree},
+	} {
+		ran := filepath.Join(dir, fmt.Sprintf("ran-%d", i))
+		args := make([]string, len(tc.args))
+		for j, a := range tc.args {
+			args[j] = strings.ReplaceAll(a, "RAN", ran)
+		}
+		code, _, stderr := rl(t, nil, args...)
+		assert.Equal(t, tc.want, code, "redlock %q: exit code; stderr: %s", tc.args, stderr)
+		if tc.want == exitUsage {
+			assert.Contains(t, stderr, "Usage", "redlock %q: stderr", tc.args)
+			assert.NoFileExists(t, ran, "redlock %q ran a command", tc.args)
+		}
+		if tc.want == exitOK {
+			assert.FileExists(t, ran, "redlock %q did not run its command", tc.args)
+		}
+	}
+}
+
 // TestUnreachable: a Redis that refuses or does not answer is an error
 // within --timeout, with a code that claims neither "held" nor "free", and
 // one line of redlock's own on stderr (nothing from go-redis).

@@ -24,7 +24,10 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 			"signal N). Not obtained: exit 75. Lock lost while COMMAND runs: SIGTERM to\n"+
 			"COMMAND's process group, SIGKILL after --grace, exit 76. SIGINT, SIGTERM\n"+
 			"and SIGHUP are forwarded to COMMAND. COMMAND's environment gets\n"+
-			"REDLOCK_NAME, REDLOCK_OWNER and REDLOCK_TOKEN (the fencing token).\n")
+			"REDLOCK_NAME, REDLOCK_OWNER and REDLOCK_TOKEN (the fencing token).\n"+
+			"On Unix, if redlock dies (even by SIGKILL), COMMAND's process group is\n"+
+			"killed at once, before the lease ends. NAME comes before \"--\".\n")
+	c.takesCommand = true
 	var cf connFlags
 	cf.register(c.fs)
 	wait := c.fs.Duration("wait", 0, "give up (exit 75) if the lock is not obtained within this `duration`; 0: wait forever")
@@ -36,7 +39,7 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	case done:
 		return code
 	case len(pos) == 0:
-		return c.bad(stderr, "missing lock NAME")
+		return c.bad(stderr, "missing lock NAME before COMMAND (redlock run NAME -- COMMAND [ARGS...])")
 	case len(command) == 0:
 		return c.bad(stderr, "missing COMMAND after NAME (redlock run NAME -- COMMAND [ARGS...])")
 	case *try && *wait != 0:
@@ -77,7 +80,8 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 }
 
 // defaultMetadata names this run for `status`: host, redlock's pid (the
-// command's process group leader is the command) and the command.
+// command's process group is led by redlock's guard, a child of redlock)
+// and the command.
 func defaultMetadata(command string) string {
 	host, err := os.Hostname()
 	if err != nil {
@@ -155,9 +159,7 @@ func (s signalled) Error() string { return "interrupted by " + s.s.String() }
 // the command's process group when the lock is lost, and releases the lock
 // once the command has exited. It returns redlock's exit code.
 func supervise(l *redlock.Lock, name string, command []string, grace, timeout time.Duration, sigs <-chan os.Signal, stderr io.Writer) int {
-	cmd := exec.Command(command[0], command[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(),
+	env := append(os.Environ(),
 		"REDLOCK_NAME="+name,
 		"REDLOCK_OWNER="+l.Owner(),
 		"REDLOCK_TOKEN="+strconv.FormatInt(l.Token(), 10),
@@ -165,16 +167,16 @@ func supervise(l *redlock.Lock, name string, command []string, grace, timeout ti
 	// Its own process group, so that a lost lock stops everything the
 	// command started, not only its first process. At a terminal, that
 	// group takes the terminal over while it runs, as a shell's job does:
-	// keys like ^C reach the command directly.
+	// keys like ^C reach the command directly. Where there are process
+	// groups a guard leads the group, and kills it if redlock dies
+	// (guard_unix.go).
 	tty := inForeground()
-	cmd.SysProcAttr = groupAttr(tty)
-	if err := cmd.Start(); err != nil {
+	cmd, lifeline, err := startCommand(command, env, tty)
+	if err != nil {
 		release(l, name, timeout, stderr)
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
-			return fail(stderr, exitNotFound, "%s: %v", command[0], err)
-		}
-		return fail(stderr, exitCannotRun, "%s: %v", command[0], err)
+		return startFailed(stderr, command[0], err)
 	}
+	defer lifeline.Close() // after the guard's exit: closing it earlier kills the group
 	exited := make(chan struct{})
 	go func() {
 		_ = cmd.Wait() // the exit status is read from cmd.ProcessState
@@ -210,6 +212,14 @@ func supervise(l *redlock.Lock, name string, command []string, grace, timeout ti
 			killGroup(cmd.Process.Pid)
 		}
 	}
+	if !wasLost && guardKilled(cmd.ProcessState) {
+		// Nothing watches for redlock's death any more in what is left of
+		// the group: end it now rather than leave it unguarded, and before
+		// the release below, so that none of it outlives the lock.
+		fmt.Fprintf(stderr, "redlock: the guard of %s was killed (%v); killing the rest of its process group\n", command[0], cmd.ProcessState)
+		killGroup(cmd.Process.Pid)
+		groupAlive(cmd.Process.Pid, time.Now().Add(grace))
+	}
 	if wasLost {
 		// The command's first process is gone; whatever else of its group
 		// is left gets the rest of the grace, then SIGKILL.
@@ -227,6 +237,15 @@ func supervise(l *redlock.Lock, name string, command []string, grace, timeout ti
 		return exitLost
 	}
 	return exitStatus(cmd.ProcessState)
+}
+
+// startFailed reports a command that could not be started: 127 if it was
+// not found, else 126.
+func startFailed(stderr io.Writer, command string, err error) int {
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+		return fail(stderr, exitNotFound, "%s: %v", command, err)
+	}
+	return fail(stderr, exitCannotRun, "%s: %v", command, err)
 }
 
 // release unlocks l, bounded by timeout, and reports whether it was still held. A
