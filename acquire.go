@@ -591,7 +591,7 @@ func (c *core) unwait(ctx context.Context, a *acquisition) {
 	keys := []string{a.tag + writersSuffix, a.tag}
 	timeout := a.cfg.timeout(a.cfg.ttl)
 	call := func(ctx context.Context, n *node) reply {
-		return reply{err: scriptUnwait.Run(ctx, n.client, keys, a.ww.id, a.channel).Err()}
+		return reply{err: scriptUnwait.Run(ctx, n.client, keys, a.ww.id, a.channel, ttlMillis(timeout)).Err()}
 	}
 	if _, _, err := c.round(detached(ctx), c.nodes, timeout, timeout, call, time.Now().Add(timeout), nil, never); err != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)

@@ -423,3 +423,48 @@ func TestNameFreeAfterPartition(t *testing.T) {
 		require.NoError(t, l.Unlock(ctx))
 	}
 }
+
+// TestReservationForGoneWaiter: a waiting writer whose withdrawal from the
+// name's queue was lost to a partition leaves an entry that lives on for a
+// few seconds, and the next release reserves the name for it. Nobody will
+// claim that reservation: it must lapse within the releaser's node timeout
+// (100ms here), not after a second as before, so the name is free for
+// others soon after the release.
+func TestReservationForGoneWaiter(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := redistest.NewProxy(t, srv.Addr())
+	viaProxy := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { viaProxy.Close() })
+	holderLk := newLocker(t, srv.Client(t), WithNodeTimeout(100*time.Millisecond))
+	waiterLk := newLocker(t, viaProxy, WithNodeTimeout(100*time.Millisecond), WithRetry(ConstantRetry(time.Hour)))
+	other := newLocker(t, srv.Client(t))
+	ctx := context.Background()
+	holder, err := holderLk.TryLock(ctx, "gone-waiter")
+	require.NoError(t, err)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	gaveUp := make(chan error, 1)
+	go func() {
+		_, err := waiterLk.Lock(wctx, "gone-waiter")
+		gaveUp <- err
+	}()
+	writersQueued(t, srv, "gone-waiter", 1)
+	proxy.Blackhole(true) // the withdrawal is lost
+	cancel()
+	require.ErrorIs(t, <-gaveUp, context.Canceled)
+	proxy.Blackhole(false)
+	writersQueued(t, srv, "gone-waiter", 1) // still queued on the server
+
+	require.NoError(t, holder.Unlock(ctx))
+	released := time.Now()
+	key := lockKey(holderLk.c.cfg.prefix, "gone-waiter")
+	assert.Contains(t, get(t, srv.Client(t), key), "queued:", "the release reserved the name for the queued entry")
+	var l *Lock
+	require.True(t, eventually(2*time.Second, func() bool {
+		l, err = other.TryLock(ctx, "gone-waiter")
+		return err == nil
+	}), "the name never became free: %v", err)
+	took := time.Since(released)
+	require.NoError(t, l.Unlock(ctx))
+	assert.Less(t, took, 500*time.Millisecond, "an unclaimed reservation lasted %v, want about the node timeout (100ms)", took)
+}

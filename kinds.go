@@ -59,14 +59,14 @@ func (l *Lock) releaseCmd(p int) (*redis.Script, []string, []any) {
 	case kindPermit:
 		return scriptZRelease, l.keys[:3], []any{l.owner, l.channel, ttlMillis(l.leaseTTL()), "0"}
 	case kindMulti:
-		return scriptMultiRelease, l.multi.rel[p], []any{l.owner, channelSuffix, ttlMillis(l.leaseTTL())}
+		return scriptMultiRelease, l.multi.rel[p], []any{l.owner, channelSuffix, ttlMillis(l.leaseTTL()), ttlMillis(l.timeout)}
 	}
 	return scriptRelease, l.relKeys(), releaseArgs(l)
 }
 
 // releaseArgs are release.lua's ARGV for l.
 func releaseArgs(l *Lock) []any {
-	return []any{l.owner, l.channel, ttlMillis(l.leaseTTL())}
+	return []any{l.owner, l.channel, ttlMillis(l.leaseTTL()), ttlMillis(l.timeout)}
 }
 
 // extendCmd is the extend call of part p of l, to a lease of ttl.

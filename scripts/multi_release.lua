@@ -7,6 +7,8 @@
 -- ARGV[1]  owner value
 -- ARGV[2]  suffix of a name's release channel (":rel"), after its lock key
 -- ARGV[3]  lifetime of the markers in milliseconds (the lock's TTL)
+-- ARGV[4]  how long a reservation for a waiting writer lasts, in ms (see
+--          release.lua); absent: 1000
 --
 -- Returns what release.lua returns, for all the names together: 1 when every
 -- name was ours and is released, 3 when so but a PUBLISH was refused, 2 when
@@ -18,7 +20,7 @@ local ours, before, unpublished = 0, 0, false
 for i = 1, n do
   if redis.call('GET', KEYS[i]) == ARGV[1] then
     redis.call('SET', KEYS[n + i], ARGV[1], 'PX', ARGV[3])
-    local res = pass(KEYS[i], KEYS[i] .. ARGV[2], ARGV[1], math.min(1000, tonumber(ARGV[3])))
+    local res = pass(KEYS[i], KEYS[i] .. ARGV[2], ARGV[1], math.min(tonumber(ARGV[4] or 1000), tonumber(ARGV[3])))
     if type(res) == 'table' and res.err then unpublished = true end
     ours = ours + 1
   elseif redis.call('GET', KEYS[n + i]) == ARGV[1] then

@@ -7,8 +7,10 @@
 -- KEYS[2]  released marker "<lock key>:released"
 -- ARGV[1]  owner value
 -- ARGV[2]  release channel "<lock key>:rel"
--- ARGV[3]  lifetime of the marker in milliseconds (the lock's TTL); a
---          reservation lasts as long, but at most 1s
+-- ARGV[3]  lifetime of the marker in milliseconds (the lock's TTL)
+-- ARGV[4]  how long a reservation for a waiting writer lasts, in ms (the
+--          releaser's node timeout: a waiter that no longer asks, whose
+--          withdrawal was lost, holds the name no longer); absent: 1000
 --
 -- Returns 1 when our lock was given up and the wake-up published on ARGV[2]
 -- (so waiters wake at once instead of polling); 3 when it was given up but
@@ -23,7 +25,7 @@
 -- keys pass derives from KEYS[1], share one hash tag.
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[3])
-  local res = pass(KEYS[1], ARGV[2], ARGV[1], math.min(1000, tonumber(ARGV[3])))
+  local res = pass(KEYS[1], ARGV[2], ARGV[1], math.min(tonumber(ARGV[4] or 1000), tonumber(ARGV[3])))
   if type(res) == 'table' and res.err then return 3 end
   return 1
 end

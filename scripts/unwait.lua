@@ -6,6 +6,8 @@
 -- KEYS[2]  lock key
 -- ARGV[1]  the writer's id
 -- ARGV[2]  release channel of the name
+-- ARGV[3]  how long a reservation for the next writer lasts, in ms (see
+--          release.lua); absent: 1000
 --
 -- A name reserved for it passes on to the next writer in the queue, or is
 -- freed. When no writer is left waiting and the name is free, it publishes
@@ -13,7 +15,7 @@
 redis.call('LREM', KEYS[1], 0, ARGV[1])
 redis.call('DEL', KEYS[1] .. ':' .. ARGV[1])
 if redis.call('GET', KEYS[2]) == 'queued:' .. ARGV[1] then
-  pass(KEYS[2], ARGV[2], ARGV[1], 1000)
+  pass(KEYS[2], ARGV[2], ARGV[1], tonumber(ARGV[3] or 1000))
 elseif redis.call('EXISTS', KEYS[1]) == 0 and redis.call('EXISTS', KEYS[2]) == 0 then
   redis.pcall('PUBLISH', ARGV[2], ARGV[1])
 end
