@@ -58,6 +58,10 @@ const (
 	relUnpublished = 3 // released, but PUBLISH was refused (an ACL user without channel rights)
 )
 
+// handOffRefused is handoff.lua's reply when the server refused its first
+// write (maxmemory): nothing changed, and the ordinary release must run.
+const handOffRefused = -4
+
 // extTaken is extend.lua's reply for a key that holds another owner's value.
 const extTaken = 2
 
@@ -66,6 +70,26 @@ const pttlGone = -3
 
 //go:embed scripts/*.lua
 var scriptFS embed.FS
+
+// Scripts and maxmemory. With maxmemory-policy noeviction and the memory
+// full, Redis 7.0 refuses a command that may grow memory (SET, ZADD, RPUSH,
+// INCR: "-OOM command not allowed when used memory > 'maxmemory'"), but
+// not DEL, PEXPIRE, ZREM, LPOP, LREM or PUBLISH. A script without a shebang
+// line is not refused up front: each redis.call is checked, and only a
+// growing write that comes before any other write in the script is refused
+// (a script that already wrote is let through to its end, since Redis
+// cannot stop it half done). So every script that gives up or renews a
+// hold writes first what a full server accepts (DEL, LPOP, ZREM, PEXPIRE)
+// and only then what it grows by (a released marker, a reservation, a new
+// score), and writes its released marker with pcall, whose refusal could
+// only cost a retried release its "already released" answer. No script
+// has a shebang: "#!lua" without flags is refused whole at maxmemory, even
+// a read-only one, and "#!lua flags=allow-oom" would let acquisitions grow
+// a full server too; neither is understood by servers before 7.0.
+// Acquisitions are refused at maxmemory, by their first growing write
+// (mint's SET, or enqueue's for a waiting writer), except that a script
+// that pruned expired read holds or permits first (ZREMRANGEBYSCORE) goes
+// through: then the grant is the little memory of one key or member.
 
 // newScript loads an embedded script, with the helpers of scripts/_lib.lua
 // (mint, minted, nowms, the writers' queue) in front when it calls one of

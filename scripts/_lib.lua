@@ -84,7 +84,9 @@ end
 -- writer, for which it is reserved ("queued:<id>", for at most reserve ms)
 -- and woken alone by "w:<id>" on channel; or, with nobody queued, it frees
 -- the name and publishes released, which wakes every waiter. It returns
--- PUBLISH's reply, an error table when the server refused it.
+-- PUBLISH's reply, an error table when the server refused it. Its first
+-- write (LPOP) is one a full server accepts, so it frees the name at
+-- maxmemory too, and writes after it in the script pass (see scripts.go).
 local function pass(lock, channel, released, reserve)
   local q = lock .. ':writers'
   for _ = 1, 16 do

@@ -17,6 +17,10 @@ if tonumber(s) <= now then
   return 0
 end
 local ttl = tonumber(ARGV[2])
+-- ZREM first: at maxmemory (noeviction) Redis refuses a script's first
+-- write that may grow memory (ZADD), but not one after a write that cannot,
+-- so the renewal goes through on a full server (see scripts.go).
+redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
 if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
 if KEYS[3] then redis.call('PEXPIRE', KEYS[3], redis.call('PTTL', KEYS[1])) end
