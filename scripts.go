@@ -3,6 +3,7 @@ package redlock
 import (
 	"embed"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -98,7 +99,8 @@ var scriptFS embed.FS
 // script cache costs one extra round trip, never an error.
 func newScript(name string) *redis.Script {
 	body := string(embedded(name))
-	lib := string(embedded("_lib.lua"))
+	lib := strings.ReplaceAll(string(embedded("_lib.lua")), "DEFAULT_FENCE_RETENTION_MS",
+		strconv.FormatInt(defaultFenceRetention.Milliseconds(), 10))
 	for _, m := range libFunc.FindAllStringSubmatch(lib, -1) {
 		if strings.Contains(body, m[1]+"(") {
 			return redis.NewScript(lib + body)

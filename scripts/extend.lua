@@ -8,10 +8,16 @@
 -- Returns 1 when the lease was moved, 0 when the key is gone, 2 when it
 -- belongs to another owner (so a loss can say which). It never creates a
 -- key: an expired lock stays expired.
+--
+-- The fence counter "<KEYS[1]>:fence" (same hash tag) is kept at least as
+-- long as the new lease (keepcounter, _lib.lua): a lock held for longer
+-- than the counter's retention still has its token on the server.
 local cur = redis.call('GET', KEYS[1])
 if cur == ARGV[1] then
   if KEYS[2] then redis.call('PEXPIRE', KEYS[2], ARGV[2]) end
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  local moved = redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  keepcounter(KEYS[1] .. ':fence', ARGV[2])
+  return moved
 end
 if cur then return 2 end
 return 0

@@ -8,7 +8,9 @@
 -- ARGV[1]  current owner value
 -- ARGV[2]  next owner value
 -- ARGV[3]  next owner's TTL in milliseconds
--- ARGV[4]  "1" to mint a fencing token for the next owner, "0" to skip it
+-- ARGV[4]  "1" to mint a fencing token for the next owner, "0" to skip it;
+--          a number of ms above 1 also mints, keeping the counter that
+--          long (its retention; "1": the default)
 -- ARGV[5]  lifetime of the released marker in milliseconds (the current TTL)
 -- ARGV[6]  the next owner's id in the queue of waiting writers (_lib.lua),
 --          "" if it has none
@@ -49,7 +51,7 @@ if first then
   redis.call('LPOP', q)
   redis.call('DEL', q .. ':' .. first)
 end
-local tok, refused = mint(ARGV[4], {KEYS[2]}, '')
+local tok, refused = mint(ARGV[4], {KEYS[2]}, '', ARGV[3])
 if not tok then return refused end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 if ARGV[7] then redis.call('SET', KEYS[4], ARGV[7], 'PX', ARGV[3]) end

@@ -6,7 +6,9 @@
 -- ARGV[2]  new TTL in milliseconds
 --
 -- Returns 1 when every lease was moved, 0 when some key is gone, 2 when
--- some key belongs to another owner; then nothing was moved.
+-- some key belongs to another owner; then nothing was moved. Each name's
+-- fence counter "<lock key>:fence" is kept at least as long as the new
+-- lease (keepcounter, _lib.lua).
 for i = 1, #KEYS do
   local cur = redis.call('GET', KEYS[i])
   if cur ~= ARGV[1] then
@@ -14,5 +16,8 @@ for i = 1, #KEYS do
     return 0
   end
 end
-for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[2]) end
+for i = 1, #KEYS do
+  redis.call('PEXPIRE', KEYS[i], ARGV[2])
+  keepcounter(KEYS[i] .. ':fence', ARGV[2])
+end
 return 1
