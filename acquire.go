@@ -117,12 +117,18 @@ func (c *core) acquire(ctx context.Context, l *Lock, cfg *config, ww *writerWait
 // writer's id in the queue of waiting writers (acquire.lua's ARGV[5]), ""
 // for a call that does not wait; a first attempt's id is its own owner
 // value, sent as the same boxed value.
+//
+// The fencing argument is "0" without fencing, else the counter's retention
+// in ms, "1" standing for the default (a constant: no allocation).
 func (c *core) acquireArgs(l *Lock, cfg *config, wait string) (*redis.Script, []string, []any) {
 	// Constants boxed in an any cost no allocation; strings and numbers
 	// computed at run time each cost one.
 	var fence, floor any = "0", ""
-	if cfg.fencing {
+	switch {
+	case cfg.fencing && cfg.retention == defaultFenceRetention:
 		fence = "1"
+	case cfg.fencing:
+		fence = cfg.retention.Milliseconds()
 	}
 	if cfg.fencing && len(c.nodes) > 1 {
 		// One floor for all masters, so that they mint the same token and the

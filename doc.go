@@ -76,8 +76,11 @@
 // with the lock (the two failures above) and the next token would go
 // backwards; the time floor keeps it ahead as long as that clock is not
 // behind by more than the time since the last grant. The counter lives in one
-// key per lock name that never expires; turn fencing off with [WithFencing]
-// to save it. See [Redlock] for what holds across masters.
+// key per lock name, kept for a retention after the name's last grant
+// ([WithFenceRetention], default 24h): after it expires the next token is
+// the clock alone, still larger unless that clock went back by the
+// retention or more. Turn fencing off with [WithFencing] to save the key.
+// See [Redlock] for what holds across masters.
 //
 // # Losses, observability, tests
 //
@@ -103,8 +106,22 @@
 // (the prefix is [WithKeyPrefix]). A release leaves "{redlock:n}:released"
 // holding the released owner for one TTL, so that a release retried after a
 // lost reply knows it already succeeded. Read holds live in the sorted set
-// "{redlock:n}:readers", a semaphore's permits in "{redlock:n}:sem", and the
-// queue of waiting writers (a Locker's fair hand-off across processes) in
-// "{redlock:n}:writers". All share a hash tag, so they sit in one Redis
-// Cluster slot. Releases are published on "{redlock:n}:rel".
+// "{redlock:n}:readers", a semaphore's permits in "{redlock:n}:sem" (their
+// number in "{redlock:n}:sem:permits", their counter in
+// "{redlock:n}:sem:fence"), metadata in "{redlock:n}:meta", and the queue of
+// waiting writers (a Locker's fair hand-off across processes) in
+// "{redlock:n}:writers" with one "{redlock:n}:writers:<id>" per waiter. All
+// share a hash tag, so they sit in one Redis Cluster slot. Releases are
+// published on "{redlock:n}:rel". Every one of these keys expires: with the
+// lease, 5s after a waiting writer's last attempt, and the counters after
+// the retention of [WithFenceRetention], so a name no longer used leaves
+// nothing behind. The marks of a [RedisFence] are the guarded data's, not
+// a name's, and never expire.
+//
+// On a server full to maxmemory (noeviction) Unlock, Extend and renewals
+// still work: the scripts free or move a hold with writes Redis accepts
+// there before writing anything that grows memory. Locks (a hand-off to a
+// waiter too) are refused with the server's OOM error; a read hold, or a
+// permit of a semaphore that has holders, is granted there (its script
+// prunes expired holds first, and Redis lets a script that wrote finish).
 package redlock

@@ -29,6 +29,7 @@ type config struct {
 	metadata      string        // "": none (WithMetadata)
 	replicas      int           // 0: no WAIT
 	ackTimeout    time.Duration // WAIT's timeout when replicas > 0
+	retention     time.Duration // fence counters' life after a grant (WithFenceRetention)
 }
 
 func defaultConfig() config {
@@ -38,6 +39,7 @@ func defaultConfig() config {
 		driftFactor: 0.01,
 		prefix:      "redlock:",
 		fencing:     true,
+		retention:   defaultFenceRetention,
 		retry:       ExponentialRetry(8*time.Millisecond, 512*time.Millisecond),
 		logger:      slog.New(slog.DiscardHandler),
 	}
@@ -83,17 +85,53 @@ func WithDriftFactor(f float64) Option { return func(c *config) { c.driftFactor 
 
 // WithKeyPrefix sets the prefix of the keys the library writes. Default
 // "redlock:". A lock named n lives at "{<prefix>n}", its fencing counter at
-// "{<prefix>n}:fence", and for one TTL after each release a marker of the
+// "{<prefix>n}:fence" (for the retention of [WithFenceRetention] after the
+// last grant), and for one TTL after each release a marker of the
 // released owner at "{<prefix>n}:released"; releases are published on
 // "{<prefix>n}:rel". The prefix must be non-empty and contain no '{' or '}',
 // so the hash tag of both keys is never empty and they share one Cluster slot.
 func WithKeyPrefix(p string) Option { return func(c *config) { c.prefix = p } }
 
 // WithFencing turns fencing tokens on or off. Default true: every acquisition
-// mints a token, and a per-name counter key that never expires is kept
-// (one small key per lock name ever used; delete it only when the name is
-// retired). With fencing off no counter is written and [Lock.Token] is 0.
+// mints a token and keeps it in a per-name counter key for the retention of
+// [WithFenceRetention]. With fencing off no counter is written and
+// [Lock.Token] is 0.
 func WithFencing(on bool) Option { return func(c *config) { c.fencing = on } }
+
+// WithFenceRetention sets how long a name's fencing counter outlives the
+// name's last grant. Default 24h; at least 1s. Every other key of a name
+// lives no longer than a lease (or 5s for a waiting writer's entry), so a
+// name left alone leaves nothing on the server after the retention: a
+// service that locks one name per entity does not keep one key per entity
+// forever. A lock held longer than that keeps its counter as long as its
+// lease, and a grant never shortens a counter's remaining life.
+//
+// Tokens still increase across an expired counter. A token is the larger
+// of the counter plus one and a clock in microseconds: the server's TIME
+// for a [Locker], the acquiring client's clock for a [Redlock]. An expired
+// counter reads as none, so the next token is that clock alone. The counter
+// expires only once its server's clock has run the retention d past the
+// counter's last write, so the next token is larger than every earlier one
+// as long as the clock that floors it is less than d behind the clock
+// reading that floored the last token (plus one microsecond per grant
+// since). For a Locker: as long as the server's clock has not been set back
+// by d or more. For a Redlock: as long as no client's clock is d or more
+// behind another's, less any jump forward of a master's clock (which
+// expires the counter early). The 24h default is far beyond the steps NTP
+// makes (ntpd by default refuses to correct an offset above 1000s) and any
+// sane skew between clients, and keeps the counters of names no longer used
+// to one day's worth.
+// [Locker.Inspect] reports Token 0 for a name whose counter expired.
+//
+// The retention applies to the counters a call's grant writes. A hand-off
+// to a waiter of the same Locker, a [Locker.LockAll] on a Cluster or Ring
+// client, and a Redlock's token write-back keep a counter for at least the
+// default (and never shorten one).
+func WithFenceRetention(d time.Duration) Option { return func(c *config) { c.retention = d } }
+
+// defaultFenceRetention is WithFenceRetention's default, written into the
+// scripts as well (newScript), for the callers that do not send it.
+const defaultFenceRetention = 24 * time.Hour
 
 // WithRetry sets how long Lock waits between attempts on a contended lock
 // when it cannot rely on release messages: before its subscription is
@@ -206,6 +244,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("redlock: nil RetryFunc")
 	case len(c.metadata) > maxMetadata:
 		return fmt.Errorf("redlock: metadata of %d bytes, at most %d", len(c.metadata), maxMetadata)
+	case c.retention < time.Second:
+		return fmt.Errorf("redlock: fence retention must be at least 1s, got %v", c.retention)
 	case c.maxHold < 0:
 		return fmt.Errorf("redlock: max hold must not be negative, got %v", c.maxHold)
 	case c.replicas < 0 || c.replicas > maxReplicaAcks:

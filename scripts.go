@@ -3,6 +3,7 @@ package redlock
 import (
 	"embed"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -67,20 +68,48 @@ const (
 	extLate = 3
 )
 
+// handOffRefused is handoff.lua's reply when the server refused its first
+// write (maxmemory): nothing changed, and the ordinary release must run.
+const handOffRefused = -4
+
 // pttlGone is pttl.lua's reply for a key that is not ours.
 const pttlGone = -3
 
 //go:embed scripts/*.lua
 var scriptFS embed.FS
 
+// Scripts and maxmemory. With maxmemory-policy noeviction and the memory
+// full, Redis 7.0 refuses a command that may grow memory (SET, ZADD, RPUSH,
+// INCR: "-OOM command not allowed when used memory > 'maxmemory'"), but
+// not DEL, PEXPIRE, ZREM, LPOP, LREM or PUBLISH. A script without a shebang
+// line is not refused up front: each redis.call is checked, and only a
+// growing write that comes before any other write in the script is refused
+// (a script that already wrote is let through to its end, since Redis
+// cannot stop it half done). So every script that gives up or renews a
+// hold writes first what a full server accepts (DEL, LPOP, ZREM, PEXPIRE)
+// and only then what it grows by (a released marker, a reservation, a new
+// score), and writes its released marker with pcall, whose refusal could
+// only cost a retried release its "already released" answer. No script
+// has a shebang: "#!lua" without flags is refused whole at maxmemory, even
+// a read-only one, and "#!lua flags=allow-oom" would let acquisitions grow
+// a full server too; neither is understood by servers before 7.0.
+// Acquisitions are refused at maxmemory, by their first growing write
+// (mint's SET, or enqueue's for a waiting writer), except where the script
+// prunes expired read holds or permits first (ZREMRANGEBYSCORE): a read
+// hold, a permit of a semaphore that has holders, a lock on a name whose
+// read holds all ended but whose set has not expired yet. Those go through,
+// for the memory of one key or member.
+
 // newScript loads an embedded script, with the helpers of scripts/_lib.lua
-// (mint, minted, nowms, the writers' queue) in front when it calls one of
+// (mint, minted, keepcounter, nowms, the writers' queue), in which it
+// writes the default fence retention, in front when it calls one of
 // them. go-redis runs it with EVALSHA and falls back to EVAL on NOSCRIPT,
 // so a SCRIPT FLUSH, a restart or a failover to a node with an empty
 // script cache costs one extra round trip, never an error.
 func newScript(name string) *redis.Script {
 	body := string(embedded(name))
-	lib := string(embedded("_lib.lua"))
+	lib := strings.ReplaceAll(string(embedded("_lib.lua")), "DEFAULT_FENCE_RETENTION_MS",
+		strconv.FormatInt(defaultFenceRetention.Milliseconds(), 10))
 	for _, m := range libFunc.FindAllStringSubmatch(lib, -1) {
 		if strings.Contains(body, m[1]+"(") {
 			return redis.NewScript(lib + body)

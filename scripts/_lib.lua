@@ -1,20 +1,37 @@
 -- _lib.lua: prepended to every script that calls one of its functions (see
 -- newScript); not a script by itself.
 --
--- mint(on, fences, floor) returns 0 when on is not '1' (fencing off), and
+-- retention(arg) is how long a fence counter outlives its last write, in
+-- ms: arg when it is a number above 1 (WithFenceRetention), else the
+-- default, which newScript writes in from Go. A script's caller that does
+-- not say passes '1' ("fencing on") or nothing.
+local function retention(arg)
+  local ms = tonumber(arg)
+  if ms and ms > 1 then return ms end
+  return DEFAULT_FENCE_RETENTION_MS
+end
+
+-- mint(on, fences, floor, lease) returns 0 when on is '0' (fencing off), and
 -- otherwise raises every counter in fences to one new token,
 -- larger than each of them (counter + 1) and no smaller than the time floor
 -- in microseconds: floor, or this server's TIME when floor is not a number.
 -- The counter alone goes backwards when Redis loses it together with the
 -- lock (restart without persistence, failover to a replica that missed the
--- write); the time floor keeps the next token above every earlier one as
--- long as the clock that gives the floor is not behind by more than the time
--- since the last grant. It returns the token, or nil and the reply the
--- script must give instead: {-1, counter} when a counter reached 2^53-1,
--- where a Lua double can no longer count up by one, or {-2, 0} when a fence
--- key holds something that is not a number. Nothing is written then.
-local function mint(on, fences, floor)
-  if on ~= '1' then return 0 end
+-- write) or when it expires; the time floor keeps the next token above
+-- every earlier one as long as the clock that gives the floor is not behind
+-- the one that floored the last token by more than the time since the
+-- counter's last write (for an expired counter: its retention, at least).
+-- It returns the token, or nil and the reply the script must give instead:
+-- {-1, counter} when a counter reached 2^53-1, where a Lua double can no
+-- longer count up by one, or {-2, 0} when a fence key holds something that
+-- is not a number. Nothing is written then.
+--
+-- on is also the counters' retention (see retention): they expire that long
+-- after this write, or at the end of the lease (ms) being granted, or when
+-- they were to already, whichever is last.
+local function mint(on, fences, floor, lease)
+  if on == '0' or not on then return 0 end
+  local life = math.max(retention(on), tonumber(lease))
   local tok = 0
   for _, k in ipairs(fences) do
     local last = tonumber(redis.call('GET', k) or '0')
@@ -31,16 +48,28 @@ local function mint(on, fences, floor)
   if now > tok then tok = now end
   -- %.0f: tostring() would print 1.8e+15 and lose digits of a µs timestamp.
   local s = string.format('%.0f', tok)
-  for _, k in ipairs(fences) do redis.call('SET', k, s) end
+  for _, k in ipairs(fences) do
+    redis.call('SET', k, s, 'PX', math.max(life, redis.call('PTTL', k)))
+  end
   return tok
 end
 
 -- minted(on, fence) is the token a grant of this very attempt minted
 -- earlier, for a client-side retry after a lost reply: the counter at fence
--- (0 when on is not '1').
+-- (0 when on is '0').
 local function minted(on, fence)
-  if on ~= '1' then return 0 end
+  if on == '0' or not on then return 0 end
   return tonumber(redis.call('GET', fence) or '0') or 0
+end
+
+-- keepcounter(fence, ttl) keeps a fence counter alive for at least the ttl
+-- ms of a lease being renewed, so that a lock held longer than the
+-- retention still finds its token there (Inspect). It never creates a
+-- counter, and leaves one without expiry (written before counters expired)
+-- as it is.
+local function keepcounter(fence, ttl)
+  local p = redis.call('PTTL', fence)
+  if p >= 0 and p < tonumber(ttl) then redis.call('PEXPIRE', fence, ttl) end
 end
 
 -- nowms is the server's time in milliseconds: the clock of the expiry
@@ -84,7 +113,9 @@ end
 -- writer, for which it is reserved ("queued:<id>", for at most reserve ms)
 -- and woken alone by "w:<id>" on channel; or, with nobody queued, it frees
 -- the name and publishes released, which wakes every waiter. It returns
--- PUBLISH's reply, an error table when the server refused it.
+-- PUBLISH's reply, an error table when the server refused it. Its first
+-- write (LPOP) is one a full server accepts, so it frees the name at
+-- maxmemory too, and writes after it in the script pass (see scripts.go).
 local function pass(lock, channel, released, reserve)
   local q = lock .. ':writers'
   for _ = 1, 16 do

@@ -1,11 +1,13 @@
 -- acquire.lua: take the lock if free and mint its fencing token, in one round trip.
 --
 -- KEYS[1]  lock key        "{<prefix><name>}"
--- KEYS[2]  fence counter   "{<prefix><name>}:fence"  (never expires)
+-- KEYS[2]  fence counter   "{<prefix><name>}:fence"  (expires its retention
+--          after the last grant, see mint in _lib.lua)
 -- KEYS[3]  metadata        "{<prefix><name>}:meta"   (only with ARGV[6])
 -- ARGV[1]  owner value (a fresh UUID per attempt)
 -- ARGV[2]  TTL in milliseconds
--- ARGV[3]  "1" to mint a fencing token, "0" to skip it
+-- ARGV[3]  "0" to skip the fencing token; otherwise mint one, keeping the
+--          counter for this many ms (its retention), "1" for the default
 -- ARGV[4]  time floor of the token in microseconds, or "" to use this
 --          server's TIME (Redlock proposes one floor to all masters so that
 --          they mint the same token and need no write-back round)
@@ -59,7 +61,7 @@ if not claimed and redis.call('EXISTS', readers) == 1 then
     return {0, tonumber(last[2]) - now, ''}
   end
 end
-local tok, refused = mint(ARGV[3], {KEYS[2]}, ARGV[4])
+local tok, refused = mint(ARGV[3], {KEYS[2]}, ARGV[4], ARGV[2])
 if not tok then return refused end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 if ARGV[6] then redis.call('SET', KEYS[3], ARGV[6], 'PX', ARGV[2]) end

@@ -13,11 +13,17 @@
 -- belongs to another owner (so a loss can say which), 3 when it is ours but
 -- too near its end (ARGV[3]). It never creates a key: an expired lock stays
 -- expired.
+--
+-- The fence counter "<KEYS[1]>:fence" (same hash tag) is kept at least as
+-- long as the new lease (keepcounter, _lib.lua): a lock held for longer
+-- than the counter's retention still has its token on the server.
 local cur = redis.call('GET', KEYS[1])
 if cur == ARGV[1] then
   if ARGV[3] and redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then return 3 end
   if KEYS[2] then redis.call('PEXPIRE', KEYS[2], ARGV[2]) end
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  local moved = redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  keepcounter(KEYS[1] .. ':fence', ARGV[2])
+  return moved
 end
 if cur then return 2 end
 return 0

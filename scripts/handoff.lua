@@ -8,7 +8,9 @@
 -- ARGV[1]  current owner value
 -- ARGV[2]  next owner value
 -- ARGV[3]  next owner's TTL in milliseconds
--- ARGV[4]  "1" to mint a fencing token for the next owner, "0" to skip it
+-- ARGV[4]  "1" to mint a fencing token for the next owner, "0" to skip it;
+--          a number of ms above 1 also mints, keeping the counter that
+--          long (its retention; "1": the default)
 -- ARGV[5]  lifetime of the released marker in milliseconds (the current TTL)
 -- ARGV[6]  the next owner's id in the queue of waiting writers (_lib.lua),
 --          "" if it has none
@@ -21,7 +23,8 @@
 -- processes);
 -- {2, 0} when the current owner had already released it; {0, 0} when the key
 -- is gone or another owner's (left untouched); {-1, counter} or {-2, 0} when
--- no token can be minted (see _lib.lua): nothing was changed.
+-- no token can be minted (see _lib.lua): nothing was changed; {-4, 0} when
+-- the server refused the write (at maxmemory): nothing was changed.
 --
 -- Nothing is published: the name stays held, so no other waiter needs to
 -- wake. No read hold can exist while the current owner holds the name. All
@@ -34,6 +37,13 @@ if cur ~= ARGV[1] then
   if redis.call('GET', KEYS[3]) == ARGV[1] then return {2, 0} end
   return {0, 0}
 end
+-- The first write, a no-op (our own value and expiry): at maxmemory
+-- (noeviction) Redis refuses a script's first write that may grow memory
+-- and lets every later one through (see scripts.go). Refused here, nothing
+-- has changed and nothing is granted, as acquire.lua grants nothing on a
+-- full server; the caller then releases with release.lua, which frees the
+-- name there.
+if redis.pcall('SET', KEYS[1], ARGV[1], 'XX', 'KEEPTTL').err then return {-4, 0} end
 local first = firstwaiter(KEYS[1])
 if first and first ~= ARGV[6] then return {3, 0} end
 if first then
@@ -41,9 +51,9 @@ if first then
   redis.call('LPOP', q)
   redis.call('DEL', q .. ':' .. first)
 end
-local tok, refused = mint(ARGV[4], {KEYS[2]}, '')
+local tok, refused = mint(ARGV[4], {KEYS[2]}, '', ARGV[3])
 if not tok then return refused end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 if ARGV[7] then redis.call('SET', KEYS[4], ARGV[7], 'PX', ARGV[3]) end
-redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[5])
+redis.pcall('SET', KEYS[3], ARGV[1], 'PX', ARGV[5])
 return {1, tok}

@@ -4,7 +4,8 @@
 --          read-hold sets (2n+1..3n), in one global order (sorted by name)
 -- ARGV[1]  owner value shared by all the names (a fresh UUID per attempt)
 -- ARGV[2]  TTL in milliseconds
--- ARGV[3]  "1" to mint a fencing token, "0" to skip it
+-- ARGV[3]  "0" to skip the fencing token; otherwise mint one, keeping the
+--          counters for this many ms (their retention), "1" for the default
 -- ARGV[4]  time floor of the token in microseconds, or "" to use this
 --          server's TIME
 --
@@ -37,7 +38,7 @@ for i = 1, n do
 end
 local fences = {}
 for i = 1, n do fences[i] = KEYS[n + i] end
-local tok, refused = mint(ARGV[3], fences, ARGV[4])
+local tok, refused = mint(ARGV[3], fences, ARGV[4], ARGV[2])
 if not tok then return refused end
 for i = 1, n do redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2]) end
 return {1, tok}

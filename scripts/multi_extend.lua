@@ -11,7 +11,9 @@
 --
 -- Returns 1 when every lease was moved, 0 when some key is gone, 2 when
 -- some key belongs to another owner, 3 when some lease is too near its end
--- (ARGV[3]); then nothing was moved.
+-- (ARGV[3]); then nothing was moved. Each name's fence counter
+-- "<lock key>:fence" is kept at least as long as the new lease
+-- (keepcounter, _lib.lua).
 local late = false
 for i = 1, #KEYS do
   local cur = redis.call('GET', KEYS[i])
@@ -22,5 +24,8 @@ for i = 1, #KEYS do
   if ARGV[3] and redis.call('PTTL', KEYS[i]) < tonumber(ARGV[3]) then late = true end
 end
 if late then return 3 end
-for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[2]) end
+for i = 1, #KEYS do
+  redis.call('PEXPIRE', KEYS[i], ARGV[2])
+  keepcounter(KEYS[i] .. ':fence', ARGV[2])
+end
 return 1

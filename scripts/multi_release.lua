@@ -15,12 +15,15 @@
 -- this owner had released every one of them before (a retried call), 0 when
 -- some name is gone or another owner's (the names still ours are released
 -- all the same, and others are left untouched).
+--
+-- Each name is given up before its marker is written, so that the release
+-- stands at maxmemory (see release.lua).
 local n = #KEYS / 2
 local ours, before, unpublished = 0, 0, false
 for i = 1, n do
   if redis.call('GET', KEYS[i]) == ARGV[1] then
-    redis.call('SET', KEYS[n + i], ARGV[1], 'PX', ARGV[3])
     local res = pass(KEYS[i], KEYS[i] .. ARGV[2], ARGV[1], math.min(tonumber(ARGV[4] or 1000), tonumber(ARGV[3])))
+    redis.pcall('SET', KEYS[n + i], ARGV[1], 'PX', ARGV[3])
     if type(res) == 'table' and res.err then unpublished = true end
     ours = ours + 1
   elseif redis.call('GET', KEYS[n + i]) == ARGV[1] then

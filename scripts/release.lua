@@ -20,12 +20,20 @@
 -- lost must not read as "not held"; 0 when the key is gone or belongs to
 -- another owner (which is then left untouched, and nothing is published).
 --
+-- The name is given up before the marker is written: at maxmemory
+-- (noeviction) Redis refuses a script's first write that may grow memory
+-- (SET) but lets every write after one that cannot (pass's LPOP and DEL)
+-- through, so the release stands on a full server. The marker is written
+-- with pcall all the same: were it refused, a retried release after a lost
+-- reply would read "not held" instead of "already released", and the
+-- release itself would still stand.
+--
 -- PUBLISH rather than SPUBLISH: it works on every server and on Cluster
 -- (where it is broadcast over the cluster bus). Both keys, and the queue
 -- keys pass derives from KEYS[1], share one hash tag.
 if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[3])
   local res = pass(KEYS[1], ARGV[2], ARGV[1], math.min(tonumber(ARGV[4] or 1000), tonumber(ARGV[3])))
+  redis.pcall('SET', KEYS[2], ARGV[1], 'PX', ARGV[3])
   if type(res) == 'table' and res.err then return 3 end
   return 1
 end

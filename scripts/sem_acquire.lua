@@ -9,7 +9,8 @@
 --                          living as long as the set
 -- ARGV[1]  owner value of this permit (a fresh UUID per attempt)
 -- ARGV[2]  TTL in milliseconds
--- ARGV[3]  "1" to mint a fencing token, "0" to skip it
+-- ARGV[3]  "0" to skip the fencing token; otherwise mint one, keeping the
+--          counter for this many ms (its retention), "1" for the default
 -- ARGV[4]  number of permits
 --
 -- Returns {1, token} when the permit is ours (also for a client-side retry
@@ -36,7 +37,7 @@ if n >= tonumber(ARGV[4]) then
   local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
   return {0, tonumber(first[2]) - now, first[1]}
 end
-local tok, refused = mint(ARGV[3], {KEYS[2]}, '')
+local tok, refused = mint(ARGV[3], {KEYS[2]}, '', ARGV[2])
 if not tok then return refused end
 local ttl = tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])

@@ -3,7 +3,9 @@
 -- KEYS[1]  the sorted set of holds (rlock.lua, sem_acquire.lua)
 -- KEYS[2]  (not used: the hold's released marker, passed along with KEYS[3])
 -- KEYS[3]  a permit's count key "<set key>:permits" (sem_acquire.lua), kept
---          alive as long as the set; absent for a read hold
+--          alive as long as the set; absent for a read hold. With it, the
+--          permits' fence counter "<set key>:fence" is kept alive at least
+--          as long as the new lease (keepcounter, _lib.lua)
 -- ARGV[1]  owner value
 -- ARGV[2]  new TTL in milliseconds
 -- ARGV[3]  guard in milliseconds: a lease with less than this left is not
@@ -23,7 +25,14 @@ if tonumber(s) <= now then
 end
 if ARGV[3] and tonumber(s) - now < tonumber(ARGV[3]) then return 3 end
 local ttl = tonumber(ARGV[2])
+-- ZREM first: at maxmemory (noeviction) Redis refuses a script's first
+-- write that may grow memory (ZADD), but not one after a write that cannot,
+-- so the renewal goes through on a full server (see scripts.go).
+redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
 if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
-if KEYS[3] then redis.call('PEXPIRE', KEYS[3], redis.call('PTTL', KEYS[1])) end
+if KEYS[3] then
+  redis.call('PEXPIRE', KEYS[3], redis.call('PTTL', KEYS[1]))
+  keepcounter(KEYS[1] .. ':fence', ttl)
+end
 return 1

@@ -14,6 +14,10 @@
 -- Returns what release.lua returns: 1 released (and published when due), 3
 -- released but the PUBLISH was refused, 2 already released by this owner (a
 -- retried call after a lost reply), 0 not held (gone, or its lease ended).
+--
+-- The hold is removed (ZREM) before the marker is written, so that the
+-- release stands at maxmemory, and the marker is written with pcall (see
+-- release.lua).
 local now = nowms()
 local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if s then
@@ -24,7 +28,7 @@ if s then
     if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('DEL', KEYS[3]) end
   end
   if tonumber(s) > now then
-    redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
+    redis.pcall('SET', KEYS[2], '1', 'PX', ARGV[3])
     local publish = ARGV[4] ~= '1'
     if not publish then
       redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
