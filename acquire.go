@@ -72,7 +72,7 @@ func (c *core) acquire(ctx context.Context, l *Lock, cfg *config, ww *writerWait
 	}
 	t.errs = appendTaken(t.errs, l, rs, hint)
 	if t.ok >= c.quorum && !interrupted {
-		token, err := c.settleToken(ctx, l, rs, timeout, until)
+		token, err := c.settleToken(ctx, l, rs, fenceArg(cfg), timeout, until)
 		if err != nil {
 			t.errs = append(t.errs, err)
 		} else {
@@ -123,13 +123,7 @@ func (c *core) acquire(ctx context.Context, l *Lock, cfg *config, ww *writerWait
 func (c *core) acquireArgs(l *Lock, cfg *config, wait string) (*redis.Script, []string, []any) {
 	// Constants boxed in an any cost no allocation; strings and numbers
 	// computed at run time each cost one.
-	var fence, floor any = "0", ""
-	switch {
-	case cfg.fencing && cfg.retention == defaultFenceRetention:
-		fence = "1"
-	case cfg.fencing:
-		fence = cfg.retention.Milliseconds()
-	}
+	var fence, floor any = fenceArg(cfg), ""
 	if cfg.fencing && len(c.nodes) > 1 {
 		// One floor for all masters, so that they mint the same token and the
 		// write-back round of settleToken is needed only when a counter is
@@ -207,9 +201,9 @@ func (c *core) acquireOn(ctx context.Context, n *node, l *Lock, cfg *config, scr
 // counters below the largest are raised to it, so that one token is valid
 // for every name.
 func (c *core) multiAcquireOn(ctx context.Context, n *node, l *Lock, cfg *config) (reply, outcome) {
-	fence, floor := "0", ""
+	fence, floor := fenceArg(cfg), ""
 	if cfg.fencing {
-		fence, floor = "1", strconv.FormatInt(time.Now().UnixMicro(), 10)
+		floor = strconv.FormatInt(time.Now().UnixMicro(), 10)
 	}
 	tokens := make([]int64, 0, l.parts())
 	for p := range l.parts() {
@@ -236,7 +230,7 @@ func (c *core) multiAcquireOn(ctx context.Context, n *node, l *Lock, cfg *config
 			continue
 		}
 		fences := l.multi.acq[p][1:2] // one name per part
-		if err := scriptRaise.Run(ctx, n.client, fences, strconv.FormatInt(token, 10)).Err(); err != nil {
+		if err := scriptRaise.Run(ctx, n.client, fences, strconv.FormatInt(token, 10), fence).Err(); err != nil {
 			return reply{err: fmt.Errorf("redlock: raising the fence counter of %q to token %d: %w", l.multi.names[p], token, err)}, granted
 		}
 	}
@@ -250,6 +244,19 @@ const (
 	writersSuffix  = ":writers" // writers waiting (writer preference); acquire.lua knows it too
 	releasedSuffix = ":released"
 )
+
+// fenceArg is the scripts' fencing argument for cfg: "0" without fencing,
+// else the fence counter's retention in ms, "1" standing for the default (a
+// constant: no allocation).
+func fenceArg(cfg *config) any {
+	switch {
+	case !cfg.fencing:
+		return "0"
+	case cfg.retention == defaultFenceRetention:
+		return "1"
+	}
+	return cfg.retention.Milliseconds()
+}
 
 // settledOn returns the nodes whose acquire call for l answered one of
 // outcomes; l.mu held.
@@ -279,7 +286,7 @@ func (c *core) ttlArg(ttl time.Duration) any {
 // the counters of the other nodes to it and waits until a majority holds a
 // counter >= token, so any later quorum, which intersects that majority,
 // mints a strictly larger token.
-func (c *core) settleToken(ctx context.Context, l *Lock, rs []reply, timeout time.Duration, until time.Time) (int64, error) {
+func (c *core) settleToken(ctx context.Context, l *Lock, rs []reply, fence any, timeout time.Duration, until time.Time) (int64, error) {
 	if !l.fencing {
 		return 0, nil
 	}
@@ -310,7 +317,7 @@ func (c *core) settleToken(ctx context.Context, l *Lock, rs []reply, timeout tim
 	}
 	arg := strconv.FormatInt(token, 10)
 	ch, err := c.fanOut(context.WithoutCancel(ctx), behind, timeout, timeout, func(ctx context.Context, n *node) reply {
-		v, err := scriptRaise.Run(ctx, n.client, l.keys[1:2], arg).Int64()
+		v, err := scriptRaise.Run(ctx, n.client, l.keys[1:2], arg, fence).Int64()
 		return reply{ok: err == nil && v >= token, val: v, err: err}
 	})
 	if err != nil {

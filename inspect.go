@@ -29,9 +29,10 @@ type Holder struct {
 	// a Redlock it is the time until fewer than a quorum of masters would
 	// still hold the key.
 	TTL time.Duration
-	// Token is the last fencing token issued for the name, 0 if none yet (or
-	// with fencing off). It stays after a release: the next holder gets a
-	// larger one.
+	// Token is the last fencing token issued for the name, 0 if none yet,
+	// with fencing off, or once the name's counter expired after its
+	// retention ([WithFenceRetention]). It stays after a release: the next
+	// holder gets a larger one.
 	Token int64
 	// Metadata is what the holder attached with WithMetadata, "" if nothing
 	// or if the name is not held.

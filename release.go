@@ -73,12 +73,8 @@ func (c *core) handOff(ctx context.Context, l *Lock, w *waiter) (done bool, err 
 		return false, nil
 	}
 	nl := c.newLock(w.name, l.keys[0], l.channel, w.cfg)
-	fence := "0"
-	if w.cfg.fencing {
-		fence = "1"
-	}
 	keys := []string{l.keys[0], l.keys[1], l.keys[3]}
-	args := []any{l.owner, nl.owner, ttlMillis(w.cfg.ttl), fence, ttlMillis(l.leaseTTL()), w.wid}
+	args := []any{l.owner, nl.owner, ttlMillis(w.cfg.ttl), fenceArg(w.cfg), ttlMillis(l.leaseTTL()), w.wid}
 	if nl.metadata != "" {
 		keys = append(keys, nl.keys[5])
 		args = append(args, metaValue(nl.owner, nl.metadata))
@@ -119,8 +115,10 @@ func (c *core) handOff(ctx context.Context, l *Lock, w *waiter) (done bool, err 
 		c.waits.unreserve(l.channel, w, true) // the key is gone: the name may be free
 		return true, fmt.Errorf("%w: the key was gone or another owner's", ErrNotHeld)
 	case !r.ok:
+		// No token, or handOffRefused (a full server refused its first
+		// write): the ordinary release runs and reports it.
 		c.waits.unreserve(l.channel, w, false)
-		return false, nil // no token: the ordinary release reports it
+		return false, nil
 	}
 	nl.settle(0, granted)
 	if !time.Now().Before(until) {
