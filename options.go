@@ -198,8 +198,10 @@ func WithReplicaAcks(replicas int, timeout time.Duration) Option {
 	return func(c *config) { c.replicas, c.ackTimeout = replicas, timeout }
 }
 
-// WithLogger sets where renewal failures and lost locks are logged. Default:
-// nowhere. The library logs nothing else.
+// WithLogger sets where the library logs: renewal failures and lost locks,
+// release messages the server refused to publish, pub/sub trouble of
+// waiters, and an evicting maxmemory-policy found at construction.
+// Default: nowhere.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) {
 		if l == nil {
