@@ -538,3 +538,40 @@ func TestZombieRenewals(t *testing.T) {
 		})
 	}
 }
+
+// TestNoKeyOfLostLocksAfterPause: 2,000 auto-renewed locks (TTL 1s), the
+// server paused for 2.5s: every lock is declared lost, and 1.5s after the
+// resume no key of theirs is on the server, whatever the renewals and
+// cleanups queued in its sockets did when it resumed.
+func TestNoKeyOfLostLocksAfterPause(t *testing.T) {
+	const ttl, n = time.Second, 2000
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	lk := newLocker(t, srv.Client(t), WithTTL(ttl))
+	ctx := context.Background()
+	locks := make([]*Lock, n)
+	keys := make([]string, n)
+	for i := range locks {
+		l, err := lk.TryLock(ctx, fmt.Sprintf("paused-%d", i))
+		if err != nil {
+			t.Fatalf("TryLock(%d) = %v", i, err)
+		}
+		locks[i], keys[i] = l, lockKey("redlock:", l.Name())
+	}
+	srv.Pause(t)
+	paused := time.Now()
+	for i, l := range locks {
+		select {
+		case <-l.Done():
+		case <-time.After(ttl + time.Second):
+			srv.Resume(t)
+			t.Fatalf("lock %d not lost %v into the pause", i, ttl+time.Second)
+		}
+	}
+	time.Sleep(2500*time.Millisecond - time.Since(paused)) // the pause lasts 2.5s
+	srv.Resume(t)
+	time.Sleep(1500 * time.Millisecond) // what the promise allows after resume
+	if left := admin.Exists(ctx, keys...).Val(); left != 0 {
+		t.Errorf("%d of %d keys of locks declared lost still on the server 1.5s after resume", left, n)
+	}
+}
