@@ -87,6 +87,20 @@ func (n *node) bounded(timeout time.Duration) (withDeadline, ok bool) {
 	return false, false
 }
 
+// cleanupClient is the node's client for a cleanup call bounded by timeout:
+// a call whose ctx deadline go-redis ignores (no ContextTimeoutEnabled)
+// would wait for the client's read timeout (3s by default) on a link that
+// swallows it, so a plain *redis.Client is cloned with socket timeouts of
+// timeout (WithTimeout: the clone shares the pool, and is made per cleanup,
+// so it has every hook added until then). Other clients bound the call by
+// the ctx deadline when they honour it, else by their own timeouts.
+func (n *node) cleanupClient(timeout time.Duration) Client {
+	if rc, ok := n.client.(*redis.Client); ok && !n.deadlines {
+		return rc.WithTimeout(timeout)
+	}
+	return n.client
+}
+
 func honorsDeadlines(cl Client) bool {
 	switch c := cl.(type) {
 	case interface{ Options() *redis.Options }:

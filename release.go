@@ -155,7 +155,7 @@ func (c *core) releaseOn(ctx context.Context, l *Lock, nodes []*node, timeout ti
 		return nil
 	}
 	args := releaseArgs(l) // one ARGV for every node: go-redis only reads it
-	call := func(ctx context.Context, n *node) reply { return releaseCall(ctx, n, l, args) }
+	call := func(ctx context.Context, n *node) reply { return releaseCall(ctx, n.client, l, args) }
 	rs, _, err := c.round(detached(ctx), nodes, timeout, l.leaseTTL(), call, time.Now().Add(timeout), nil, stop)
 	if err != nil {
 		rs = make([]reply, 0, len(nodes))
@@ -198,18 +198,18 @@ func (c *core) releaseInBackground(ctx context.Context, nodes []*node, locks ...
 // renewal it is meant to undo. So it releases until the node answers, and
 // when the answer is "not ours", once more: by then the server has run
 // every command that was waiting when it answered, and a grant among them
-// is ours to delete. Each call is bounded by the node timeout (on a client
-// without ContextTimeoutEnabled, by its read timeout), so a link that heals
-// is used within that much. It gives up after releaseRetryFor (three
-// leases, if longer), or at Close.
+// is ours to delete. Each call is bounded by the node timeout, so a link
+// that heals is used within that much (see cleanupClient). It gives up after
+// releaseRetryFor (three leases, if longer), or at Close.
 func (c *core) releaseNode(ctx context.Context, n *node, l *Lock) {
 	ctx = context.WithoutCancel(ctx)
 	end := time.Now().Add(max(3*l.leaseTTL(), releaseRetryFor))
+	cl := n.cleanupClient(l.timeout)
 	answered := false
 	for time.Now().Before(end) {
 		start := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, l.timeout)
-		r := releaseCall(cctx, n, l, releaseArgs(l))
+		r := releaseCall(cctx, cl, l, releaseArgs(l))
 		cancel()
 		switch {
 		case r.err == nil && (r.ok || answered):
@@ -234,13 +234,13 @@ func (c *core) releaseNode(ctx context.Context, n *node, l *Lock) {
 const releaseRetryFor = 10 * time.Second
 
 // releaseCall runs the release script of l, with args from releaseArgs
-// (used by an exclusive lock's release.lua only), on one node.
-func releaseCall(ctx context.Context, n *node, l *Lock, args []any) reply {
+// (used by an exclusive lock's release.lua only), on one node's client cl.
+func releaseCall(ctx context.Context, cl Client, l *Lock, args []any) reply {
 	if l.kind != kindExclusive {
-		v, err := l.runParts(ctx, n.client, l.releaseCmd, foldRelease)
+		v, err := l.runParts(ctx, cl, l.releaseCmd, foldRelease)
 		return releaseReply(l, v, err)
 	}
-	v, err := scriptRelease.Run(ctx, n.client, l.relKeys(), args...).Int64()
+	v, err := scriptRelease.Run(ctx, cl, l.relKeys(), args...).Int64()
 	return releaseReply(l, v, err)
 }
 
