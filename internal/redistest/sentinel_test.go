@@ -24,7 +24,11 @@ func roleOf(t testing.TB, s *Server) string {
 
 func TestSentinelFailover(t *testing.T) {
 	t.Parallel()
-	g := StartSentinel(t)
+	// Every failover here is asked for (SENTINEL FAILOVER), none detected:
+	// a long down-after keeps a loaded machine's slow replies from making
+	// the sentinels fail over by themselves in between (the old master then
+	// turned master again before the failover back).
+	g := StartSentinel(t, WithDownAfter(10*time.Second))
 
 	if g.MasterName() != "mymaster" {
 		t.Errorf("MasterName() = %q, want mymaster", g.MasterName())
