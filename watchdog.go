@@ -253,60 +253,24 @@ type batchResult struct {
 // renewal skips a node whose previous renewal has not answered yet (counted
 // as failed), so a hung node ties up one goroutine, not one per period.
 func (c *core) batch(ctx context.Context, locks []*Lock, ttls []time.Duration, deadline time.Time, quit <-chan struct{}, settle func(int, batchResult), moveOn chan struct{}) []batchResult {
-	out := make([]batchResult, len(locks))
-	moved := false
-	letGo := func() {
-		if !moved && moveOn != nil {
-			moved = true
-			close(moveOn)
-		}
-	}
-	defer letGo()
+	b := &batchRound{c: c, out: make([]batchResult, len(locks)), done: make([]bool, len(locks)), left: len(locks), settle: settle, moveOn: moveOn}
+	defer b.letGo()
 	if len(locks) == 0 {
-		return out
+		return b.out
 	}
 	renew := ttls != nil
 	nodes := make([]*node, 0, len(c.nodes))
-	var skipped []reply
 	for _, n := range c.nodes {
 		if renew && !n.renewing.CompareAndSwap(false, true) {
-			skipped = append(skipped, reply{node: n.idx, err: errNodeBusy})
+			b.rs = append(b.rs, reply{node: n.idx, err: errNodeBusy})
 			continue
 		}
 		nodes = append(nodes, n)
 	}
-	rs := skipped
-	done := make([]bool, len(locks))
-	left := len(locks)
-	// decide settles every lock that the replies so far decide (all of them
-	// when final), and lets the scheduler go once nothing is left to wait
-	// for but a minority.
-	decide := func(final, interrupted bool) {
-		for i := range locks {
-			if done[i] {
-				continue
-			}
-			var res batchResult
-			for _, r := range rs {
-				c.tallyBatch(&res, r, i, true)
-			}
-			if !final && res.ok < c.quorum && !c.impossible(res.no+res.failed) {
-				continue
-			}
-			res.interrupted = interrupted
-			out[i], done[i] = res, true
-			left--
-			if settle != nil {
-				settle(i, res)
-			}
-		}
-		if answered := len(rs) - len(skipped); left == 0 || answered >= c.quorum || final {
-			letGo()
-		}
-	}
+	b.skipped, b.timeout = len(b.rs), locks[0].timeout
 	if len(nodes) == 0 {
-		decide(true, false)
-		return out
+		b.decide(true, false)
+		return b.out
 	}
 	ch, err := c.fanOut(ctx, nodes, time.Until(deadline), time.Until(deadline), func(ctx context.Context, n *node) reply {
 		if renew {
@@ -323,58 +287,124 @@ func (c *core) batch(ctx context.Context, locks []*Lock, ttls []time.Duration, d
 			if renew {
 				n.renewing.Store(false)
 			}
-			rs = append(rs, reply{node: n.idx, err: err})
+			b.rs = append(b.rs, reply{node: n.idx, err: err})
 		}
-		decide(true, false)
-		return out
+		b.decide(true, false)
+		return b.out
 	}
+	b.gather(ch, nodes, deadline, quit)
+	return b.out
+}
+
+// batchRound is one batch's tally: the replies so far and which locks are
+// settled.
+type batchRound struct {
+	c       *core
+	rs      []reply // replies so far; the first skipped are nodes left out
+	skipped int
+	out     []batchResult
+	done    []bool
+	left    int           // locks not settled yet
+	timeout time.Duration // the locks' node timeout: when partial outcomes are due
+	settle  func(int, batchResult)
+	moveOn  chan struct{}
+	moved   bool
+}
+
+// gather reads the nodes' replies, settling locks as they are decided,
+// until every lock is, the deadline passes or quit closes; one node timeout
+// in, locks still open get a partial outcome.
+func (b *batchRound) gather(ch <-chan reply, nodes []*node, deadline time.Time, quit <-chan struct{}) {
 	t := getTimer(time.Until(deadline))
 	defer putTimer(t)
 	var soft <-chan time.Time
-	if timeout := locks[0].timeout; settle != nil && time.Until(deadline) > timeout {
-		st := getTimer(timeout)
+	if b.settle != nil && time.Until(deadline) > b.timeout {
+		st := getTimer(b.timeout)
 		defer putTimer(st)
 		soft = st.C
 	}
-	for got := 0; got < len(nodes) && left > 0; {
+	for got := 0; got < len(nodes) && b.left > 0; {
 		select {
 		case r := <-ch:
-			rs = append(rs, r)
+			b.rs = append(b.rs, r)
 			got++
-			decide(false, false)
+			b.decide(false, false)
 			continue
 		case <-soft:
 			soft = nil
-			for i := range locks {
-				if done[i] {
-					continue
-				}
-				res := batchResult{partial: true}
-				for _, r := range rs {
-					c.tallyBatch(&res, r, i, true)
-				}
-				for _, n := range nodes {
-					if _, ok := replyOf(rs, n.idx); !ok {
-						res.err = errors.Join(res.err, c.nodeErr(n.idx, errNodeTimeout))
-					}
-				}
-				settle(i, res)
-			}
+			b.partial(nodes)
 			continue
 		case <-t.C:
 			for _, n := range nodes {
-				if _, ok := replyOf(rs, n.idx); !ok {
-					rs = append(rs, reply{node: n.idx, err: errNodeTimeout})
+				if _, ok := replyOf(b.rs, n.idx); !ok {
+					b.rs = append(b.rs, reply{node: n.idx, err: errNodeTimeout})
 				}
 			}
-			decide(true, false)
 		case <-quit:
-			decide(true, true)
+			b.decide(true, true)
 		}
 		break
 	}
-	decide(true, false)
-	return out
+	b.decide(true, false)
+}
+
+// tally is lock i's outcome from the replies so far.
+func (b *batchRound) tally(i int) batchResult {
+	var res batchResult
+	for _, r := range b.rs {
+		b.c.tallyBatch(&res, r, i, true)
+	}
+	return res
+}
+
+// decide settles every lock that the replies so far decide (all of them
+// when final), and lets the scheduler go once nothing is left to wait for
+// but a minority.
+func (b *batchRound) decide(final, interrupted bool) {
+	c := b.c
+	for i := range b.out {
+		if b.done[i] {
+			continue
+		}
+		res := b.tally(i)
+		if !final && res.ok < c.quorum && !c.impossible(res.no+res.failed) {
+			continue
+		}
+		res.interrupted = interrupted
+		b.out[i], b.done[i] = res, true
+		b.left--
+		if b.settle != nil {
+			b.settle(i, res)
+		}
+	}
+	if answered := len(b.rs) - b.skipped; b.left == 0 || answered >= c.quorum || final {
+		b.letGo()
+	}
+}
+
+// partial gives every lock still open what one node timeout brought, the
+// nodes that have not answered named in its error.
+func (b *batchRound) partial(nodes []*node) {
+	for i := range b.out {
+		if b.done[i] {
+			continue
+		}
+		res := b.tally(i)
+		res.partial = true
+		for _, n := range nodes {
+			if _, ok := replyOf(b.rs, n.idx); !ok {
+				res.err = errors.Join(res.err, b.c.nodeErr(n.idx, errNodeTimeout))
+			}
+		}
+		b.settle(i, res)
+	}
+}
+
+func (b *batchRound) letGo() {
+	if !b.moved && b.moveOn != nil {
+		b.moved = true
+		close(b.moveOn)
+	}
 }
 
 // releaseLate releases, on node n, the locks whose lease n has just moved
@@ -428,69 +458,93 @@ func (c *core) tallyBatch(res *batchResult, r reply, i int, withErr bool) {
 }
 
 // pipelineScript sends one script call per lock in one pipeline and returns
-// per lock 1 (yes), 0 (not ours) or -1 (error). go-redis's EVALSHA-to-EVAL
-// fallback does not apply inside pipelines, so calls that failed with
-// NOSCRIPT (after SCRIPT FLUSH, a restart, a failover) are sent again with
-// EVAL: a missing script must never read as "not held".
+// per lock 1 (yes), 0 (not ours), extTaken, extLate or -1 (error).
+// go-redis's EVALSHA-to-EVAL fallback does not apply inside pipelines, so
+// calls that failed with NOSCRIPT (after SCRIPT FLUSH, a restart, a
+// failover) are sent again with EVAL: a missing script must never read as
+// "not held".
 func pipelineScript(ctx context.Context, cl Client, locks []*Lock, ttls []time.Duration) ([]int8, error) {
-	renew := ttls != nil
-	var replicas int
-	var ackTimeout time.Duration
-	if renew {
-		if replicas, ackTimeout = batchAcks(locks); replicas > 0 && keyRouted(cl) {
+	p := pipelined{locks: locks, ttls: ttls}
+	if p.renew() {
+		if p.replicas, p.ackTimeout = batchAcks(locks); p.replicas > 0 && keyRouted(cl) {
 			return renewAcked(ctx, cl, locks, ttls)
 		}
 	}
-	call := func(i, p int) (*redis.Script, []string, []any) {
-		if renew {
-			return locks[i].extendCmd(p, ttls[i])
-		}
-		return locks[i].releaseCmd(p)
-	}
-	// One command per part of each lock (one, except for a multi-name lock
-	// spread over shards).
-	type sent struct {
-		cmd     *redis.Cmd
-		lock    int
-		part    int
-		retried bool // sent again with EVAL after NOSCRIPT
-	}
-	cmds := make([]sent, 0, len(locks))
-	pipe := cl.Pipeline()
-	for i, l := range locks {
-		for p := range l.parts() {
-			s, keys, args := call(i, p)
-			cmds = append(cmds, sent{cmd: s.EvalSha(ctx, pipe, keys, args...), lock: i, part: p})
-		}
-	}
+	p.send(ctx, cl)
+	return p.codes()
+}
+
+// pipelined is one node's pipeline of a batch: one command per part of
+// each lock (one, except for a multi-name lock spread over shards).
+type pipelined struct {
+	locks      []*Lock
+	ttls       []time.Duration // nil: release
+	replicas   int             // WithReplicaAcks of the renewals, 0 without
+	ackTimeout time.Duration
+	cmds       []sentScript
 	// With replica acks, one WAIT ends each pipeline: it runs on the
-	// pipeline's connection, after its scripts (see replicaacks.go).
-	var wait, waitAgain *redis.Cmd
-	if replicas > 0 {
-		wait = waitCmd(ctx, pipe, replicas, ackTimeout)
+	// pipeline's connection, after its scripts (see replicaacks.go); wait
+	// for the first, waitAgain for the EVAL retries.
+	wait, waitAgain *redis.Cmd
+}
+
+type sentScript struct {
+	cmd     *redis.Cmd
+	lock    int
+	part    int
+	retried bool // sent again with EVAL after NOSCRIPT
+}
+
+func (p *pipelined) renew() bool { return p.ttls != nil }
+
+func (p *pipelined) call(i, part int) (*redis.Script, []string, []any) {
+	if p.renew() {
+		return p.locks[i].extendCmd(part, p.ttls[i])
 	}
-	_, _ = pipe.Exec(ctx) // errors are read per command below
+	return p.locks[i].releaseCmd(part)
+}
+
+// send runs the pipeline, then again with EVAL the calls that found no
+// script; errors are read per command by codes.
+func (p *pipelined) send(ctx context.Context, cl Client) {
+	p.cmds = make([]sentScript, 0, len(p.locks))
+	pipe := cl.Pipeline()
+	for i, l := range p.locks {
+		for part := range l.parts() {
+			s, keys, args := p.call(i, part)
+			p.cmds = append(p.cmds, sentScript{cmd: s.EvalSha(ctx, pipe, keys, args...), lock: i, part: part})
+		}
+	}
+	if p.replicas > 0 {
+		p.wait = waitCmd(ctx, pipe, p.replicas, p.ackTimeout)
+	}
+	_, _ = pipe.Exec(ctx)
 	pipe = nil
-	for j := range cmds {
-		if !isNoScript(cmds[j].cmd.Err()) {
+	for j := range p.cmds {
+		if !isNoScript(p.cmds[j].cmd.Err()) {
 			continue
 		}
 		if pipe == nil {
 			pipe = cl.Pipeline()
 		}
-		s, keys, args := call(cmds[j].lock, cmds[j].part)
-		cmds[j].cmd, cmds[j].retried = s.Eval(ctx, pipe, keys, args...), true
+		s, keys, args := p.call(p.cmds[j].lock, p.cmds[j].part)
+		p.cmds[j].cmd, p.cmds[j].retried = s.Eval(ctx, pipe, keys, args...), true
 	}
 	if pipe != nil {
-		if replicas > 0 {
-			waitAgain = waitCmd(ctx, pipe, replicas, ackTimeout)
+		if p.replicas > 0 {
+			p.waitAgain = waitCmd(ctx, pipe, p.replicas, p.ackTimeout)
 		}
 		_, _ = pipe.Exec(ctx)
 	}
-	vals := make([]int64, len(locks))
-	errs := make([]error, len(locks))
-	retried := make([]bool, len(locks))
-	for _, c := range cmds {
+}
+
+// codes folds the replies of each lock's parts into its code, and returns
+// the first error.
+func (p *pipelined) codes() ([]int8, error) {
+	vals := make([]int64, len(p.locks))
+	errs := make([]error, len(p.locks))
+	retried := make([]bool, len(p.locks))
+	for _, c := range p.cmds {
 		i := c.lock
 		if errs[i] != nil {
 			continue
@@ -501,46 +555,48 @@ func pipelineScript(ctx context.Context, cl Client, locks []*Lock, ttls []time.D
 			continue
 		}
 		retried[i] = retried[i] || c.retried
-		if renew {
+		if p.renew() {
 			vals[i] = foldExtend(vals[i], v, c.part == 0)
 		} else {
 			vals[i] = foldRelease(vals[i], v, c.part == 0)
 		}
 	}
-	codes := make([]int8, len(locks))
+	codes := make([]int8, len(p.locks))
 	var firstErr error
-	for i, l := range locks {
-		v, err := vals[i], errs[i]
-		switch {
-		case err != nil:
+	for i, l := range p.locks {
+		err := errs[i]
+		if err == nil {
+			codes[i], err = p.code(l, vals[i], retried[i])
+		} else {
 			codes[i] = -1
-			if firstErr == nil {
-				firstErr = err
-			}
-		case !renew:
-			if r := releaseReply(l, v, nil); r.ok {
-				codes[i] = 1
-			}
-		case v == 1 && l.replicas > 0:
-			// Extended on the master; a vote only with the replicas' acks,
-			// counted by the WAIT of the connection this script ran on.
-			w := wait
-			if retried[i] {
-				w = waitAgain
-			}
-			if err := ackError(w, int(l.replicas), ackTimeout); err != nil {
-				codes[i] = -1
-				if firstErr == nil {
-					firstErr = err
-				}
-				continue
-			}
-			codes[i] = 1
-		case v == 1:
-			codes[i] = 1
-		case v == extTaken, v == extLate:
-			codes[i] = int8(v)
+		}
+		if err != nil && firstErr == nil {
+			firstErr = err
 		}
 	}
 	return codes, firstErr
+}
+
+// code is one lock's code from its folded reply v.
+func (p *pipelined) code(l *Lock, v int64, retried bool) (int8, error) {
+	switch {
+	case !p.renew():
+		if r := releaseReply(l, v, nil); r.ok {
+			return 1, nil
+		}
+	case v == 1 && l.replicas > 0:
+		// Extended on the master; a vote only with the replicas' acks,
+		// counted by the WAIT of the connection this script ran on.
+		w := p.wait
+		if retried {
+			w = p.waitAgain
+		}
+		if err := ackError(w, int(l.replicas), p.ackTimeout); err != nil {
+			return -1, err
+		}
+		return 1, nil
+	case v == 1, v == extTaken, v == extLate:
+		return int8(v), nil
+	}
+	return 0, nil
 }
