@@ -60,16 +60,7 @@ func (c *core) acquire(ctx context.Context, l *Lock, cfg *config, ww *writerWait
 	}
 	t := c.count(rs)
 	observeNodes(cfg.observer, name, opAcquire, t.errs...)
-	hint := time.Duration(-1)
-	for _, r := range rs {
-		if r.err == nil && !r.ok {
-			t.errs = append(t.errs, c.nodeErr(r.node, errTaken))
-			if d := time.Duration(r.val) * time.Millisecond; r.val >= 0 && (hint < 0 || d < hint) {
-				hint = d
-			}
-		}
-	}
-	t.errs = appendTaken(t.errs, l, rs, hint)
+	hint := c.refusals(&t, l, rs)
 	if t.ok >= c.quorum && !interrupted {
 		token, err := c.settleToken(ctx, l, rs, fenceArg(cfg), timeout, until)
 		if err != nil {
@@ -89,12 +80,34 @@ func (c *core) acquire(ctx context.Context, l *Lock, cfg *config, ww *writerWait
 			t.errs = append(t.errs, fmt.Errorf("redlock: validity of %v used up before the grant completed", cfg.ttl))
 		}
 	}
-	// Step 5: not obtained. Release on every node that may hold our key:
-	// those that granted, released and waited for; those that failed or have
-	// not answered yet, released in the background, since they will not
-	// answer the release sooner than the attempt (a grant arriving after the
-	// release is released by its own call, see Lock.settle). Nodes that
-	// answered "taken" hold nothing of ours.
+	permanent, err := c.notObtained(ctx, l, t, interrupted, timeout)
+	return nil, hint, permanent, err
+}
+
+// refusals adds to t's errors what the nodes that refused said, and returns
+// the shortest remaining lease they reported (negative when none did).
+func (c *core) refusals(t *tally, l *Lock, rs []reply) time.Duration {
+	hint := time.Duration(-1)
+	for _, r := range rs {
+		if r.err == nil && !r.ok {
+			t.errs = append(t.errs, c.nodeErr(r.node, errTaken))
+			if d := time.Duration(r.val) * time.Millisecond; r.val >= 0 && (hint < 0 || d < hint) {
+				hint = d
+			}
+		}
+	}
+	t.errs = appendTaken(t.errs, l, rs, hint)
+	return hint
+}
+
+// notObtained ends an attempt that did not get the lock (Redlock step 5)
+// and returns its error and whether retrying is pointless. It releases on
+// every node that may hold our key: those that granted, released and waited
+// for; those that failed or have not answered yet, released in the
+// background, since they will not answer the release sooner than the
+// attempt (a grant arriving after the release is released by its own call,
+// see Lock.settle). Nodes that answered "taken" hold nothing of ours.
+func (c *core) notObtained(ctx context.Context, l *Lock, t tally, interrupted bool, timeout time.Duration) (permanent bool, err error) {
 	l.mu.Lock()
 	l.transition(stateFailed, "")
 	grantedOn, unknownOn := c.settledOn(l, granted), c.settledOn(l, failed, pending)
@@ -105,8 +118,7 @@ func (c *core) acquire(ctx context.Context, l *Lock, cfg *config, ww *writerWait
 	if interrupted {
 		errs = append(errs, ctx.Err())
 	}
-	permanent := t.permanent > len(c.nodes)-c.quorum
-	return nil, hint, permanent, errors.Join(errs...)
+	return t.permanent > len(c.nodes)-c.quorum, errors.Join(errs...)
 }
 
 // acquireArgs are acquire.lua's KEYS and ARGV for one attempt of l, built

@@ -88,43 +88,12 @@ func (e *expiry) run() {
 	// slowly, and the next batch starts earlier by what the last one missed.
 	var slack time.Duration
 	for {
-		now := time.Now()
-		due, dueAt = due[:0], dueAt[:0]
-		e.mu.Lock()
-		for {
-			_, at, ok := e.queue.head()
-			if !ok || at.After(now.Add(lead+slack)) {
-				break
-			}
-			due = append(due, e.queue.pop())
-			dueAt = append(dueAt, at)
-		}
-		if len(due) == 0 && len(pending) == 0 {
-			// Wake early by the time the locks due with the next one will
-			// take to declare lost.
-			lead = 2 * e.cost * time.Duration(e.dueWith())
-			e.early = lead + slack
-			e.next = farFuture
-			if _, at, ok := e.queue.head(); ok {
-				e.next = at.Add(-e.early)
-			}
-			e.timer.Reset(time.Until(e.next))
-		} else {
-			e.next = time.Time{}
-		}
-		e.mu.Unlock()
+		due, dueAt, lead = e.take(due[:0], dueAt[:0], lead, slack, len(pending) > 0)
 		if len(due) > 0 {
 			// Close every Done first: other owners may be granted the names
 			// soon.
-			start := time.Now()
 			var over time.Duration // the latest Done past its mark
-			for i, l := range due {
-				if l.expireLocked(lead + slack) {
-					pending = append(pending, l)
-					over = max(over, time.Since(dueAt[i]))
-				}
-			}
-			e.cost = (e.cost*3 + time.Since(start)/time.Duration(len(due))) / 4
+			pending, over = e.expire(due, dueAt, lead+slack, pending)
 			if over > 0 {
 				slack = min(slack+over, maxSlack)
 			} else {
@@ -149,6 +118,53 @@ func (e *expiry) run() {
 		case <-e.timer.C:
 		}
 	}
+}
+
+// take pops the locks due within lead+slack into due (their marks into
+// dueAt). With none due and no bookkeeping pending (busy false), it sets the
+// timer for the next one, early by the time the locks due with it will
+// take to declare lost, and returns that new lead.
+func (e *expiry) take(due []*Lock, dueAt []time.Time, lead, slack time.Duration, busy bool) ([]*Lock, []time.Time, time.Duration) {
+	now := time.Now()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for {
+		_, at, ok := e.queue.head()
+		if !ok || at.After(now.Add(lead+slack)) {
+			break
+		}
+		due = append(due, e.queue.pop())
+		dueAt = append(dueAt, at)
+	}
+	if len(due) > 0 || busy {
+		e.next = time.Time{}
+		return due, dueAt, lead
+	}
+	lead = 2 * e.cost * time.Duration(e.dueWith())
+	e.early = lead + slack
+	e.next = farFuture
+	if _, at, ok := e.queue.head(); ok {
+		e.next = at.Add(-e.early)
+	}
+	e.timer.Reset(time.Until(e.next))
+	return due, dueAt, lead
+}
+
+// expire declares the due locks lost (those still held and due by extra),
+// closing their Done, and adds them to pending for the bookkeeping. It
+// returns how late the latest Done closed after its mark, and learns what
+// declaring one lock lost costs.
+func (e *expiry) expire(due []*Lock, dueAt []time.Time, extra time.Duration, pending []*Lock) ([]*Lock, time.Duration) {
+	start := time.Now()
+	var over time.Duration
+	for i, l := range due {
+		if l.expireLocked(extra) {
+			pending = append(pending, l)
+			over = max(over, time.Since(dueAt[i]))
+		}
+	}
+	e.cost = (e.cost*3 + time.Since(start)/time.Duration(len(due))) / 4
+	return pending, over
 }
 
 // maxSlack caps the loss clock's learnt slack. Each lock takes at most an

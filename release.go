@@ -73,30 +73,11 @@ func (c *core) handOff(ctx context.Context, l *Lock, w *waiter) (done bool, err 
 		return false, nil
 	}
 	nl := c.newLock(w.name, l.keys[0], l.channel, w.cfg)
-	keys := []string{l.keys[0], l.keys[1], l.keys[3]}
-	args := []any{l.owner, nl.owner, ttlMillis(w.cfg.ttl), fenceArg(w.cfg), ttlMillis(l.leaseTTL()), w.wid}
-	if nl.metadata != "" {
-		keys = append(keys, nl.keys[5])
-		args = append(args, metaValue(nl.owner, nl.metadata))
-	}
-	t1 := time.Now()
-	until := validUntil(t1, w.cfg.ttl, w.cfg.driftFactor)
-	ch, err := c.fanOut(context.WithoutCancel(ctx), c.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node) reply {
-		res, err := scriptHandOff.Run(ctx, n.client, keys, args...).Int64Slice()
-		switch {
-		case err != nil:
-			return reply{err: err}
-		case len(res) != 2:
-			return reply{err: fmt.Errorf("%w: %v", errBadReply, res)}
-		}
-		return reply{ok: res[0] == acqGranted, code: res[0], val: res[1]}
-	})
+	r, until, err := c.handOffCall(ctx, l, nl, w)
 	if err != nil {
 		c.waits.unreserve(l.channel, w, true)
 		return false, nil
 	}
-	rs, _ := gather(ch, c.nodes, earliest(t1.Add(l.timeout), until), nil, never)
-	r := rs[0]
 	switch {
 	case r.err != nil:
 		// Unknown: the name may have passed to nl. Release both owners in
@@ -120,25 +101,62 @@ func (c *core) handOff(ctx context.Context, l *Lock, w *waiter) (done bool, err 
 		c.waits.unreserve(l.channel, w, false)
 		return false, nil
 	}
+	c.handTo(ctx, w, nl, r.val, until)
+	return true, nil
+}
+
+// handOffCall runs handoff.lua, which releases l and grants nl to waiter w
+// in one step, and returns the node's reply and nl's validity, measured
+// from before the send.
+func (c *core) handOffCall(ctx context.Context, l, nl *Lock, w *waiter) (reply, time.Time, error) {
+	keys := []string{l.keys[0], l.keys[1], l.keys[3]}
+	args := []any{l.owner, nl.owner, ttlMillis(w.cfg.ttl), fenceArg(w.cfg), ttlMillis(l.leaseTTL()), w.wid}
+	if nl.metadata != "" {
+		keys = append(keys, nl.keys[5])
+		args = append(args, metaValue(nl.owner, nl.metadata))
+	}
+	t1 := time.Now()
+	until := validUntil(t1, w.cfg.ttl, w.cfg.driftFactor)
+	ch, err := c.fanOut(context.WithoutCancel(ctx), c.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node) reply {
+		res, err := scriptHandOff.Run(ctx, n.client, keys, args...).Int64Slice()
+		switch {
+		case err != nil:
+			return reply{err: err}
+		case len(res) != 2:
+			return reply{err: fmt.Errorf("%w: %v", errBadReply, res)}
+		}
+		return reply{ok: res[0] == acqGranted, code: res[0], val: res[1]}
+	})
+	if err != nil {
+		return reply{}, until, err
+	}
+	rs, _ := gather(ch, c.nodes, earliest(t1.Add(l.timeout), until), nil, never)
+	return rs[0], until, nil
+}
+
+// handTo makes nl, granted with token by handoff.lua, the lock of waiter
+// w, unless its validity ran out on the way or w left meanwhile: then nl
+// is released (and w, or the waiter after it, tries again).
+func (c *core) handTo(ctx context.Context, w *waiter, nl *Lock, token int64, until time.Time) {
 	nl.settle(0, granted)
 	if !time.Now().Before(until) {
 		nl.finish(stateFailed, "")
-		c.releaseOn(ctx, nl, c.nodes, l.timeout, never)
-		c.waits.unreserve(l.channel, w, true)
-		return true, nil
+		c.releaseOn(ctx, nl, c.nodes, nl.timeout, never)
+		c.waits.unreserve(nl.channel, w, true)
+		return
 	}
-	if err := c.activate(nl, r.val, until); err != nil {
-		c.waits.unreserve(l.channel, w, false) // closed: activate released nl
-		return true, nil
+	if err := c.activate(nl, token, until); err != nil {
+		c.waits.unreserve(nl.channel, w, false) // closed: activate released nl
+		return
 	}
 	if !c.waits.deliver(w, nl) {
 		// w left meanwhile: nobody owns nl. Its release is not this
-		// Unlock's outcome (l was released either way).
+		// Unlock's outcome (l was released either way); it hands nl to the
+		// next waiter.
 		if err := nl.Unlock(context.WithoutCancel(ctx)); err != nil {
 			nl.logger.Warn("redlock: releasing a lock handed to a waiter that had left failed; it expires with its lease", "name", nl.name, "err", err)
 		}
 	}
-	return true, nil
 }
 
 // errAlreadyReleased is Unlock's answer on a lock released before.
