@@ -124,11 +124,7 @@ func (c *core) inspect(ctx context.Context, name string) (Holder, error) {
 		return h, nil
 	}
 	t := c.count(rs)
-	errs := append([]error{fmt.Errorf("redlock: inspect reached %d of %d nodes, need %d", t.ok, len(c.nodes), c.quorum)}, t.errs...)
-	if interrupted {
-		errs = append(errs, ctx.Err())
-	}
-	return Holder{}, errors.Join(errs...)
+	return Holder{}, c.shortOf("inspect", t, "", ctxErrIf(ctx, interrupted))
 }
 
 // inspectOn runs inspect.lua on one node.

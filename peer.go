@@ -127,11 +127,7 @@ func (c *core) remaining(ctx context.Context, l *Lock) (time.Duration, error) {
 	if c.impossible(t.no) {
 		return 0, fmt.Errorf("%w: the key is gone or another owner's on %d of %d nodes", ErrNotHeld, t.no, len(c.nodes))
 	}
-	errs := append([]error{fmt.Errorf("redlock: TTL reached %d of %d nodes, need %d", t.ok, len(c.nodes), c.quorum)}, t.errs...)
-	if interrupted {
-		errs = append(errs, ctx.Err())
-	}
-	return 0, errors.Join(errs...)
+	return 0, c.shortOf("TTL", t, "", ctxErrIf(ctx, interrupted))
 }
 
 // appendTaken adds to errs a TakenError for the nodes in rs that refused

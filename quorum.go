@@ -1,6 +1,9 @@
 package redlock
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -99,6 +102,28 @@ func (c *core) count(rs []reply) tally {
 		}
 	}
 	return t
+}
+
+// shortOf is the one error of a round that reached too few nodes: what op
+// reached, then, joined, every node's error and, when the caller's ctx
+// ended the wait (ctxErr not nil), that. after is said behind the count
+// ("; the lock frees itself when its lease ends").
+func (c *core) shortOf(op string, t tally, after string, ctxErr error) error {
+	errs := make([]error, 0, len(t.errs)+2)
+	errs = append(errs, fmt.Errorf("redlock: %s reached %d of %d nodes, need %d%s", op, t.ok, len(c.nodes), c.quorum, after))
+	errs = append(errs, t.errs...)
+	if ctxErr != nil {
+		errs = append(errs, ctxErr)
+	}
+	return errors.Join(errs...)
+}
+
+// ctxErrIf is ctx.Err() when interrupted says the ctx ended a round's wait.
+func ctxErrIf(ctx context.Context, interrupted bool) error {
+	if interrupted {
+		return ctx.Err()
+	}
+	return nil
 }
 
 // settled reports that the outcome of a round is decided: a quorum said yes,

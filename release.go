@@ -56,7 +56,7 @@ func (c *core) unlock(ctx context.Context, l *Lock) error {
 	case c.impossible(t.no):
 		return fmt.Errorf("%w: the key was gone or another owner's on %d of %d nodes", ErrNotHeld, t.no, len(c.nodes))
 	}
-	return errors.Join(append([]error{fmt.Errorf("redlock: release reached %d of %d nodes, need %d; the lock frees itself when its lease ends", t.ok, len(c.nodes), c.quorum)}, t.errs...)...)
+	return c.shortOf("release", t, "; the lock frees itself when its lease ends", nil)
 }
 
 // handOff passes l, just released locally, to w, the head waiter of this
@@ -310,9 +310,5 @@ func (c *core) extend(ctx context.Context, l *Lock, ttl time.Duration) error {
 		}
 		return fmt.Errorf("%w: %w", ErrNotHeld, l.Err())
 	}
-	errs := append([]error{fmt.Errorf("redlock: extend reached %d of %d nodes within validity, need %d; the lock stays held until its current Until", t.ok, len(c.nodes), c.quorum)}, t.errs...)
-	if interrupted {
-		errs = append(errs, ctx.Err())
-	}
-	return errors.Join(errs...)
+	return c.shortOf("extend", t, " within validity; the lock stays held until its current Until", ctxErrIf(ctx, interrupted))
 }

@@ -92,11 +92,7 @@ func (c *core) releaseOwner(ctx context.Context, name, owner string) error {
 	case c.impossible(t.no):
 		return fmt.Errorf("%w: %q is not held by owner %q", ErrNotHeld, name, owner)
 	}
-	errs := append([]error{fmt.Errorf("redlock: release reached %d of %d nodes, need %d", t.ok, len(c.nodes), c.quorum)}, t.errs...)
-	if interrupted {
-		errs = append(errs, ctx.Err())
-	}
-	return errors.Join(errs...)
+	return c.shortOf("release", t, "", ctxErrIf(ctx, interrupted))
 }
 
 // releaseSetOwner is Release of a read hold of name or a permit of the
