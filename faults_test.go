@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -476,4 +477,29 @@ func TestReservationForGoneWaiter(t *testing.T) {
 	took := time.Since(released)
 	require.NoError(t, l.Unlock(ctx))
 	assert.Less(t, took, 500*time.Millisecond, "an unclaimed reservation lasted %v, want about the node timeout (100ms)", took)
+}
+
+// TestDeadServerFailsWithinNodeTimeout: a client whose own timeouts are all
+// within the node timeout is called without a goroutine of ours, bounded by
+// those timeouts; go-redis retries a refused dial (DialerRetries, 5 by
+// default, 100ms apart), so the call must carry the node timeout as a ctx
+// deadline too. Before, TryLock on a dead port took the retries' ~400ms
+// against a 100ms node timeout.
+func TestDeadServerFailsWithinNodeTimeout(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close()) // nothing listens there now
+	const timeout = 100 * time.Millisecond
+	cl := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 50 * time.Millisecond, ReadTimeout: 50 * time.Millisecond,
+		WriteTimeout: 50 * time.Millisecond, PoolTimeout: 50 * time.Millisecond, MaxRetries: -1})
+	t.Cleanup(func() { cl.Close() })
+	lk := newLocker(t, cl, WithNodeTimeout(timeout))
+	for range 3 {
+		start := time.Now()
+		_, err := lk.TryLock(context.Background(), "dead")
+		took := time.Since(start)
+		require.ErrorIs(t, err, ErrNotObtained)
+		assert.Less(t, took, 3*timeout, "TryLock on a dead port took %v, node timeout %v", took, timeout)
+	}
 }
