@@ -48,7 +48,13 @@ func (c *core) acquire(ctx context.Context, l *Lock, cfg *config, ww *writerWait
 		if l.settle(n.idx, o) {
 			// The reply arrived after the attempt was given up or the lock
 			// released or lost: nobody else will delete this key, so we do.
-			c.releaseNode(ctx, n, l)
+			// A grant is known to have run: one release. An error leaves
+			// the outcome unknown: released until the node answers.
+			if o == granted {
+				c.releaseOnce(ctx, n, l)
+			} else {
+				c.releaseNode(ctx, n, l)
+			}
 		}
 		return r
 	}

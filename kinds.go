@@ -64,9 +64,15 @@ func (l *Lock) releaseCmd(p int) (*redis.Script, []string, []any) {
 	return scriptRelease, l.relKeys(), releaseArgs(l)
 }
 
-// releaseArgs are release.lua's ARGV for l.
+// releaseArgs are release.lua's ARGV for l. The reservation for a waiting
+// writer lasts l's node timeout, sent only when it is not the default that
+// release.lua derives from the lease itself (an argument fewer to box).
 func releaseArgs(l *Lock) []any {
-	return []any{l.owner, l.channel, ttlMillis(l.leaseTTL()), ttlMillis(l.timeout)}
+	ttl := l.leaseTTL()
+	if l.timeout == defaultNodeTimeout(ttl) {
+		return []any{l.owner, l.channel, ttlMillis(ttl)}
+	}
+	return []any{l.owner, l.channel, ttlMillis(ttl), ttlMillis(l.timeout)}
 }
 
 // extendCmd is the extend call of part p of l, to a lease of ttl.

@@ -289,8 +289,15 @@ func (c *config) nodeTimeoutFor(ttl time.Duration) time.Duration {
 	if c.nodeTimeout > 0 {
 		return c.nodeTimeout
 	}
-	// No cap by the TTL: acquisitions and extensions also stop waiting at
-	// the validity's end, and a tiny TTL must not leave a budget that a
-	// loaded machine's scheduling alone can spend.
+	return defaultNodeTimeout(ttl)
+}
+
+// defaultNodeTimeout is the node timeout for a lease of ttl without
+// WithNodeTimeout: a tenth of the TTL, within [100ms, 1s]. release.lua
+// derives the same from the lease it is given (scripts/release.lua). No cap
+// by the TTL: acquisitions and extensions also stop waiting at the
+// validity's end, and a tiny TTL must not leave a budget that a loaded
+// machine's scheduling alone can spend.
+func defaultNodeTimeout(ttl time.Duration) time.Duration {
 	return min(max(ttl/10, 100*time.Millisecond), time.Second)
 }

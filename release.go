@@ -208,6 +208,15 @@ func (c *core) releaseInBackground(ctx context.Context, nodes []*node, locks ...
 	}
 }
 
+// releaseOnce releases l on node n, where a grant of l's is known to have
+// run (its reply came back late), from a goroutine the core already owns:
+// one call, until the lease would end anyway.
+func (c *core) releaseOnce(ctx context.Context, n *node, l *Lock) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.leaseTTL())
+	defer cancel()
+	releaseCall(ctx, n.client, l, releaseArgs(l)) // the key expires by itself if this fails
+}
+
 // releaseNode releases l on node n, where a call of l's may have run or may
 // still run (its outcome is unknown), from a goroutine the core already
 // owns. A paused server, or one behind a stalled link, runs the commands

@@ -10,7 +10,9 @@
 -- ARGV[3]  lifetime of the marker in milliseconds (the lock's TTL)
 -- ARGV[4]  how long a reservation for a waiting writer lasts, in ms (the
 --          releaser's node timeout: a waiter that no longer asks, whose
---          withdrawal was lost, holds the name no longer); absent: 1000
+--          withdrawal was lost, holds the name no longer); absent: the
+--          default node timeout for a lease of ARGV[3], a tenth of it
+--          within [100, 1000] (defaultNodeTimeout in options.go)
 --
 -- Returns 1 when our lock was given up and the wake-up published on ARGV[2]
 -- (so waiters wake at once instead of polling); 3 when it was given up but
@@ -32,7 +34,7 @@
 -- (where it is broadcast over the cluster bus). Both keys, and the queue
 -- keys pass derives from KEYS[1], share one hash tag.
 if redis.call('GET', KEYS[1]) == ARGV[1] then
-  local res = pass(KEYS[1], ARGV[2], ARGV[1], math.min(tonumber(ARGV[4] or 1000), tonumber(ARGV[3])))
+  local res = pass(KEYS[1], ARGV[2], ARGV[1], math.min(tonumber(ARGV[4]) or math.min(math.max(math.floor(tonumber(ARGV[3]) / 10), 100), 1000), tonumber(ARGV[3])))
   redis.pcall('SET', KEYS[2], ARGV[1], 'PX', ARGV[3])
   if type(res) == 'table' and res.err then return 3 end
   return 1
