@@ -101,9 +101,9 @@ var scriptFS embed.FS
 // for the memory of one key or member.
 
 // newScript loads an embedded script, with the helpers of scripts/_lib.lua
-// (mint, minted, keepcounter, nowms, the writers' queue), in which it
-// writes the default fence retention, in front when it calls one of
-// them. go-redis runs it with EVALSHA and falls back to EVAL on NOSCRIPT,
+// (mint, minted, keepcounter, nowms, the writers' queue, checktoken), in
+// which it writes the default fence retention, in front when it calls one
+// of them. go-redis runs it with EVALSHA and falls back to EVAL on NOSCRIPT,
 // so a SCRIPT FLUSH, a restart or a failover to a node with an empty
 // script cache costs one extra round trip, never an error.
 func newScript(name string) *redis.Script {

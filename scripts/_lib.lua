@@ -129,3 +129,30 @@ local function pass(lock, channel, released, reserve)
   redis.call('DEL', lock)
   return redis.pcall('PUBLISH', channel, released)
 end
+
+-- checktoken(mark, token) checks a fencing token (ARGV, a decimal string)
+-- against the mark key mark of RedisFence (fencing.go): the highest token
+-- admitted for one guarded key, stored as the caller's decimal string,
+-- never through tostring(), which prints 1800000000000001 as "1.8e+15".
+-- Tokens are compared as Lua numbers (doubles), exact for integers up to
+-- 2^53, which the client enforces. It returns whether the mark must be
+-- raised to token (true: no mark yet, or a lower one; false: an equal
+-- one, which one holder presents for each of its writes) when token is
+-- admitted; or nil and what the script must reply instead, having changed
+-- nothing: an error for a token that is not a number of at least 1 or a
+-- mark that does not hold an integer, {0, mark} for a token below the mark
+-- (stale: a later holder was admitted).
+local function checktoken(mark, token)
+  local t = tonumber(token)
+  if not t or t < 1 then
+    return nil, redis.error_reply('ERR redlock fence: invalid token ' .. tostring(token))
+  end
+  local m = redis.call('GET', mark)
+  if not m then return true end
+  local highest = tonumber(m)
+  if not highest then
+    return nil, redis.error_reply('ERR redlock fence: mark key ' .. mark .. ' does not hold an integer')
+  end
+  if t < highest then return nil, {0, m} end
+  return t > highest
+end

@@ -15,25 +15,10 @@
 -- after KEYS[2]'s hash tag, or after a tag of the same slot (see fenceMarkKey
 -- in fencing.go), so the script runs on Redis Cluster without CROSSSLOT.
 --
--- Tokens are compared as Lua numbers (doubles), exact for integers up to 2^53,
--- which the client enforces. The mark is stored as the caller's string, never
--- through tostring(), which prints 1800000000000001 as "1.8e+15".
-local token = tonumber(ARGV[1])
-if not token or token < 1 then
-  return redis.error_reply('ERR redlock fence: invalid token ' .. tostring(ARGV[1]))
-end
-local mark = redis.call('GET', KEYS[1])
-local raise = true
-if mark then
-  local highest = tonumber(mark)
-  if not highest then
-    return redis.error_reply('ERR redlock fence: mark key ' .. KEYS[1] .. ' does not hold an integer')
-  end
-  if token < highest then
-    return {0, mark}
-  end
-  raise = token > highest
-end
+-- The token is checked against the mark by checktoken (_lib.lua), shared by
+-- the four fence scripts.
+local raise, refused = checktoken(KEYS[1], ARGV[1])
+if refused then return refused end
 redis.call('DEL', KEYS[2])
 if raise then
   redis.call('SET', KEYS[1], ARGV[1])
