@@ -191,19 +191,19 @@ func (c *core) acquireOn(ctx context.Context, n *node, l *Lock, cfg *config, scr
 	switch {
 	case err != nil:
 		return reply{err: err}, failed
-	case res[0] == acqGranted && ackErr != nil:
+	case res[0] == replyOK && ackErr != nil:
 		// Granted on the master but not known to the replicas asked for: not
 		// a vote. The outcome stays granted, so the key is released.
 		return reply{err: ackErr}, granted
-	case res[0] == acqGranted:
+	case res[0] == replyOK:
 		return reply{ok: true, val: res[1]}, granted
-	case res[0] == acqTaken:
+	case res[0] == replyTaken:
 		return reply{val: res[1], holder: holder, code: refusing}, taken
-	case res[0] == acqExhausted:
+	case res[0] == replyExhausted:
 		return reply{err: fmt.Errorf("%w (counter %s at %d)", errTokenSpace, l.keys[1], res[1])}, taken
-	case res[0] == acqPermits:
+	case res[0] == replyPermits:
 		return reply{err: fmt.Errorf("%w: the semaphore %q is held under %d permits, this Semaphore has %d", errPermits, l.name, res[1], l.permits)}, taken
-	case res[0] == acqBadFence:
+	case res[0] == replyBadFence:
 		return reply{err: fmt.Errorf("%w: fence key %s does not hold a number", errTokenSpace, l.keys[1])}, taken
 	}
 	return reply{err: fmt.Errorf("%w: %v", errBadReply, res)}, failed
@@ -234,9 +234,9 @@ func (c *core) multiAcquireOn(ctx context.Context, n *node, l *Lock, cfg *config
 		switch {
 		case err != nil:
 			return reply{err: err}, failed
-		case res[0] == acqTaken:
+		case res[0] == replyTaken:
 			return reply{val: res[1], holder: holder, code: int64(p)}, before
-		case res[0] != acqGranted:
+		case res[0] != replyOK:
 			return reply{err: fmt.Errorf("%w (counter of %q)", errTokenSpace, l.multi.names[p])}, before
 		}
 		tokens = append(tokens, res[1])

@@ -381,17 +381,17 @@ func fenceCheck(key string, token int64) error {
 	return nil
 }
 
-// fenceRun runs one of the fence scripts, which reply {1} when they admitted
-// token and {0, mark} when they rejected it.
+// fenceRun runs one of the fence scripts, which reply {replyOK} when they
+// admitted token and {replyStale, mark} when they rejected it.
 func fenceRun(ctx context.Context, c Client, script *redis.Script, op, key string, token int64, keys []string, args ...any) error {
 	reply, err := script.Run(ctx, c, keys, args...).Slice()
 	if err != nil {
 		return fmt.Errorf("redlock: fence %s %q: %w", op, key, err)
 	}
-	if len(reply) == 1 && reply[0] == int64(1) {
+	if len(reply) == 1 && reply[0] == int64(replyOK) {
 		return nil
 	}
-	if len(reply) == 2 && reply[0] == int64(0) {
+	if len(reply) == 2 && reply[0] == int64(replyStale) {
 		if mark, ok := reply[1].(string); ok {
 			if h, err := strconv.ParseInt(mark, 10, 64); err == nil {
 				return &StaleTokenError{Token: token, Highest: h}

@@ -122,14 +122,14 @@ func foldRelease(acc, v int64, first bool) int64 {
 	switch {
 	case first:
 		return v
-	case acc == relNotOurs || v == relNotOurs:
-		return relNotOurs
-	case acc == relAlready && v == relAlready:
-		return relAlready
-	case acc == relUnpublished || v == relUnpublished:
-		return relUnpublished
+	case acc == replyNotOurs || v == replyNotOurs:
+		return replyNotOurs
+	case acc == replyAlready && v == replyAlready:
+		return replyAlready
+	case acc == replyUnpublished || v == replyUnpublished:
+		return replyUnpublished
 	}
-	return relReleased
+	return replyOK
 }
 
 // foldExtend combines extend codes: another owner's if any part is, gone if
@@ -138,14 +138,14 @@ func foldExtend(acc, v int64, first bool) int64 {
 	switch {
 	case first:
 		return v
-	case acc == extTaken || v == extTaken:
-		return extTaken
-	case acc == 0 || v == 0:
-		return 0
-	case acc == extLate || v == extLate:
-		return extLate
+	case acc == replyTaken || v == replyTaken:
+		return replyTaken
+	case acc == replyGone || v == replyGone:
+		return replyGone
+	case acc == replyLate || v == replyLate:
+		return replyLate
 	}
-	return 1
+	return replyOK
 }
 
 // foldPTTL combines remaining leases: gone if any part is, else the
@@ -154,8 +154,8 @@ func foldPTTL(acc, v int64, first bool) int64 {
 	switch {
 	case first:
 		return v
-	case acc == pttlGone || v == pttlGone:
-		return pttlGone
+	case acc == replyNotOurs || v == replyNotOurs:
+		return replyNotOurs
 	case acc < 0:
 		return v
 	case v < 0:

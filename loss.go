@@ -139,9 +139,9 @@ var (
 // refusalOf is the reason behind one node's refusal code.
 func refusalOf(code int64) error {
 	switch code {
-	case extTaken:
+	case replyTaken:
 		return errTaken
-	case extLate:
+	case replyLate:
 		return errExpLate
 	}
 	return errKeyGone
@@ -157,9 +157,9 @@ func refusalsIn(rs []reply) (taken, late int) {
 	for _, r := range rs {
 		switch {
 		case r.err != nil:
-		case r.code == extTaken:
+		case r.code == replyTaken:
 			taken++
-		case r.code == extLate:
+		case r.code == replyLate:
 			late++
 		}
 	}

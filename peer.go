@@ -96,7 +96,7 @@ func (c *core) remaining(ctx context.Context, l *Lock) (time.Duration, error) {
 			s, keys := l.pttlCmd(p)
 			return s, keys, []any{l.owner}
 		}, foldPTTL)
-		return reply{ok: err == nil && v != pttlGone, val: v, err: err}
+		return reply{ok: err == nil && v != replyNotOurs, val: v, err: err}
 	})
 	if err != nil {
 		return 0, err

@@ -13,10 +13,10 @@ import (
 // release whose wake-up message the server refused to publish: the release
 // itself stands, and waiters fall back to their timers.
 func releaseReply(l *Lock, v int64, err error) reply {
-	if err == nil && v == relUnpublished {
+	if err == nil && v == replyUnpublished {
 		l.logger.Warn("redlock: released, but the server refused to publish the release message; waiters wake by their timers", "name", l.name)
 	}
-	return reply{ok: err == nil && v != relNotOurs, code: v, err: err}
+	return reply{ok: err == nil && v != replyNotOurs, code: v, err: err}
 }
 
 // unlock releases l on every node where it is still ours; see Lock.Unlock.
@@ -89,14 +89,14 @@ func (c *core) handOff(ctx context.Context, l *Lock, w *waiter) (done bool, err 
 		c.releaseInBackground(ctx, c.nodes, l, nl)
 		c.waits.unreserve(l.channel, w, true)
 		return true, errors.Join(fmt.Errorf("redlock: hand-off outcome unknown; the lock frees itself when its lease ends"), c.nodeErr(r.node, r.err))
-	case r.code == relAlready:
+	case r.code == replyAlready:
 		c.waits.unreserve(l.channel, w, true)
 		return true, nil
-	case r.code == relNotOurs:
+	case r.code == replyNotOurs:
 		c.waits.unreserve(l.channel, w, true) // the key is gone: the name may be free
 		return true, fmt.Errorf("%w: the key was gone or another owner's", ErrNotHeld)
 	case !r.ok:
-		// No token, or handOffRefused (a full server refused its first
+		// No token, or replyOOM (a full server refused its first
 		// write): the ordinary release runs and reports it.
 		c.waits.unreserve(l.channel, w, false)
 		return false, nil
@@ -125,7 +125,7 @@ func (c *core) handOffCall(ctx context.Context, l, nl *Lock, w *waiter) (reply, 
 		case len(res) != 2:
 			return reply{err: fmt.Errorf("%w: %v", errBadReply, res)}
 		}
-		return reply{ok: res[0] == acqGranted, code: res[0], val: res[1]}
+		return reply{ok: res[0] == replyOK, code: res[0], val: res[1]}
 	})
 	if err != nil {
 		return reply{}, until, err
@@ -283,16 +283,16 @@ func (c *core) extend(ctx context.Context, l *Lock, ttl time.Duration) error {
 	ch, err := c.fanOut(context.WithoutCancel(ctx), c.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node) reply {
 		if l.replicas == 0 {
 			v, err := l.runParts(ctx, n.client, func(p int) (*redis.Script, []string, []any) { return l.extendCmd(p, ttl) }, foldExtend)
-			return reply{ok: v == 1, code: v, err: err}
+			return reply{ok: v == replyOK, code: v, err: err}
 		}
 		s, keys, args := l.extendCmd(0, ttl) // one part: LockAll refuses acks over shards
 		cmd, ackErr := scriptAcked(ctx, n.client, s, keys, int(l.replicas), l.ackTimeout(), args...)
 		v, err := cmd.Int64()
-		if err == nil && v == 1 && ackErr != nil {
+		if err == nil && v == replyOK && ackErr != nil {
 			// Extended on the master only: a failed attempt, not a refusal.
 			return reply{code: v, err: ackErr}
 		}
-		return reply{ok: v == 1, code: v, err: err}
+		return reply{ok: v == replyOK, code: v, err: err}
 	})
 	if err != nil {
 		return err

@@ -62,7 +62,7 @@ func (c *core) releaseOwner(ctx context.Context, name, owner string) error {
 	// a lost reply, that it had released the lock itself. Written under the
 	// holder's marker key, it would make the holder's own Unlock report
 	// success for a lock an operator took away; so this call's marker has a
-	// key of its own, and lives 1ms (nothing reads it: see relAlready below).
+	// key of its own, and lives 1ms (nothing reads it: see replyAlready below).
 	keys := []string{key, key + ":released-by-operator"}
 	args := []any{owner, releaseChannel(key), 1}
 	timeout := c.cfg.timeout(c.cfg.ttl)
@@ -71,12 +71,12 @@ func (c *core) releaseOwner(ctx context.Context, name, owner string) error {
 			return reply{err: err}
 		}
 		v, err := scriptRelease.Run(ctx, n.client, keys, args...).Int64()
-		if err == nil && v == relUnpublished {
+		if err == nil && v == replyUnpublished {
 			c.cfg.logger.Warn("redlock: released, but the server refused to publish the release message; waiters wake by their timers", "name", name)
 		}
-		// relAlready would be a retried call of this one after a lost
+		// replyAlready would be a retried call of this one after a lost
 		// reply; it reads as "not held", like any owner that is gone.
-		return reply{ok: err == nil && (v == relReleased || v == relUnpublished), code: v, err: err}
+		return reply{ok: err == nil && (v == replyOK || v == replyUnpublished), code: v, err: err}
 	})
 	if err != nil {
 		return err
@@ -116,10 +116,10 @@ func (c *core) releaseSetOwner(ctx context.Context, name, key, owner string, tim
 		}
 		ch, err := c.fanOut(context.WithoutCancel(ctx), c.nodes, timeout, timeout, func(ctx context.Context, n *node) reply {
 			v, err := scriptZRelease.Run(ctx, n.client, keys, owner, set.channel, 1, set.reads).Int64()
-			if err == nil && v == relUnpublished {
+			if err == nil && v == replyUnpublished {
 				c.cfg.logger.Warn("redlock: released, but the server refused to publish the release message; waiters wake by their timers", "name", name)
 			}
-			return reply{ok: err == nil && (v == relReleased || v == relUnpublished), code: v, err: err}
+			return reply{ok: err == nil && (v == replyOK || v == replyUnpublished), code: v, err: err}
 		})
 		if err != nil {
 			return err

@@ -125,7 +125,7 @@ func renewAcked(ctx context.Context, cl Client, locks []*Lock, ttls []time.Durat
 			s, keys, args := l.extendCmd(0, ttls[i])
 			cmd, ackErr = scriptAcked(ctx, cl, s, keys, int(l.replicas), l.ackTimeout(), args...)
 			v, err = cmd.Int64()
-			if err == nil && v == 1 && ackErr != nil {
+			if err == nil && v == replyOK && ackErr != nil {
 				err = ackErr
 			}
 		} else {
@@ -139,15 +139,15 @@ func renewAcked(ctx context.Context, cl Client, locks []*Lock, ttls []time.Durat
 	return codes, firstErr
 }
 
-// extendCode is a renewal's per-lock code in a batch: 1 extended, extTaken
-// another owner's, extLate too near its end, 0 missing, -1 error.
+// extendCode is a renewal's per-lock code in a batch: 1 extended, replyTaken
+// another owner's, replyLate too near its end, 0 missing, -1 error.
 func extendCode(v int64, err error) int8 {
 	switch {
 	case err != nil:
 		return -1
-	case v == 1:
+	case v == replyOK:
 		return 1
-	case v == extTaken, v == extLate:
+	case v == replyTaken, v == replyLate:
 		return int8(v)
 	}
 	return 0

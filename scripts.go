@@ -38,42 +38,99 @@ var (
 	allScripts = []*redis.Script{scriptAcquire, scriptRelease, scriptExtend, scriptRaise, scriptHandOff, scriptInspect, scriptPTTL}
 )
 
-// The scripts' replies that the engine tells apart.
-
-// acquire.lua's status codes (the first element of its reply).
+// Reply codes: the one table of what the scripts answer, each code with
+// one meaning in every script that gives it. The scripts name them
+// REPLY_OK, REPLY_NOT_OURS and so on (the Go name in capitals, words split
+// by "_"), and newScript writes in the values below, so a script and its
+// Go reader cannot drift apart. Which script gives which code is in each
+// script's header; TestScripts checks them against a real server.
+//
+// A script's reply is a code, or a list whose first element is one:
+//
+//	acquire family (acquire, multi_acquire, rlock, sem_acquire, handoff):
+//	  {replyOK, token} granted; {replyTaken, pttl, owner} refused;
+//	  {replyExhausted, counter}, {replyBadFence, 0}, {replyPermits, count},
+//	  and for handoff {replyAlready, 0}, {replyNotOurs, 0},
+//	  {replyWriterFirst, 0}, {replyOOM, 0}
+//	release family (release, multi_release, zrelease): replyOK,
+//	  replyUnpublished, replyAlready, replyNotOurs
+//	extend family (extend, multi_extend, zextend): replyOK, replyGone,
+//	  replyTaken, replyLate
+//	pttl family (pttl, multi_pttl, zpttl): a lease in ms (-1: no expiry),
+//	  or replyNotOurs
+//	fence scripts: {replyOK}, {replyStale, mark}
+//	unwait: replyOK. raise and inspect answer values, never a code.
+//
+// No code is -1 or -2, the values of PTTL for a key without expiry and for
+// no key, so that a reply that is a lease keeps PTTL's meanings; the pttl
+// family's replyNotOurs is negative to stay apart from every lease. The
+// watchdog's per-lock int8 codes (pipelined.code, extendCode: 1 extended,
+// 0 not, -1 error) carry replyTaken and replyLate as they are, so
+// replyOK is 1, replyGone 0, and those two positive below 128
+// (TestReplyCodes).
 const (
-	acqGranted   = 1
-	acqTaken     = 0
-	acqExhausted = -1 // the fence counter reached 2^53-1
-	acqBadFence  = -2 // the fence key holds something that is not a number
-	acqPermits   = -3 // sem_acquire.lua: the live holders use another permit count
+	// replyOK: done as asked. The lock, hold or permit is granted; the
+	// release is made and its wake-up published; the lease moved; the
+	// fencing token admitted; the waiting writer withdrawn.
+	replyOK = 1
+	// replyGone (extend family): no key or hold of this owner is left, gone
+	// or its lease ended; a key of another owner is replyTaken.
+	replyGone = 0
+	// replyTaken: someone else has it: another owner's value (acquire and
+	// extend families), and for an acquisition also live read holds, every
+	// permit held, or a waiting writer ahead (rlock).
+	replyTaken = 2
+	// replyLate (extend family): ours, but the lease has less left than the
+	// lock's guard, so its holder has declared it lost, or is about to: a
+	// renewal that a paused server ran late must not bring it back.
+	replyLate = 3
+	// replyAlready (release family, handoff): this owner released it
+	// before: a retried call after a lost reply.
+	replyAlready = 4
+	// replyUnpublished (release family): released, but the server refused
+	// the PUBLISH (an ACL user without channel rights); waiters wake by
+	// their timers.
+	replyUnpublished = 5
+	// replyWriterFirst (handoff): a writer of another process waits first
+	// in the name's queue; nothing changed, and the ordinary release must
+	// pass the name to it.
+	replyWriterFirst = 6
+	// replyStale (fence scripts, with the mark): a higher token was
+	// admitted before; nothing changed.
+	replyStale = 7
+	// replyNotOurs (release and pttl families, handoff): gone or another
+	// owner's, the script does not tell which; left untouched.
+	replyNotOurs = -3
+	// replyOOM (handoff): the server refused its first write (maxmemory);
+	// nothing changed, and the ordinary release must run.
+	replyOOM = -4
+	// replyExhausted (acquire family): a fence counter reached 2^53-1,
+	// where a Lua double can no longer count up by one; not granted.
+	replyExhausted = -5
+	// replyBadFence (acquire family): a fence counter key holds something
+	// that is not a number; not granted.
+	replyBadFence = -6
+	// replyPermits (sem_acquire): the live holders took their permits under
+	// another permit count, which the reply gives; not granted.
+	replyPermits = -7
 )
 
-// release.lua's replies; handoff.lua answers relNotOurs and relAlready
-// alike, acqGranted when it handed the lock over, and acquire.lua's
-// negative codes when it could mint no token.
-const (
-	relNotOurs     = 0 // gone or another owner's: left untouched
-	relReleased    = 1
-	relAlready     = 2 // this owner released it before: a retried call after a lost reply
-	relUnpublished = 3 // released, but PUBLISH was refused (an ACL user without channel rights)
-)
-
-// extend.lua's replies besides 1 (moved) and 0 (the key is gone).
-const (
-	extTaken = 2 // the key holds another owner's value
-	// extLate: the lease has less left than the lock's guard, so its holder
-	// has declared it lost, or is about to: a renewal that a paused server
-	// ran late must not bring it back.
-	extLate = 3
-)
-
-// handOffRefused is handoff.lua's reply when the server refused its first
-// write (maxmemory): nothing changed, and the ordinary release must run.
-const handOffRefused = -4
-
-// pttlGone is pttl.lua's reply for a key that is not ours.
-const pttlGone = -3
+// replyCodes are the reply codes by the names the scripts use.
+var replyCodes = map[string]int64{
+	"REPLY_OK":           replyOK,
+	"REPLY_GONE":         replyGone,
+	"REPLY_TAKEN":        replyTaken,
+	"REPLY_LATE":         replyLate,
+	"REPLY_ALREADY":      replyAlready,
+	"REPLY_UNPUBLISHED":  replyUnpublished,
+	"REPLY_WRITER_FIRST": replyWriterFirst,
+	"REPLY_STALE":        replyStale,
+	"REPLY_NOT_OURS":     replyNotOurs,
+	"REPLY_OOM":          replyOOM,
+	"REPLY_EXHAUSTED":    replyExhausted,
+	"REPLY_BAD_FENCE":    replyBadFence,
+	"REPLY_PERMITS":      replyPermits,
+}
 
 //go:embed scripts/*.lua
 var scriptFS embed.FS
@@ -112,14 +169,30 @@ func newScript(name string) *redis.Script {
 		strconv.FormatInt(defaultFenceRetention.Milliseconds(), 10))
 	for _, m := range libFunc.FindAllStringSubmatch(lib, -1) {
 		if strings.Contains(body, m[1]+"(") {
-			return redis.NewScript(lib + body)
+			body = lib + body
+			break
 		}
 	}
-	return redis.NewScript(body)
+	return redis.NewScript(withCodes(name, body))
 }
 
 // libFunc finds the names of _lib.lua's functions.
 var libFunc = regexp.MustCompile(`(?m)^local function (\w+)\(`)
+
+// withCodes writes the values of the reply codes into src, the script
+// name: a name not in replyCodes is a build defect.
+func withCodes(name, src string) string {
+	return replyName.ReplaceAllStringFunc(src, func(code string) string {
+		v, ok := replyCodes[code]
+		if !ok {
+			panic("redlock: unknown reply code " + code + " in script " + name)
+		}
+		return strconv.FormatInt(v, 10)
+	})
+}
+
+// replyName finds the reply codes a script names.
+var replyName = regexp.MustCompile(`\bREPLY_[A-Z_]+\b`)
 
 func embedded(name string) []byte {
 	src, err := scriptFS.ReadFile("scripts/" + name)

@@ -446,9 +446,9 @@ func (c *core) tallyBatch(res *batchResult, r reply, i int, withErr bool) {
 	default:
 		res.no++
 		switch r.codes[i] {
-		case extTaken:
+		case replyTaken:
 			res.taken++
-		case extLate:
+		case replyLate:
 			res.late++
 		}
 		if withErr {
@@ -458,7 +458,7 @@ func (c *core) tallyBatch(res *batchResult, r reply, i int, withErr bool) {
 }
 
 // pipelineScript sends one script call per lock in one pipeline and returns
-// per lock 1 (yes), 0 (not ours), extTaken, extLate or -1 (error).
+// per lock 1 (yes), 0 (not ours), replyTaken, replyLate or -1 (error).
 // go-redis's EVALSHA-to-EVAL fallback does not apply inside pipelines, so
 // calls that failed with NOSCRIPT (after SCRIPT FLUSH, a restart, a
 // failover) are sent again with EVAL: a missing script must never read as
@@ -584,7 +584,7 @@ func (p *pipelined) code(l *Lock, v int64, retried bool) (int8, error) {
 		if r := releaseReply(l, v, nil); r.ok {
 			return 1, nil
 		}
-	case v == 1 && l.replicas > 0:
+	case v == replyOK && l.replicas > 0:
 		// Extended on the master; a vote only with the replicas' acks,
 		// counted by the WAIT of the connection this script ran on.
 		w := p.wait
@@ -595,7 +595,7 @@ func (p *pipelined) code(l *Lock, v int64, retried bool) (int8, error) {
 			return -1, err
 		}
 		return 1, nil
-	case v == 1, v == extTaken, v == extLate:
+	case v == replyOK, v == replyTaken, v == replyLate:
 		return int8(v), nil
 	}
 	return 0, nil

@@ -1,5 +1,7 @@
 -- _lib.lua: prepended to every script that calls one of its functions (see
--- newScript); not a script by itself.
+-- newScript); not a script by itself. Its replies are reply codes
+-- (REPLY_EXHAUSTED...), whose values newScript writes in from the table in
+-- scripts.go.
 --
 -- retention(arg) is how long a fence counter outlives its last write, in
 -- ms: arg when it is a number above 1 (WithFenceRetention), else the
@@ -22,9 +24,9 @@ end
 -- the one that floored the last token by more than the time since the
 -- counter's last write (for an expired counter: its retention, at least).
 -- It returns the token, or nil and the reply the script must give instead:
--- {-1, counter} when a counter reached 2^53-1, where a Lua double can no
--- longer count up by one, or {-2, 0} when a fence key holds something that
--- is not a number. Nothing is written then.
+-- {REPLY_EXHAUSTED, counter} when a counter reached 2^53-1, where a Lua
+-- double can no longer count up by one, or {REPLY_BAD_FENCE, 0} when a
+-- fence key holds something that is not a number. Nothing is written then.
 --
 -- on is also the counters' retention (see retention): they expire that long
 -- after this write, or at the end of the lease (ms) being granted, or when
@@ -36,8 +38,8 @@ local function mint(on, fences, floor, lease)
   for _, k in ipairs(fences) do
     local last = tonumber(redis.call('GET', k) or '0')
     -- tonumber also accepts 'nan', 'inf' and '1e400': none is a counter.
-    if not last or last ~= last or last == math.huge or last == -math.huge then return nil, {-2, 0} end
-    if last >= 9007199254740991 then return nil, {-1, last} end
+    if not last or last ~= last or last == math.huge or last == -math.huge then return nil, {REPLY_BAD_FENCE, 0} end
+    if last >= 9007199254740991 then return nil, {REPLY_EXHAUSTED, last} end
     if last + 1 > tok then tok = last + 1 end
   end
   local now = tonumber(floor)
@@ -140,8 +142,8 @@ end
 -- one, which one holder presents for each of its writes) when token is
 -- admitted; or nil and what the script must reply instead, having changed
 -- nothing: an error for a token that is not a number of at least 1 or a
--- mark that does not hold an integer, {0, mark} for a token below the mark
--- (stale: a later holder was admitted).
+-- mark that does not hold an integer, {REPLY_STALE, mark} for a token below
+-- the mark (a later holder was admitted).
 local function checktoken(mark, token)
   local t = tonumber(token)
   if not t or t < 1 then
@@ -153,6 +155,6 @@ local function checktoken(mark, token)
   if not highest then
     return nil, redis.error_reply('ERR redlock fence: mark key ' .. mark .. ' does not hold an integer')
   end
-  if t < highest then return nil, {0, m} end
+  if t < highest then return nil, {REPLY_STALE, m} end
   return t > highest
 end

@@ -25,13 +25,14 @@
 -- waiting writers "<KEYS[1]>:writers" with its alive keys. They follow the
 -- lock key's hash tag, so they live on its slot.
 --
--- Returns {1, token} when the lock is ours (token 0 with fencing off),
--- {0, pttl, owner} when another owner holds it (pttl: its remaining lease in
--- ms, -1 for a key without expiry; owner: the value it holds, "queued:<id>"
--- while reserved for a waiting writer, "" when read holds refuse it, pttl
--- then being the longest of their leases), {-1, counter} or {-2, 0} when no
--- token can be minted (see _lib.lua): the lock is not taken, since a
--- repeated token would let a fence admit two owners.
+-- Returns {REPLY_OK, token} when the lock is ours (token 0 with fencing
+-- off), {REPLY_TAKEN, pttl, owner} when another owner holds it (pttl: its
+-- remaining lease in ms, -1 for a key without expiry; owner: the value it
+-- holds, "queued:<id>" while reserved for a waiting writer, "" when read
+-- holds refuse it, pttl then being the longest of their leases),
+-- {REPLY_EXHAUSTED, counter} or {REPLY_BAD_FENCE, 0} when no token can be
+-- minted (see _lib.lua): the lock is not taken, since a repeated token
+-- would let a fence admit two owners. Reply codes: the table in scripts.go.
 --
 -- An uncontended call reads the read holds once (EXISTS) and never touches
 -- the queue.
@@ -39,7 +40,7 @@ local cur = redis.call('GET', KEYS[1])
 if cur == ARGV[1] then
   -- Our own earlier execution of this very attempt (a client-side retry after
   -- a lost reply): report the grant it made instead of a false "taken".
-  return {1, minted(ARGV[3], KEYS[2])}
+  return {REPLY_OK, minted(ARGV[3], KEYS[2])}
 end
 local wid = ARGV[5] or ''
 local claimed = false
@@ -48,7 +49,7 @@ if cur and wid ~= '' and cur == 'queued:' .. wid then
 end
 if cur then
   if wid ~= '' then enqueue(KEYS[1], wid) end
-  return {0, redis.call('PTTL', KEYS[1]), cur}
+  return {REPLY_TAKEN, redis.call('PTTL', KEYS[1]), cur}
 end
 local readers = KEYS[1] .. ':readers'
 -- A reserved name had a key all along, which kept new read holds out.
@@ -58,7 +59,7 @@ if not claimed and redis.call('EXISTS', readers) == 1 then
   local last = redis.call('ZRANGE', readers, -1, -1, 'WITHSCORES')
   if last[1] then
     if wid ~= '' then enqueue(KEYS[1], wid) end
-    return {0, tonumber(last[2]) - now, ''}
+    return {REPLY_TAKEN, tonumber(last[2]) - now, ''}
   end
 end
 local tok, refused = mint(ARGV[3], {KEYS[2]}, ARGV[4], ARGV[2])
@@ -71,4 +72,4 @@ if wid ~= '' and wid ~= ARGV[1] and not claimed then
   redis.call('LREM', q, 1, wid)
   redis.call('DEL', q .. ':' .. wid)
 end
-return {1, tok}
+return {REPLY_OK, tok}

@@ -9,21 +9,22 @@
 --          a renewal that a paused server runs late must not revive it);
 --          absent: no guard
 --
--- Returns 1 when the lease was moved, 0 when the key is gone, 2 when it
--- belongs to another owner (so a loss can say which), 3 when it is ours but
--- too near its end (ARGV[3]). It never creates a key: an expired lock stays
--- expired.
+-- Returns REPLY_OK when the lease was moved, REPLY_GONE when the key is
+-- gone, REPLY_TAKEN when it belongs to another owner (so a loss can say
+-- which), REPLY_LATE when it is ours but too near its end (ARGV[3]). Reply
+-- codes: the table in scripts.go. It never creates a key: an expired lock
+-- stays expired.
 --
 -- The fence counter "<KEYS[1]>:fence" (same hash tag) is kept at least as
 -- long as the new lease (keepcounter, _lib.lua): a lock held for longer
 -- than the counter's retention still has its token on the server.
 local cur = redis.call('GET', KEYS[1])
 if cur == ARGV[1] then
-  if ARGV[3] and redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then return 3 end
+  if ARGV[3] and redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then return REPLY_LATE end
   if KEYS[2] then redis.call('PEXPIRE', KEYS[2], ARGV[2]) end
-  local moved = redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
   keepcounter(KEYS[1] .. ':fence', ARGV[2])
-  return moved
+  return REPLY_OK
 end
-if cur then return 2 end
-return 0
+if cur then return REPLY_TAKEN end
+return REPLY_GONE

@@ -6,10 +6,11 @@
 -- KEYS[2]  data key
 -- ARGV[1]  token, a decimal string, 1 <= token <= 2^53
 --
--- Returns {1} when token >= mark: the mark is raised to token and KEYS[2]
--- deleted (whether or not it existed). Returns {0, mark} when token < mark,
--- changing nothing; mark is the stored decimal string. Errors when the mark
--- key holds something other than an integer.
+-- Returns {REPLY_OK} when token >= mark: the mark is raised to token and
+-- KEYS[2] deleted (whether or not it existed). Returns {REPLY_STALE, mark}
+-- when token < mark, changing nothing; mark is the stored decimal string.
+-- Errors when the mark key holds something other than an integer. Reply
+-- codes: the table in scripts.go.
 --
 -- Hash slots: both keys hash to one slot because the client names KEYS[1]
 -- after KEYS[2]'s hash tag, or after a tag of the same slot (see fenceMarkKey
@@ -23,4 +24,4 @@ redis.call('DEL', KEYS[2])
 if raise then
   redis.call('SET', KEYS[1], ARGV[1])
 end
-return {1}
+return {REPLY_OK}

@@ -7,10 +7,12 @@
 -- ARGV[2]  field
 -- ARGV[3]  value
 --
--- Returns {1} when token >= mark: the mark is raised to token and the field
--- written. Returns {0, mark} when token < mark, changing nothing; mark is the
--- stored decimal string. Errors, changing nothing, when the mark key holds
--- something other than an integer or (WRONGTYPE) when KEYS[2] is not a hash.
+-- Returns {REPLY_OK} when token >= mark: the mark is raised to token and
+-- the field written. Returns {REPLY_STALE, mark} when token < mark,
+-- changing nothing; mark is the stored decimal string. Errors, changing
+-- nothing, when the mark key holds something other than an integer or
+-- (WRONGTYPE) when KEYS[2] is not a hash. Reply codes: the table in
+-- scripts.go.
 --
 -- Hash slots: both keys hash to one slot because the client names KEYS[1]
 -- after KEYS[2]'s hash tag, or after a tag of the same slot (see fenceMarkKey
@@ -26,4 +28,4 @@ redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
 if raise then
   redis.call('SET', KEYS[1], ARGV[1])
 end
-return {1}
+return {REPLY_OK}

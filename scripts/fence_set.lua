@@ -8,10 +8,11 @@
 -- ARGV[3]  expiry of the data key in milliseconds: "0" for none, "-1" to keep
 --          the current one (KEEPTTL), otherwise > 0
 --
--- Returns {1} when token >= mark: the mark is raised to token and the value
--- written. Returns {0, mark} when token < mark, changing nothing; mark is the
--- stored decimal string. Errors when the mark key holds something other than
--- an integer.
+-- Returns {REPLY_OK} when token >= mark: the mark is raised to token and
+-- the value written. Returns {REPLY_STALE, mark} when token < mark,
+-- changing nothing; mark is the stored decimal string. Errors when the mark
+-- key holds something other than an integer. Reply codes: the table in
+-- scripts.go.
 --
 -- Hash slots: both keys hash to one slot because the client names KEYS[1]
 -- after KEYS[2]'s hash tag, or after a tag of the same slot (see fenceMarkKey
@@ -33,4 +34,4 @@ end
 if raise then
   redis.call('SET', KEYS[1], ARGV[1])
 end
-return {1}
+return {REPLY_OK}

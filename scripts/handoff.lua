@@ -16,26 +16,27 @@
 --          "" if it has none
 -- ARGV[7]  next owner's metadata value "<owner>\n<metadata>", if any
 --
--- Returns {1, token} when the lock passed to the next owner (also when this
--- very hand-off already ran: a client-side retry after a lost reply); {3, 0}
--- when a writer of another process is first in the queue of waiting
--- writers (nothing changed: the release must go to it, fair across
--- processes);
--- {2, 0} when the current owner had already released it; {0, 0} when the key
--- is gone or another owner's (left untouched); {-1, counter} or {-2, 0} when
--- no token can be minted (see _lib.lua): nothing was changed; {-4, 0} when
--- the server refused the write (at maxmemory): nothing was changed.
+-- Returns {REPLY_OK, token} when the lock passed to the next owner (also
+-- when this very hand-off already ran: a client-side retry after a lost
+-- reply); {REPLY_WRITER_FIRST, 0} when a writer of another process is first
+-- in the queue of waiting writers (nothing changed: the release must go to
+-- it, fair across processes); {REPLY_ALREADY, 0} when the current owner had
+-- already released it; {REPLY_NOT_OURS, 0} when the key is gone or another
+-- owner's (left untouched); {REPLY_EXHAUSTED, counter} or
+-- {REPLY_BAD_FENCE, 0} when no token can be minted (see _lib.lua): nothing
+-- was changed; {REPLY_OOM, 0} when the server refused the write (at
+-- maxmemory): nothing was changed. Reply codes: the table in scripts.go.
 --
 -- Nothing is published: the name stays held, so no other waiter needs to
 -- wake. No read hold can exist while the current owner holds the name. All
 -- keys share one hash tag.
 local cur = redis.call('GET', KEYS[1])
 if cur == ARGV[2] then
-  return {1, minted(ARGV[4], KEYS[2])}
+  return {REPLY_OK, minted(ARGV[4], KEYS[2])}
 end
 if cur ~= ARGV[1] then
-  if redis.call('GET', KEYS[3]) == ARGV[1] then return {2, 0} end
-  return {0, 0}
+  if redis.call('GET', KEYS[3]) == ARGV[1] then return {REPLY_ALREADY, 0} end
+  return {REPLY_NOT_OURS, 0}
 end
 -- The first write, a no-op (our own value and expiry): at maxmemory
 -- (noeviction) Redis refuses a script's first write that may grow memory
@@ -43,9 +44,9 @@ end
 -- has changed and nothing is granted, as acquire.lua grants nothing on a
 -- full server; the caller then releases with release.lua, which frees the
 -- name there.
-if redis.pcall('SET', KEYS[1], ARGV[1], 'XX', 'KEEPTTL').err then return {-4, 0} end
+if redis.pcall('SET', KEYS[1], ARGV[1], 'XX', 'KEEPTTL').err then return {REPLY_OOM, 0} end
 local first = firstwaiter(KEYS[1])
-if first and first ~= ARGV[6] then return {3, 0} end
+if first and first ~= ARGV[6] then return {REPLY_WRITER_FIRST, 0} end
 if first then
   local q = KEYS[1] .. ':writers'
   redis.call('LPOP', q)
@@ -56,4 +57,4 @@ if not tok then return refused end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 if ARGV[7] then redis.call('SET', KEYS[4], ARGV[7], 'PX', ARGV[3]) end
 redis.pcall('SET', KEYS[3], ARGV[1], 'PX', ARGV[5])
-return {1, tok}
+return {REPLY_OK, tok}

@@ -13,8 +13,8 @@
 -- "" when there is none (the stored value is "<owner>\n<metadata>": one left
 -- by an earlier holder is not reported); the number of read holds whose
 -- lease has not ended, and the longest of their leases in ms (0 without
--- any). A key of another type fails the script with the server's WRONGTYPE
--- error.
+-- any): values, never a reply code (scripts.go). A key of another type
+-- fails the script with the server's WRONGTYPE error.
 --
 -- Hash slots: all keys carry the same hash tag, so on Redis Cluster they map
 -- to one slot and the script never fails with CROSSSLOT.

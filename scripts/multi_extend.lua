@@ -9,23 +9,24 @@
 --          a renewal that a paused server runs late must not revive it);
 --          absent: no guard
 --
--- Returns 1 when every lease was moved, 0 when some key is gone, 2 when
--- some key belongs to another owner, 3 when some lease is too near its end
--- (ARGV[3]); then nothing was moved. Each name's fence counter
+-- Returns REPLY_OK when every lease was moved, REPLY_GONE when some key is
+-- gone, REPLY_TAKEN when some key belongs to another owner, REPLY_LATE when
+-- some lease is too near its end (ARGV[3]); then nothing was moved (reply
+-- codes: the table in scripts.go). Each name's fence counter
 -- "<lock key>:fence" is kept at least as long as the new lease
 -- (keepcounter, _lib.lua).
 local late = false
 for i = 1, #KEYS do
   local cur = redis.call('GET', KEYS[i])
   if cur ~= ARGV[1] then
-    if cur then return 2 end
-    return 0
+    if cur then return REPLY_TAKEN end
+    return REPLY_GONE
   end
   if ARGV[3] and redis.call('PTTL', KEYS[i]) < tonumber(ARGV[3]) then late = true end
 end
-if late then return 3 end
+if late then return REPLY_LATE end
 for i = 1, #KEYS do
   redis.call('PEXPIRE', KEYS[i], ARGV[2])
   keepcounter(KEYS[i] .. ':fence', ARGV[2])
 end
-return 1
+return REPLY_OK

@@ -10,11 +10,12 @@
 -- ARGV[4]  how long a reservation for a waiting writer lasts, in ms (see
 --          release.lua); absent: 1000
 --
--- Returns what release.lua returns, for all the names together: 1 when every
--- name was ours and is released, 3 when so but a PUBLISH was refused, 2 when
--- this owner had released every one of them before (a retried call), 0 when
--- some name is gone or another owner's (the names still ours are released
--- all the same, and others are left untouched).
+-- Returns what release.lua returns, for all the names together: REPLY_OK
+-- when every name was ours and is released, REPLY_UNPUBLISHED when so but a
+-- PUBLISH was refused, REPLY_ALREADY when this owner had released every one
+-- of them before (a retried call), REPLY_NOT_OURS when some name is gone or
+-- another owner's (the names still ours are released all the same, and
+-- others are left untouched). Reply codes: the table in scripts.go.
 --
 -- Each name is given up before its marker is written, so that the release
 -- stands at maxmemory (see release.lua).
@@ -30,7 +31,7 @@ for i = 1, n do
     before = before + 1
   end
 end
-if ours + before < n then return 0 end
-if ours == 0 then return 2 end
-if unpublished then return 3 end
-return 1
+if ours + before < n then return REPLY_NOT_OURS end
+if ours == 0 then return REPLY_ALREADY end
+if unpublished then return REPLY_UNPUBLISHED end
+return REPLY_OK

@@ -5,10 +5,10 @@
 -- ARGV[2]  the counter's retention in ms (WithFenceRetention); absent for
 --          the default (see retention, _lib.lua)
 --
--- Returns the counter after the call. Redlock writes the token it hands out
--- back to every reachable node, so any later quorum mints a larger one. A
--- raised counter expires as a minted one does, never sooner than it would
--- have.
+-- Returns the counter after the call (a value, never a reply code). Redlock
+-- writes the token it hands out back to every reachable node, so any later
+-- quorum mints a larger one. A raised counter expires as a minted one does,
+-- never sooner than it would have.
 local want = tonumber(ARGV[1])
 local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
 if cur >= want then return cur end

@@ -14,13 +14,15 @@
 --          default node timeout for a lease of ARGV[3], a tenth of it
 --          within [100, 1000] (defaultNodeTimeout in options.go)
 --
--- Returns 1 when our lock was given up and the wake-up published on ARGV[2]
--- (so waiters wake at once instead of polling); 3 when it was given up but
--- the server refused the PUBLISH (a Redis 7 ACL user without channel rights):
--- the release stands, waiters wake by their timers; 2 when this owner had
--- already released it: a client-side retry of a release whose reply was
--- lost must not read as "not held"; 0 when the key is gone or belongs to
--- another owner (which is then left untouched, and nothing is published).
+-- Returns REPLY_OK when our lock was given up and the wake-up published on
+-- ARGV[2] (so waiters wake at once instead of polling); REPLY_UNPUBLISHED
+-- when it was given up but the server refused the PUBLISH (a Redis 7 ACL
+-- user without channel rights): the release stands, waiters wake by their
+-- timers; REPLY_ALREADY when this owner had already released it: a
+-- client-side retry of a release whose reply was lost must not read as "not
+-- held"; REPLY_NOT_OURS when the key is gone or belongs to another owner
+-- (which is then left untouched, and nothing is published). Reply codes:
+-- the table in scripts.go.
 --
 -- The name is given up before the marker is written: at maxmemory
 -- (noeviction) Redis refuses a script's first write that may grow memory
@@ -36,8 +38,8 @@
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   local res = pass(KEYS[1], ARGV[2], ARGV[1], math.min(tonumber(ARGV[4]) or math.min(math.max(math.floor(tonumber(ARGV[3]) / 10), 100), 1000), tonumber(ARGV[3])))
   redis.pcall('SET', KEYS[2], ARGV[1], 'PX', ARGV[3])
-  if type(res) == 'table' and res.err then return 3 end
-  return 1
+  if type(res) == 'table' and res.err then return REPLY_UNPUBLISHED end
+  return REPLY_OK
 end
-if redis.call('GET', KEYS[2]) == ARGV[1] then return 2 end
-return 0
+if redis.call('GET', KEYS[2]) == ARGV[1] then return REPLY_ALREADY end
+return REPLY_NOT_OURS

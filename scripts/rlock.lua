@@ -10,23 +10,24 @@
 -- ARGV[1]  owner value of this read hold (a fresh UUID per attempt)
 -- ARGV[2]  TTL in milliseconds
 --
--- Returns {1, 0} when the read hold is ours (also for a client-side retry of
--- this attempt), {0, pttl, owner} when a writer holds the name (its lease
--- and owner value; "queued:<id>" while it is reserved for a waiting
--- writer), or {0, ms, ""} when a writer waits (ms: until its entry lapses
--- unless it tries again). Each read hold has a lease of its own: one
--- live reader never keeps a crashed one's hold alive.
+-- Returns {REPLY_OK, 0} when the read hold is ours (also for a client-side
+-- retry of this attempt), {REPLY_TAKEN, pttl, owner} when a writer holds
+-- the name (its lease and owner value; "queued:<id>" while it is reserved
+-- for a waiting writer), or {REPLY_TAKEN, ms, ""} when a writer waits (ms:
+-- until its entry lapses unless it tries again). Reply codes: the table in
+-- scripts.go. Each read hold has a lease of its own: one live reader never
+-- keeps a crashed one's hold alive.
 local now = nowms()
 local mine = redis.call('ZSCORE', KEYS[2], ARGV[1])
-if mine and tonumber(mine) > now then return {1, 0} end
+if mine and tonumber(mine) > now then return {REPLY_OK, 0} end
 local w = redis.call('GET', KEYS[1])
-if w then return {0, redis.call('PTTL', KEYS[1]), w} end
+if w then return {REPLY_TAKEN, redis.call('PTTL', KEYS[1]), w} end
 if redis.call('EXISTS', KEYS[3]) == 1 then
   local first = firstwaiter(KEYS[1])
-  if first then return {0, redis.call('PTTL', KEYS[3] .. ':' .. first), ''} end
+  if first then return {REPLY_TAKEN, redis.call('PTTL', KEYS[3] .. ':' .. first), ''} end
 end
 local ttl = tonumber(ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 redis.call('ZADD', KEYS[2], now + ttl, ARGV[1])
 if redis.call('PTTL', KEYS[2]) < ttl then redis.call('PEXPIRE', KEYS[2], ttl) end
-return {1, 0}
+return {REPLY_OK, 0}

@@ -11,7 +11,8 @@
 --
 -- A name reserved for it passes on to the next writer in the queue, or is
 -- freed. When no writer is left waiting and the name is free, it publishes
--- ARGV[1] on ARGV[2], waking the readers that waited for it. Returns 1.
+-- ARGV[1] on ARGV[2], waking the readers that waited for it. Returns
+-- REPLY_OK (reply codes: the table in scripts.go).
 redis.call('LREM', KEYS[1], 0, ARGV[1])
 redis.call('DEL', KEYS[1] .. ':' .. ARGV[1])
 if redis.call('GET', KEYS[2]) == 'queued:' .. ARGV[1] then
@@ -19,4 +20,4 @@ if redis.call('GET', KEYS[2]) == 'queued:' .. ARGV[1] then
 elseif redis.call('EXISTS', KEYS[1]) == 0 and redis.call('EXISTS', KEYS[2]) == 0 then
   redis.pcall('PUBLISH', ARGV[2], ARGV[1])
 end
-return 1
+return REPLY_OK

@@ -13,17 +13,18 @@
 --          a renewal that a paused server runs late must not revive it);
 --          absent: no guard
 --
--- Returns 1 when the lease was moved, 0 when the hold is gone or its lease
--- already ended (its entry is then removed: an expired hold stays expired),
--- 3 when it is ours but too near its end (ARGV[3]).
+-- Returns REPLY_OK when the lease was moved, REPLY_GONE when the hold is
+-- gone or its lease already ended (its entry is then removed: an expired
+-- hold stays expired), REPLY_LATE when it is ours but too near its end
+-- (ARGV[3]). Reply codes: the table in scripts.go.
 local now = nowms()
 local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if not s then return 0 end
+if not s then return REPLY_GONE end
 if tonumber(s) <= now then
   redis.call('ZREM', KEYS[1], ARGV[1])
-  return 0
+  return REPLY_GONE
 end
-if ARGV[3] and tonumber(s) - now < tonumber(ARGV[3]) then return 3 end
+if ARGV[3] and tonumber(s) - now < tonumber(ARGV[3]) then return REPLY_LATE end
 local ttl = tonumber(ARGV[2])
 -- ZREM first: at maxmemory (noeviction) Redis refuses a script's first
 -- write that may grow memory (ZADD), but not one after a write that cannot,
@@ -35,4 +36,4 @@ if KEYS[3] then
   redis.call('PEXPIRE', KEYS[3], redis.call('PTTL', KEYS[1]))
   keepcounter(KEYS[1] .. ':fence', ttl)
 end
-return 1
+return REPLY_OK

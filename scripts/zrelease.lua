@@ -11,9 +11,11 @@
 -- ARGV[4]  "1" to publish only when no hold is left (a read hold: only a
 --          writer waits for it), "0" to publish on every release (a permit)
 --
--- Returns what release.lua returns: 1 released (and published when due), 3
--- released but the PUBLISH was refused, 2 already released by this owner (a
--- retried call after a lost reply), 0 not held (gone, or its lease ended).
+-- Returns what release.lua returns: REPLY_OK released (and published when
+-- due), REPLY_UNPUBLISHED released but the PUBLISH was refused,
+-- REPLY_ALREADY already released by this owner (a retried call after a lost
+-- reply), REPLY_NOT_OURS not held (gone, or its lease ended). Reply codes:
+-- the table in scripts.go.
 --
 -- The hold is removed (ZREM) before the marker is written, so that the
 -- release stands at maxmemory, and the marker is written with pcall (see
@@ -36,10 +38,10 @@ if s then
     end
     if publish then
       local res = redis.pcall('PUBLISH', ARGV[2], ARGV[1])
-      if type(res) == 'table' and res.err then return 3 end
+      if type(res) == 'table' and res.err then return REPLY_UNPUBLISHED end
     end
-    return 1
+    return REPLY_OK
   end
 end
-if redis.call('EXISTS', KEYS[2]) == 1 then return 2 end
-return 0
+if redis.call('EXISTS', KEYS[2]) == 1 then return REPLY_ALREADY end
+return REPLY_NOT_OURS
