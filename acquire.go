@@ -254,14 +254,6 @@ func (c *core) multiAcquireOn(ctx context.Context, n *node, l *Lock, cfg *config
 	return reply{ok: true, val: token}, granted
 }
 
-// Suffixes of a name's keys after its lock key "{<prefix><name>}".
-const (
-	fenceSuffix    = ":fence"
-	readersSuffix  = ":readers" // read holds (RLock); acquire.lua knows it too
-	writersSuffix  = ":writers" // writers waiting (writer preference); acquire.lua knows it too
-	releasedSuffix = ":released"
-)
-
 // fenceArg is the scripts' fencing argument for cfg: "0" without fencing,
 // else the fence counter's retention in ms, "1" standing for the default (a
 // constant: no allocation).
@@ -468,14 +460,6 @@ func (c *core) unwait(ctx context.Context, a *acquisition) {
 		defer cancel()
 		call(cctx, c.nodes[0])
 	}
-}
-
-// keyAndChannel returns lockKey(prefix, name) and its releaseChannel, the
-// key cut from the channel's string: one allocation instead of two per Lock
-// call.
-func keyAndChannel(prefix, name string) (key, channel string) {
-	channel = "{" + prefix + name + "}" + channelSuffix
-	return channel[:len(channel)-len(channelSuffix)], channel
 }
 
 // maxTrustedSleep caps a waiter's sleep while it relies on release messages:

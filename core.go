@@ -280,8 +280,6 @@ func (c *core) holds(key string) bool {
 	return c.heldKeys[key] > 0
 }
 
-func lockKey(prefix, name string) string { return "{" + prefix + name + "}" }
-
 // close cancels every Do and marks every held lock released (Done closes
 // first), releases them on the nodes in one pipelined round per node settled
 // by quorum, closes the pub/sub connections, and waits for the core's

@@ -125,3 +125,6 @@
 // permit of a semaphore that has holders, is granted there (its script
 // prunes expired holds first, and Redis lets a script that wrote finish).
 package redlock
+
+// The "Keys" section above is the users' view of the key schema written
+// down once in keys.go: the two are kept in step.

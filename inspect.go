@@ -42,10 +42,6 @@ type Holder struct {
 	Readers int
 }
 
-// metaSuffix names the key next to the lock key where a holder's metadata
-// is stored: "{<prefix><name>}:meta".
-const metaSuffix = ":meta"
-
 // nodeHolder is inspect.lua's answer from one node.
 type nodeHolder struct {
 	owner    string // "" when the name is free on the node

@@ -125,7 +125,7 @@ func (c *core) newReadLock(name, tag, channel string, cfg *config) *Lock {
 	l := c.makeLock(name, channel, cfg)
 	l.kind, l.metadata = kindRead, ""
 	readers := tag + readersSuffix
-	l.keys = []string{readers, readers + releasedSuffix + ":" + l.owner, tag, tag + writersSuffix}
+	l.keys = []string{readers, ownerKey(readers, releasedSuffix, l.owner), tag, tag + writersSuffix}
 	return l
 }
 
@@ -135,7 +135,7 @@ func (c *core) newReadLock(name, tag, channel string, cfg *config) *Lock {
 func (c *core) newPermit(name, set, channel string, cfg *config, permits int) *Lock {
 	l := c.makeLock(name, channel, cfg)
 	l.kind, l.metadata, l.permits = kindPermit, "", permits
-	l.keys = []string{set, set + releasedSuffix + ":" + l.owner, set + permitsSuffix, set + fenceSuffix}
+	l.keys = []string{set, ownerKey(set, releasedSuffix, l.owner), set + permitsSuffix, set + fenceSuffix}
 	return l
 }
 

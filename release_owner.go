@@ -63,7 +63,7 @@ func (c *core) releaseOwner(ctx context.Context, name, owner string) error {
 	// holder's marker key, it would make the holder's own Unlock report
 	// success for a lock an operator took away; so this call's marker has a
 	// key of its own, and lives 1ms (nothing reads it: see replyAlready below).
-	keys := []string{key, key + ":released-by-operator"}
+	keys := []string{key, key + operatorSuffix}
 	args := []any{owner, releaseChannel(key), 1}
 	timeout := c.cfg.timeout(c.cfg.ttl)
 	ch, err := c.fanOut(context.WithoutCancel(ctx), c.nodes, timeout, timeout, func(ctx context.Context, n *node) reply {
@@ -110,7 +110,7 @@ func (c *core) releaseSetOwner(ctx context.Context, name, key, owner string, tim
 		{key + semSuffix, releaseChannel(key + semSuffix), "0", true},
 	}
 	for _, set := range sets {
-		keys := []string{set.key, set.key + ":released-by-operator:" + owner}
+		keys := []string{set.key, ownerKey(set.key, operatorSuffix, owner)}
 		if set.counted {
 			keys = append(keys, set.key+permitsSuffix)
 		}

@@ -84,13 +84,6 @@ func (s *Semaphore) acquire(ctx context.Context, opts []Option, wait bool) (*Loc
 	return c.obtain(ctx, &a, wait)
 }
 
-// semSuffix follows the lock key "{<prefix><name>}" in a semaphore's keys,
-// and permitsSuffix the set's key in that of its permit count.
-const (
-	semSuffix     = ":sem"
-	permitsSuffix = ":permits"
-)
-
 // errPermits: a Semaphore's permit count differs from the one the live
 // holders of its name took their permits under. Permanent: waiting does not
 // change another process's configuration.

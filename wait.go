@@ -164,13 +164,6 @@ type waiter struct {
 	reserved, left, attempting bool
 }
 
-const channelSuffix = ":rel"
-
-func releaseChannel(lockKey string) string { return lockKey + channelSuffix }
-
-// heldKey is the lock key of a release channel.
-func heldKey(channel string) string { return strings.TrimSuffix(channel, channelSuffix) }
-
 // Queues. The waiters of one release channel queue apart by what they wait
 // for, so that no waiter waits in line behind one that wants something else:
 // writers (Lock) in the queue keyed by the channel itself, which is the only
@@ -538,14 +531,6 @@ func (ws *waiters) dispatch(channel, owner string) {
 		notify(q.list[0])
 	}
 }
-
-// passedPrefix starts the message of a release that passed the name to a
-// queued writer: "w:<its id>".
-const passedPrefix = "w:"
-
-// reservedPrefix starts the value of a lock key that a release reserved for
-// a queued writer: "queued:<its id>" (pass, in _lib.lua).
-const reservedPrefix = "queued:"
 
 // notifyID wakes the waiter of channel's writers queue whose id is id, and
 // reports whether it is ours. Under ws.mu.

@@ -86,7 +86,9 @@ end
 -- alive key "<lock key>:writers:<id>" that its Lock call renews at every
 -- refused attempt (lapsing 5s after the last one), so a
 -- crashed waiter never blocks the queue. The list expires with its last
--- renewal.
+-- renewal. The strings mirror keys.go: ':writers' writersSuffix, an alive
+-- key's "<queue>:<id>" ownerKey's shape, 'queued:' reservedPrefix and 'w:'
+-- passedPrefix; they never change (see keys.go).
 
 -- enqueue enters or renews writer id in the queue of lock: a new id (or one
 -- whose turn came and went) goes to the tail.

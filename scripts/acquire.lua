@@ -23,7 +23,9 @@
 -- connection may send no more than 10 arguments, and a refusal should read
 -- NOAUTH): the read holds "<KEYS[1]>:readers" (rlock.lua) and the queue of
 -- waiting writers "<KEYS[1]>:writers" with its alive keys. They follow the
--- lock key's hash tag, so they live on its slot.
+-- lock key's hash tag, so they live on its slot. Their suffixes and
+-- 'queued:' mirror keys.go's readersSuffix, writersSuffix and
+-- reservedPrefix.
 --
 -- Returns {REPLY_OK, token} when the lock is ours (token 0 with fencing
 -- off), {REPLY_TAKEN, pttl, owner} when another owner holds it (pttl: its

@@ -15,9 +15,10 @@
 -- codes: the table in scripts.go. It never creates a key: an expired lock
 -- stays expired.
 --
--- The fence counter "<KEYS[1]>:fence" (same hash tag) is kept at least as
--- long as the new lease (keepcounter, _lib.lua): a lock held for longer
--- than the counter's retention still has its token on the server.
+-- The fence counter "<KEYS[1]>:fence" (same hash tag; keys.go's
+-- fenceSuffix) is kept at least as long as the new lease (keepcounter,
+-- _lib.lua): a lock held for longer than the counter's retention still has
+-- its token on the server.
 local cur = redis.call('GET', KEYS[1])
 if cur == ARGV[1] then
   if ARGV[3] and redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then return REPLY_LATE end

@@ -29,7 +29,8 @@
 --
 -- Nothing is published: the name stays held, so no other waiter needs to
 -- wake. No read hold can exist while the current owner holds the name. All
--- keys share one hash tag.
+-- keys share one hash tag. The queue's keys, "<KEYS[1]>:writers" and
+-- "<KEYS[1]>:writers:<id>", mirror keys.go's writersSuffix and ownerKey.
 local cur = redis.call('GET', KEYS[1])
 if cur == ARGV[2] then
   return {REPLY_OK, minted(ARGV[4], KEYS[2])}

@@ -13,8 +13,8 @@
 -- gone, REPLY_TAKEN when some key belongs to another owner, REPLY_LATE when
 -- some lease is too near its end (ARGV[3]); then nothing was moved (reply
 -- codes: the table in scripts.go). Each name's fence counter
--- "<lock key>:fence" is kept at least as long as the new lease
--- (keepcounter, _lib.lua).
+-- "<lock key>:fence" (keys.go's fenceSuffix) is kept at least as long as
+-- the new lease (keepcounter, _lib.lua).
 local late = false
 for i = 1, #KEYS do
   local cur = redis.call('GET', KEYS[i])

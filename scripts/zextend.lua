@@ -4,8 +4,9 @@
 -- KEYS[2]  (not used: the hold's released marker, passed along with KEYS[3])
 -- KEYS[3]  a permit's count key "<set key>:permits" (sem_acquire.lua), kept
 --          alive as long as the set; absent for a read hold. With it, the
---          permits' fence counter "<set key>:fence" is kept alive at least
---          as long as the new lease (keepcounter, _lib.lua)
+--          permits' fence counter "<set key>:fence" (keys.go's
+--          fenceSuffix) is kept alive at least as long as the new lease
+--          (keepcounter, _lib.lua)
 -- ARGV[1]  owner value
 -- ARGV[2]  new TTL in milliseconds
 -- ARGV[3]  guard in milliseconds: a lease with less than this left is not
