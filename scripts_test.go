@@ -1,0 +1,475 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"math"
+	"path"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlockgo/redlock/internal/redistest"
+)
+
+// TestReplyCodes: each code of the table in scripts.go has one name, and
+// the values keep the rules the table states.
+func TestReplyCodes(t *testing.T) {
+	byValue := make(map[int64]string)
+	for name, v := range replyCodes {
+		if other, ok := byValue[v]; ok {
+			t.Errorf("%s and %s are both %d, want one meaning per code", name, other, v)
+		}
+		byValue[v] = name
+		if v == -1 || v == -2 {
+			t.Errorf("%s = %d, a value PTTL gives a lease", name, v)
+		}
+	}
+	if replyOK != 1 || replyGone != 0 {
+		t.Errorf("replyOK, replyGone = %d, %d, want 1, 0 (the watchdog's per-lock yes and no)", replyOK, replyGone)
+	}
+	for name, v := range map[string]int64{"replyTaken": replyTaken, "replyLate": replyLate} {
+		if v <= 1 || v > math.MaxInt8 {
+			t.Errorf("%s = %d, want in [2, 127]: the watchdog's int8 codes carry it", name, v)
+		}
+	}
+	if replyNotOurs >= 0 {
+		t.Errorf("replyNotOurs = %d, want negative: the pttl family replies it instead of a lease", replyNotOurs)
+	}
+
+	// Every name is used by some script, and only these names are.
+	used := make(map[string]bool)
+	files, err := fs.Glob(scriptFS, "scripts/*.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		src, err := fs.ReadFile(scriptFS, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range replyName.FindAllString(string(src), -1) {
+			if _, ok := replyCodes[name]; !ok {
+				t.Errorf("%s names %s, which is not in replyCodes", f, name)
+			}
+			used[name] = true
+		}
+	}
+	for name := range replyCodes {
+		if !used[name] {
+			t.Errorf("no script names %s", name)
+		}
+	}
+}
+
+// between matches an int64 reply in [lo, hi]; anyInt any integer reply.
+type between struct{ lo, hi int64 }
+
+var anyInt = between{math.MinInt64, math.MaxInt64}
+
+// far is a score of a read hold or permit whose lease ends in the year
+// 2286: live for the whole test.
+const far = 9999999999999
+
+// scriptCase is one call of a script on keys of its own. In keys, args and
+// setup, "K" and strings starting with "K:" stand for the case's lock key
+// and keys after it.
+type scriptCase struct {
+	name  string
+	setup [][]any // commands run first
+	full  bool    // run with the server full to maxmemory (fillMemory)
+	noPub bool    // run as a user without channel rights: PUBLISH is refused
+	keys  []string
+	args  []any
+	want  any    // int, string, between, or []any of those
+	err   string // instead of want: the error contains this
+}
+
+// TestScripts runs every script's documented replies against a real
+// redis-server, each case twice on fresh keys: first right after SCRIPT
+// FLUSH (EVALSHA finds no script and go-redis falls back to EVAL; the
+// watchdog's pipelines do the same themselves, see TestWatchdogScriptFlush),
+// then with the script cached.
+func TestScripts(t *testing.T) {
+	srv := redistest.Start(t)
+	cl := srv.Client(t)
+	srv.ACLUser(t, "nopub", "pw", "~*", "+@all") // no channels: PUBLISH refused
+	nopub := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "nopub", Password: "pw", MaxRetries: -1})
+	t.Cleanup(func() { nopub.Close() })
+
+	const maxFence = "9007199254740991"
+	scripts := []struct {
+		file   string
+		script *redis.Script
+		cases  []scriptCase
+	}{
+		{"acquire.lua", scriptAcquire, []scriptCase{
+			{name: "free", keys: []string{"K", "K:fence"}, args: []any{"me", 10000, "1", "5000"},
+				want: []any{replyOK, 5000}},
+			{name: "fencing off", keys: []string{"K", "K:fence"}, args: []any{"me", 10000, "0", ""},
+				want: []any{replyOK, 0}},
+			{name: "retry of this attempt", setup: [][]any{{"SET", "K", "me"}, {"SET", "K:fence", "42"}},
+				keys: []string{"K", "K:fence"}, args: []any{"me", 10000, "1", ""}, want: []any{replyOK, 42}},
+			{name: "held", setup: [][]any{{"SET", "K", "other", "PX", 10000}},
+				keys: []string{"K", "K:fence"}, args: []any{"me", 10000, "1", ""},
+				want: []any{replyTaken, between{1, 10000}, "other"}},
+			{name: "read holds", setup: [][]any{{"ZADD", "K:readers", far, "r"}},
+				keys: []string{"K", "K:fence"}, args: []any{"me", 10000, "1", ""},
+				want: []any{replyTaken, anyInt, ""}},
+			{name: "reserved for this writer", setup: [][]any{{"SET", "K", "queued:w", "PX", 1000}},
+				keys: []string{"K", "K:fence"}, args: []any{"me", 10000, "0", "", "w"},
+				want: []any{replyOK, 0}},
+			{name: "reserved for another writer", setup: [][]any{{"SET", "K", "queued:w", "PX", 1000}},
+				keys: []string{"K", "K:fence"}, args: []any{"me", 10000, "0", "", "me"},
+				want: []any{replyTaken, between{1, 1000}, "queued:w"}},
+			{name: "counter exhausted", setup: [][]any{{"SET", "K:fence", maxFence}},
+				keys: []string{"K", "K:fence"}, args: []any{"me", 10000, "1", ""},
+				want: []any{replyExhausted, 9007199254740991}},
+			{name: "counter not a number", setup: [][]any{{"SET", "K:fence", "nan"}},
+				keys: []string{"K", "K:fence"}, args: []any{"me", 10000, "1", ""},
+				want: []any{replyBadFence, 0}},
+			{name: "maxmemory", full: true, keys: []string{"K", "K:fence"}, args: []any{"me", 10000, "1", ""},
+				err: "OOM"},
+		}},
+		{"multi_acquire.lua", scriptMultiAcquire, []scriptCase{
+			{name: "free", keys: []string{"K:a", "K:b", "K:a:fence", "K:b:fence", "K:a:readers", "K:b:readers"},
+				args: []any{"me", 10000, "1", "5000"}, want: []any{replyOK, 5000}},
+			{name: "retry of this attempt", setup: [][]any{{"SET", "K:a", "me"}, {"SET", "K:a:fence", "9"}},
+				keys: []string{"K:a", "K:b", "K:a:fence", "K:b:fence", "K:a:readers", "K:b:readers"},
+				args: []any{"me", 10000, "1", ""}, want: []any{replyOK, 9}},
+			{name: "second held", setup: [][]any{{"SET", "K:b", "other", "PX", 10000}},
+				keys: []string{"K:a", "K:b", "K:a:fence", "K:b:fence", "K:a:readers", "K:b:readers"},
+				args: []any{"me", 10000, "1", ""}, want: []any{replyTaken, between{1, 10000}, "other", 2}},
+			{name: "read holds on first", setup: [][]any{{"ZADD", "K:a:readers", far, "r"}},
+				keys: []string{"K:a", "K:b", "K:a:fence", "K:b:fence", "K:a:readers", "K:b:readers"},
+				args: []any{"me", 10000, "1", ""}, want: []any{replyTaken, anyInt, "", 1}},
+			{name: "counter exhausted", setup: [][]any{{"SET", "K:b:fence", maxFence}},
+				keys: []string{"K:a", "K:b", "K:a:fence", "K:b:fence", "K:a:readers", "K:b:readers"},
+				args: []any{"me", 10000, "1", ""}, want: []any{replyExhausted, 9007199254740991}},
+			{name: "counter not a number", setup: [][]any{{"SET", "K:a:fence", "x"}},
+				keys: []string{"K:a", "K:b", "K:a:fence", "K:b:fence", "K:a:readers", "K:b:readers"},
+				args: []any{"me", 10000, "1", ""}, want: []any{replyBadFence, 0}},
+		}},
+		{"rlock.lua", scriptRLock, []scriptCase{
+			{name: "free", keys: []string{"K", "K:readers", "K:writers"}, args: []any{"me", 10000},
+				want: []any{replyOK, 0}},
+			{name: "retry of this attempt", setup: [][]any{{"ZADD", "K:readers", far, "me"}},
+				keys: []string{"K", "K:readers", "K:writers"}, args: []any{"me", 10000}, want: []any{replyOK, 0}},
+			{name: "writer holds", setup: [][]any{{"SET", "K", "other", "PX", 10000}},
+				keys: []string{"K", "K:readers", "K:writers"}, args: []any{"me", 10000},
+				want: []any{replyTaken, between{1, 10000}, "other"}},
+			{name: "writer waits", setup: [][]any{{"RPUSH", "K:writers", "w"}, {"SET", "K:writers:w", "1", "PX", 5000}},
+				keys: []string{"K", "K:readers", "K:writers"}, args: []any{"me", 10000},
+				want: []any{replyTaken, between{1, 5000}, ""}},
+		}},
+		{"sem_acquire.lua", scriptSemAcquire, []scriptCase{
+			{name: "free", keys: []string{"K:sem", "K:sem:fence", "K:sem:permits"}, args: []any{"me", 10000, "0", 2},
+				want: []any{replyOK, 0}},
+			{name: "free, fenced", keys: []string{"K:sem", "K:sem:fence", "K:sem:permits"}, args: []any{"me", 10000, "1", 2},
+				want: []any{replyOK, between{1, math.MaxInt64}}},
+			{name: "retry of this attempt", setup: [][]any{{"ZADD", "K:sem", far, "me"}, {"SET", "K:sem:fence", "12"}},
+				keys: []string{"K:sem", "K:sem:fence", "K:sem:permits"}, args: []any{"me", 10000, "1", 2},
+				want: []any{replyOK, 12}},
+			{name: "all held", setup: [][]any{{"ZADD", "K:sem", far, "other"}},
+				keys: []string{"K:sem", "K:sem:fence", "K:sem:permits"}, args: []any{"me", 10000, "1", 1},
+				want: []any{replyTaken, anyInt, "other"}},
+			{name: "other permit count", setup: [][]any{{"SET", "K:sem:permits", "3"}},
+				keys: []string{"K:sem", "K:sem:fence", "K:sem:permits"}, args: []any{"me", 10000, "1", 2},
+				want: []any{replyPermits, 3}},
+			{name: "counter exhausted", setup: [][]any{{"SET", "K:sem:fence", maxFence}},
+				keys: []string{"K:sem", "K:sem:fence", "K:sem:permits"}, args: []any{"me", 10000, "1", 2},
+				want: []any{replyExhausted, 9007199254740991}},
+			{name: "counter not a number", setup: [][]any{{"SET", "K:sem:fence", "inf"}},
+				keys: []string{"K:sem", "K:sem:fence", "K:sem:permits"}, args: []any{"me", 10000, "1", 2},
+				want: []any{replyBadFence, 0}},
+		}},
+		{"handoff.lua", scriptHandOff, []scriptCase{
+			{name: "passed", setup: [][]any{{"SET", "K", "me", "PX", 10000}},
+				keys: []string{"K", "K:fence", "K:released"}, args: []any{"me", "next", 10000, "0", 10000, ""},
+				want: []any{replyOK, 0}},
+			{name: "passed, fenced", setup: [][]any{{"SET", "K", "me", "PX", 10000}},
+				keys: []string{"K", "K:fence", "K:released"}, args: []any{"me", "next", 10000, "1", 10000, ""},
+				want: []any{replyOK, between{1, math.MaxInt64}}},
+			{name: "passed to its queued writer", setup: [][]any{{"SET", "K", "me", "PX", 10000},
+				{"RPUSH", "K:writers", "w"}, {"SET", "K:writers:w", "1", "PX", 5000}},
+				keys: []string{"K", "K:fence", "K:released"}, args: []any{"me", "next", 10000, "0", 10000, "w"},
+				want: []any{replyOK, 0}},
+			{name: "retry of this hand-off", setup: [][]any{{"SET", "K", "next", "PX", 10000}, {"SET", "K:fence", "77"}},
+				keys: []string{"K", "K:fence", "K:released"}, args: []any{"me", "next", 10000, "1", 10000, ""},
+				want: []any{replyOK, 77}},
+			{name: "writer of another process first", setup: [][]any{{"SET", "K", "me", "PX", 10000},
+				{"RPUSH", "K:writers", "w"}, {"SET", "K:writers:w", "1", "PX", 5000}},
+				keys: []string{"K", "K:fence", "K:released"}, args: []any{"me", "next", 10000, "0", 10000, ""},
+				want: []any{replyWriterFirst, 0}},
+			{name: "already released", setup: [][]any{{"SET", "K:released", "me", "PX", 10000}},
+				keys: []string{"K", "K:fence", "K:released"}, args: []any{"me", "next", 10000, "0", 10000, ""},
+				want: []any{replyAlready, 0}},
+			{name: "gone", keys: []string{"K", "K:fence", "K:released"}, args: []any{"me", "next", 10000, "0", 10000, ""},
+				want: []any{replyNotOurs, 0}},
+			{name: "another owner's", setup: [][]any{{"SET", "K", "other", "PX", 10000}},
+				keys: []string{"K", "K:fence", "K:released"}, args: []any{"me", "next", 10000, "0", 10000, ""},
+				want: []any{replyNotOurs, 0}},
+			{name: "counter exhausted", setup: [][]any{{"SET", "K", "me", "PX", 10000}, {"SET", "K:fence", maxFence}},
+				keys: []string{"K", "K:fence", "K:released"}, args: []any{"me", "next", 10000, "1", 10000, ""},
+				want: []any{replyExhausted, 9007199254740991}},
+			{name: "counter not a number", setup: [][]any{{"SET", "K", "me", "PX", 10000}, {"SET", "K:fence", "x"}},
+				keys: []string{"K", "K:fence", "K:released"}, args: []any{"me", "next", 10000, "1", 10000, ""},
+				want: []any{replyBadFence, 0}},
+			{name: "maxmemory", setup: [][]any{{"SET", "K", "me", "PX", 10000}}, full: true,
+				keys: []string{"K", "K:fence", "K:released"}, args: []any{"me", "next", 10000, "0", 10000, ""},
+				want: []any{replyOOM, 0}},
+		}},
+		{"release.lua", scriptRelease, []scriptCase{
+			{name: "ours", setup: [][]any{{"SET", "K", "me", "PX", 10000}},
+				keys: []string{"K", "K:released"}, args: []any{"me", "K:rel", 10000, 1000}, want: replyOK},
+			{name: "ours, PUBLISH refused", setup: [][]any{{"SET", "K", "me", "PX", 10000}}, noPub: true,
+				keys: []string{"K", "K:released"}, args: []any{"me", "K:rel", 10000, 1000}, want: replyUnpublished},
+			{name: "already released", setup: [][]any{{"SET", "K:released", "me", "PX", 10000}},
+				keys: []string{"K", "K:released"}, args: []any{"me", "K:rel", 10000, 1000}, want: replyAlready},
+			{name: "gone", keys: []string{"K", "K:released"}, args: []any{"me", "K:rel", 10000, 1000}, want: replyNotOurs},
+			{name: "another owner's", setup: [][]any{{"SET", "K", "other", "PX", 10000}},
+				keys: []string{"K", "K:released"}, args: []any{"me", "K:rel", 10000, 1000}, want: replyNotOurs},
+			{name: "maxmemory", setup: [][]any{{"SET", "K", "me", "PX", 10000}}, full: true,
+				keys: []string{"K", "K:released"}, args: []any{"me", "K:rel", 10000, 1000}, want: replyOK},
+		}},
+		{"multi_release.lua", scriptMultiRelease, []scriptCase{
+			{name: "ours", setup: [][]any{{"SET", "K:a", "me"}, {"SET", "K:b", "me"}},
+				keys: []string{"K:a", "K:b", "K:a:released", "K:b:released"}, args: []any{"me", ":rel", 10000, 1000},
+				want: replyOK},
+			{name: "ours, PUBLISH refused", setup: [][]any{{"SET", "K:a", "me"}, {"SET", "K:b", "me"}}, noPub: true,
+				keys: []string{"K:a", "K:b", "K:a:released", "K:b:released"}, args: []any{"me", ":rel", 10000, 1000},
+				want: replyUnpublished},
+			{name: "already released", setup: [][]any{{"SET", "K:a:released", "me"}, {"SET", "K:b:released", "me"}},
+				keys: []string{"K:a", "K:b", "K:a:released", "K:b:released"}, args: []any{"me", ":rel", 10000, 1000},
+				want: replyAlready},
+			{name: "one another owner's", setup: [][]any{{"SET", "K:a", "me"}, {"SET", "K:b", "other"}},
+				keys: []string{"K:a", "K:b", "K:a:released", "K:b:released"}, args: []any{"me", ":rel", 10000, 1000},
+				want: replyNotOurs},
+		}},
+		{"zrelease.lua", scriptZRelease, []scriptCase{
+			{name: "ours", setup: [][]any{{"ZADD", "K:readers", far, "me"}},
+				keys: []string{"K:readers", "K:readers:released:me"}, args: []any{"me", "K:rel", 10000, "1"}, want: replyOK},
+			{name: "ours, PUBLISH refused", setup: [][]any{{"ZADD", "K:sem", far, "me"}}, noPub: true,
+				keys: []string{"K:sem", "K:sem:released:me", "K:sem:permits"}, args: []any{"me", "K:sem:rel", 10000, "0"},
+				want: replyUnpublished},
+			{name: "already released", setup: [][]any{{"SET", "K:readers:released:me", "1"}},
+				keys: []string{"K:readers", "K:readers:released:me"}, args: []any{"me", "K:rel", 10000, "1"}, want: replyAlready},
+			{name: "gone", keys: []string{"K:readers", "K:readers:released:me"}, args: []any{"me", "K:rel", 10000, "1"},
+				want: replyNotOurs},
+			{name: "lease ended", setup: [][]any{{"ZADD", "K:readers", 1, "me"}},
+				keys: []string{"K:readers", "K:readers:released:me"}, args: []any{"me", "K:rel", 10000, "1"}, want: replyNotOurs},
+		}},
+		{"extend.lua", scriptExtend, []scriptCase{
+			{name: "ours", setup: [][]any{{"SET", "K", "me", "PX", 10000}},
+				keys: []string{"K"}, args: []any{"me", 20000, 100}, want: replyOK},
+			{name: "gone", keys: []string{"K"}, args: []any{"me", 20000, 100}, want: replyGone},
+			{name: "another owner's", setup: [][]any{{"SET", "K", "other", "PX", 10000}},
+				keys: []string{"K"}, args: []any{"me", 20000, 100}, want: replyTaken},
+			{name: "too near its end", setup: [][]any{{"SET", "K", "me", "PX", 10000}},
+				keys: []string{"K"}, args: []any{"me", 20000, 60000}, want: replyLate},
+		}},
+		{"multi_extend.lua", scriptMultiExtend, []scriptCase{
+			{name: "ours", setup: [][]any{{"SET", "K:a", "me", "PX", 10000}, {"SET", "K:b", "me", "PX", 10000}},
+				keys: []string{"K:a", "K:b"}, args: []any{"me", 20000, 100}, want: replyOK},
+			{name: "one gone", setup: [][]any{{"SET", "K:a", "me", "PX", 10000}},
+				keys: []string{"K:a", "K:b"}, args: []any{"me", 20000, 100}, want: replyGone},
+			{name: "one another owner's", setup: [][]any{{"SET", "K:a", "me", "PX", 10000}, {"SET", "K:b", "other"}},
+				keys: []string{"K:a", "K:b"}, args: []any{"me", 20000, 100}, want: replyTaken},
+			{name: "one too near its end", setup: [][]any{{"SET", "K:a", "me", "PX", 100000}, {"SET", "K:b", "me", "PX", 10000}},
+				keys: []string{"K:a", "K:b"}, args: []any{"me", 20000, 60000}, want: replyLate},
+		}},
+		{"zextend.lua", scriptZExtend, []scriptCase{
+			{name: "ours", setup: [][]any{{"ZADD", "K:readers", far, "me"}},
+				keys: []string{"K:readers"}, args: []any{"me", 20000, 100}, want: replyOK},
+			{name: "gone", keys: []string{"K:readers"}, args: []any{"me", 20000, 100}, want: replyGone},
+			{name: "lease ended", setup: [][]any{{"ZADD", "K:readers", 1, "me"}},
+				keys: []string{"K:readers"}, args: []any{"me", 20000, 100}, want: replyGone},
+			{name: "too near its end", setup: [][]any{{"ZADD", "K:readers", far, "me"}},
+				keys: []string{"K:readers"}, args: []any{"me", 20000, int64(far) * 10}, want: replyLate},
+		}},
+		{"pttl.lua", scriptPTTL, []scriptCase{
+			{name: "ours", setup: [][]any{{"SET", "K", "me", "PX", 10000}}, keys: []string{"K"}, args: []any{"me"},
+				want: between{1, 10000}},
+			{name: "ours without expiry", setup: [][]any{{"SET", "K", "me"}}, keys: []string{"K"}, args: []any{"me"},
+				want: -1},
+			{name: "gone", keys: []string{"K"}, args: []any{"me"}, want: replyNotOurs},
+			{name: "another owner's", setup: [][]any{{"SET", "K", "other"}}, keys: []string{"K"}, args: []any{"me"},
+				want: replyNotOurs},
+		}},
+		{"multi_pttl.lua", scriptMultiPTTL, []scriptCase{
+			{name: "ours: the shortest", setup: [][]any{{"SET", "K:a", "me", "PX", 100000}, {"SET", "K:b", "me", "PX", 10000}},
+				keys: []string{"K:a", "K:b"}, args: []any{"me"}, want: between{1, 10000}},
+			{name: "ours without expiry", setup: [][]any{{"SET", "K:a", "me"}, {"SET", "K:b", "me"}},
+				keys: []string{"K:a", "K:b"}, args: []any{"me"}, want: -1},
+			{name: "one gone", setup: [][]any{{"SET", "K:a", "me"}},
+				keys: []string{"K:a", "K:b"}, args: []any{"me"}, want: replyNotOurs},
+		}},
+		{"zpttl.lua", scriptZPTTL, []scriptCase{
+			{name: "ours", setup: [][]any{{"ZADD", "K:readers", far, "me"}}, keys: []string{"K:readers"}, args: []any{"me"},
+				want: between{1, far}},
+			{name: "gone", keys: []string{"K:readers"}, args: []any{"me"}, want: replyNotOurs},
+			{name: "lease ended", setup: [][]any{{"ZADD", "K:readers", 1, "me"}}, keys: []string{"K:readers"},
+				args: []any{"me"}, want: replyNotOurs},
+		}},
+		{"unwait.lua", scriptUnwait, []scriptCase{
+			{name: "queued", setup: [][]any{{"RPUSH", "K:writers", "w"}, {"SET", "K:writers:w", "1", "PX", 5000}},
+				keys: []string{"K:writers", "K"}, args: []any{"w", "K:rel", 1000}, want: replyOK},
+			{name: "reserved for it", setup: [][]any{{"SET", "K", "queued:w", "PX", 1000}},
+				keys: []string{"K:writers", "K"}, args: []any{"w", "K:rel", 1000}, want: replyOK},
+		}},
+		{"raise.lua", scriptRaise, []scriptCase{
+			{name: "no counter", keys: []string{"K:fence"}, args: []any{"7"}, want: 7},
+			{name: "lower counter", setup: [][]any{{"SET", "K:fence", "5"}}, keys: []string{"K:fence"}, args: []any{"7"},
+				want: 7},
+			{name: "higher counter", setup: [][]any{{"SET", "K:fence", "10"}}, keys: []string{"K:fence"}, args: []any{"7"},
+				want: 10},
+		}},
+		{"inspect.lua", scriptInspect, []scriptCase{
+			{name: "free", keys: []string{"K", "K:fence", "K:meta", "K:readers"},
+				want: []any{"", -2, "", "", 0, 0}},
+			{name: "held", setup: [][]any{{"SET", "K", "me", "PX", 10000}, {"SET", "K:fence", "5"}, {"SET", "K:meta", "me\nhost a"}},
+				keys: []string{"K", "K:fence", "K:meta", "K:readers"},
+				want: []any{"me", between{1, 10000}, "5", "host a", 0, 0}},
+			{name: "read holds", setup: [][]any{{"ZADD", "K:readers", far, "r1"}, {"ZADD", "K:readers", far, "r2"}},
+				keys: []string{"K", "K:fence", "K:meta", "K:readers"},
+				want: []any{"", -2, "", "", 2, between{1, far}}},
+		}},
+		{"fence_admit.lua", fenceAdmitScript, []scriptCase{
+			{name: "first", keys: []string{"K:mark"}, args: []any{"5"}, want: []any{replyOK}},
+			{name: "equal", setup: [][]any{{"SET", "K:mark", "5"}}, keys: []string{"K:mark"}, args: []any{"5"},
+				want: []any{replyOK}},
+			{name: "higher", setup: [][]any{{"SET", "K:mark", "5"}}, keys: []string{"K:mark"}, args: []any{"6"},
+				want: []any{replyOK}},
+			{name: "stale", setup: [][]any{{"SET", "K:mark", "5"}}, keys: []string{"K:mark"}, args: []any{"4"},
+				want: []any{replyStale, "5"}},
+			{name: "invalid token", keys: []string{"K:mark"}, args: []any{"0"}, err: "invalid token"},
+			{name: "corrupt mark", setup: [][]any{{"SET", "K:mark", "x"}}, keys: []string{"K:mark"}, args: []any{"5"},
+				err: "does not hold an integer"},
+		}},
+		{"fence_set.lua", fenceSetScript, []scriptCase{
+			{name: "admitted", setup: [][]any{{"SET", "K:mark", "5"}}, keys: []string{"K:mark", "K"}, args: []any{"5", "v", 0},
+				want: []any{replyOK}},
+			{name: "stale", setup: [][]any{{"SET", "K:mark", "5"}}, keys: []string{"K:mark", "K"}, args: []any{"4", "v", 0},
+				want: []any{replyStale, "5"}},
+			{name: "invalid token", keys: []string{"K:mark", "K"}, args: []any{"x", "v", 0}, err: "invalid token"},
+		}},
+		{"fence_del.lua", fenceDelScript, []scriptCase{
+			{name: "admitted", setup: [][]any{{"SET", "K", "v"}}, keys: []string{"K:mark", "K"}, args: []any{"5"},
+				want: []any{replyOK}},
+			{name: "stale", setup: [][]any{{"SET", "K:mark", "5"}}, keys: []string{"K:mark", "K"}, args: []any{"4"},
+				want: []any{replyStale, "5"}},
+			{name: "corrupt mark", setup: [][]any{{"SET", "K:mark", "x"}}, keys: []string{"K:mark", "K"}, args: []any{"5"},
+				err: "does not hold an integer"},
+		}},
+		{"fence_hset.lua", fenceHSetScript, []scriptCase{
+			{name: "admitted", keys: []string{"K:mark", "K"}, args: []any{"5", "f", "v"}, want: []any{replyOK}},
+			{name: "stale", setup: [][]any{{"SET", "K:mark", "5"}}, keys: []string{"K:mark", "K"}, args: []any{"4", "f", "v"},
+				want: []any{replyStale, "5"}},
+			{name: "not a hash", setup: [][]any{{"SET", "K", "v"}}, keys: []string{"K:mark", "K"}, args: []any{"5", "f", "v"},
+				err: "WRONGTYPE"},
+		}},
+	}
+
+	// Every script file has its cases.
+	files, err := fs.Glob(scriptFS, "scripts/*.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tested := make(map[string]bool)
+	for _, s := range scripts {
+		tested[s.file] = true
+	}
+	for _, f := range files {
+		if f := path.Base(f); f != "_lib.lua" && !tested[f] {
+			t.Errorf("%s has no cases in TestScripts", f)
+		}
+	}
+
+	for _, s := range scripts {
+		t.Run(s.file, func(t *testing.T) {
+			for i, tc := range s.cases {
+				t.Run(tc.name, func(t *testing.T) {
+					for _, flushed := range []bool{true, false} {
+						tag := fmt.Sprintf("{scripts:%s:%d:%t}", s.file, i, flushed)
+						if flushed {
+							srv.Do(t, "SCRIPT", "FLUSH")
+						}
+						got, err := runCase(t, srv, cl, nopub, s.script, tag, tc)
+						switch {
+						case tc.err != "":
+							if err == nil || !strings.Contains(err.Error(), tc.err) {
+								t.Errorf("flushed=%t: Run() = %v, %v, want an error with %q", flushed, got, err, tc.err)
+							}
+						case err != nil:
+							t.Errorf("flushed=%t: Run() = %v", flushed, err)
+						case !replyMatches(got, tc.want):
+							t.Errorf("flushed=%t: Run() = %v, want %v", flushed, got, tc.want)
+						}
+					}
+				})
+			}
+		})
+	}
+}
+
+// runCase sets up tc on the keys of tag and runs script once.
+func runCase(t *testing.T, srv *redistest.Server, cl, nopub *redis.Client, script *redis.Script, tag string, tc scriptCase) (any, error) {
+	t.Helper()
+	ctx := context.Background()
+	at := func(v any) any {
+		if s, ok := v.(string); ok && (s == "K" || strings.HasPrefix(s, "K:")) {
+			return tag + s[1:]
+		}
+		return v
+	}
+	for _, cmd := range tc.setup {
+		args := make([]any, len(cmd))
+		for i, a := range cmd {
+			args[i] = at(a)
+		}
+		srv.Do(t, args...)
+	}
+	keys := make([]string, len(tc.keys))
+	for i, k := range tc.keys {
+		keys[i] = at(k).(string)
+	}
+	args := make([]any, len(tc.args))
+	for i, a := range tc.args {
+		args[i] = at(a)
+	}
+	if tc.full {
+		unfill := fillMemory(t, srv)
+		defer unfill()
+	}
+	c := cl
+	if tc.noPub {
+		c = nopub
+	}
+	return script.Run(ctx, c, keys, args...).Result()
+}
+
+// replyMatches reports whether a script's reply got is want: an int
+// (compared as int64), a string, a between, or a list of those.
+func replyMatches(got, want any) bool {
+	switch w := want.(type) {
+	case int:
+		return got == int64(w)
+	case between:
+		v, ok := got.(int64)
+		return ok && v >= w.lo && v <= w.hi
+	case []any:
+		g, ok := got.([]any)
+		if !ok || len(g) != len(w) {
+			return false
+		}
+		for i := range w {
+			if !replyMatches(g[i], w[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	return got == want
+}
