@@ -4,6 +4,9 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -11,22 +14,49 @@ import (
 )
 
 // bareScripts are our acquire and release scripts, read from ../scripts (the
-// library's own files, with _lib.lua prepended as the library does), to be
-// called straight from go-redis: the library's server-side work with none of
-// its client-side code around it.
+// library's own files, assembled as the library's newScript does: _lib.lua
+// prepended, its default fence retention and the reply codes written in),
+// to be called straight from go-redis: the library's server-side work with
+// none of its client-side code around it.
 type bareScripts struct{ acquire, release *redis.Script }
 
 func loadBareScripts(tb testing.TB) bareScripts {
 	tb.Helper()
 	read := func(name string) string {
-		src, err := os.ReadFile(filepath.Join("..", "scripts", name))
+		src, err := os.ReadFile(filepath.Join("..", name))
 		if err != nil {
 			tb.Fatal(err)
 		}
 		return string(src)
 	}
-	lib := read("_lib.lua")
-	return bareScripts{acquire: redis.NewScript(lib + read("acquire.lua")), release: redis.NewScript(lib + read("release.lua"))}
+	// The reply codes by the names the scripts use, and the default
+	// retention, from the library's own Go source (scripts.go, options.go).
+	goSrc := read("scripts.go")
+	values := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^\s*(reply\w+)\s*=\s*(-?\d+)`).FindAllStringSubmatch(goSrc, -1) {
+		values[m[1]] = m[2]
+	}
+	codes := map[string]string{}
+	for _, m := range regexp.MustCompile(`"(REPLY_\w+)":\s*(\w+)`).FindAllStringSubmatch(goSrc, -1) {
+		codes[m[1]] = values[m[2]]
+	}
+	hours := regexp.MustCompile(`defaultFenceRetention = (\d+) \* time\.Hour`).FindStringSubmatch(read("options.go"))
+	if len(codes) == 0 || hours == nil {
+		tb.Fatal("bench: cannot read the reply codes or the default fence retention from the library's source")
+	}
+	h, _ := strconv.Atoi(hours[1])
+	lib := strings.ReplaceAll(read("scripts/_lib.lua"), "DEFAULT_FENCE_RETENTION_MS", strconv.Itoa(h*3600*1000))
+	assemble := func(name string) *redis.Script {
+		src := regexp.MustCompile(`\bREPLY_[A-Z_]+\b`).ReplaceAllStringFunc(lib+read("scripts/"+name), func(code string) string {
+			v, ok := codes[code]
+			if !ok || v == "" {
+				tb.Fatalf("bench: unknown reply code %s in %s", code, name)
+			}
+			return v
+		})
+		return redis.NewScript(src)
+	}
+	return bareScripts{acquire: assemble("acquire.lua"), release: assemble("release.lua")}
 }
 
 // pair sends what an uncontended Lock + Unlock of name sends: acquire with a
