@@ -20,7 +20,8 @@ type Holder struct {
 	// masters agrees on one owner.
 	Held bool
 	// Owner is the owner value of the writer/exclusive holder ([Lock.Owner]),
-	// "" if none, or "queued:<id>" for the moment (at most 1s) a release
+	// "" if none, or "queued:<id>" for the moment (at most the releaser's
+	// node timeout, and never past the lease) a release
 	// has reserved the name for a queued waiter that has yet to take it.
 	Owner string
 	// TTL is the remaining lease on the server: 0 when the name is free, and
