@@ -133,10 +133,7 @@ func (c *core) notObtained(ctx context.Context, l *Lock, t tally, interrupted bo
 // The script depends on the lock's kind (kinds.go). wait is a waiting
 // writer's id in the queue of waiting writers (acquire.lua's ARGV[5]), ""
 // for a call that does not wait; a first attempt's id is its own owner
-// value, sent as the same boxed value.
-//
-// The fencing argument is "0" without fencing, else the counter's retention
-// in ms, "1" standing for the default (a constant: no allocation).
+// value, sent as the same boxed value. The fencing argument is fenceArg's.
 func (c *core) acquireArgs(l *Lock, cfg *config, wait string) (*redis.Script, []string, []any) {
 	// Constants boxed in an any cost no allocation; strings and numbers
 	// computed at run time each cost one.

@@ -310,13 +310,7 @@ func (ws *waiters) reserveHead(channel string) *waiter {
 	if q == nil {
 		return nil
 	}
-	var w *waiter
-	for _, x := range q.list {
-		if !x.givenUp() {
-			w = x
-			break
-		}
-	}
+	w := q.firstLive()
 	if w == nil || w.reserved || w.attempting {
 		return nil
 	}
@@ -329,6 +323,17 @@ func (ws *waiters) reserveHead(channel string) *waiter {
 	q.handOffs++
 	w.reserved = true
 	return w
+}
+
+// firstLive is the first waiter of q whose caller still wants the lock, or
+// nil (ws.mu held).
+func (q *waitQueue) firstLive() *waiter {
+	for _, w := range q.list {
+		if !w.givenUp() {
+			return w
+		}
+	}
+	return nil
 }
 
 // givenUp reports that w's caller no longer wants the lock (ws.mu held).
@@ -381,11 +386,8 @@ func (ws *waiters) unreserve(channel string, w *waiter, wake bool) {
 		return
 	}
 	if q := ws.queues[channel]; q != nil {
-		for _, x := range q.list {
-			if !x.givenUp() {
-				notify(x)
-				return
-			}
+		if x := q.firstLive(); x != nil {
+			notify(x)
 		}
 	}
 }

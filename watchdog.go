@@ -183,18 +183,24 @@ func (w *watchdog) renew(due []*Lock) {
 }
 
 // apply records one lock's renewal outcome r, for a lease of ttl sent at t1.
+// A lock that ends up lost although some nodes moved its lease (lost while
+// the renewal was on the wire, or refused by too many others) is released
+// there: the moved leases must not keep the name.
 func (w *watchdog) apply(l *Lock, ttl time.Duration, t1 time.Time, r batchResult) {
 	c := w.c
+	if r.ok > 0 {
+		defer func() {
+			if l.isLost() {
+				c.abandon(l)
+			}
+		}()
+	}
 	now := time.Now()
 	until := validUntil(t1, ttl, l.driftFactor)
 	switch {
 	case r.ok >= c.quorum && now.Before(until):
 		if l.renewed(ttl, until) {
 			w.schedule(l, l.renewAt(t1))
-		} else if l.isLost() {
-			// Lost while the renewal was on the wire (the loss clock got there
-			// first): the lease it moved must not keep the name.
-			c.abandon(l)
 		}
 		if l.obs != nil {
 			l.observeRenew(false, ttl, t1, l.Err(), r.err)
@@ -205,17 +211,11 @@ func (w *watchdog) apply(l *Lock, ttl time.Duration, t1 time.Time, r batchResult
 			l.observeRenew(false, ttl, t1, reason, r.err)
 		}
 		l.lose(reason, r.err)
-		if r.ok > 0 && l.isLost() {
-			c.abandon(l) // the masters that moved it must not keep the name
-		}
 	default:
 		if l.obs != nil {
 			l.observeRenew(false, ttl, t1, r.err, r.err)
 		}
 		if !l.held() {
-			if r.ok > 0 && l.isLost() {
-				c.abandon(l)
-			}
 			return
 		}
 		l.renewFailed(r.err, r.no > 0)
@@ -348,11 +348,13 @@ func (b *batchRound) gather(ch <-chan reply, nodes []*node, deadline time.Time, 
 	b.decide(true, false)
 }
 
-// tally is lock i's outcome from the replies so far.
-func (b *batchRound) tally(i int) batchResult {
+// tally is lock i's outcome from the replies so far, with the nodes'
+// errors joined in when withErr (only for an outcome that is handed on: a
+// batch of thousands of locks is tallied at every reply).
+func (b *batchRound) tally(i int, withErr bool) batchResult {
 	var res batchResult
 	for _, r := range b.rs {
-		b.c.tallyBatch(&res, r, i, true)
+		b.c.tallyBatch(&res, r, i, withErr)
 	}
 	return res
 }
@@ -366,10 +368,10 @@ func (b *batchRound) decide(final, interrupted bool) {
 		if b.done[i] {
 			continue
 		}
-		res := b.tally(i)
-		if !final && res.ok < c.quorum && !c.impossible(res.no+res.failed) {
+		if res := b.tally(i, false); !final && res.ok < c.quorum && !c.impossible(res.no+res.failed) {
 			continue
 		}
+		res := b.tally(i, true)
 		res.interrupted = interrupted
 		b.out[i], b.done[i] = res, true
 		b.left--
@@ -389,7 +391,7 @@ func (b *batchRound) partial(nodes []*node) {
 		if b.done[i] {
 			continue
 		}
-		res := b.tally(i)
+		res := b.tally(i, true)
 		res.partial = true
 		for _, n := range nodes {
 			if _, ok := replyOf(b.rs, n.idx); !ok {
@@ -427,8 +429,8 @@ func (c *core) releaseLate(ctx context.Context, n *node, locks []*Lock, codes []
 	}
 }
 
-// tallyBatch adds node reply r's answer for lock i to res, and its error
-// when withErr (the stop function only counts).
+// tallyBatch adds node reply r's answer for lock i to res, and, when
+// withErr, that node's error or refusal.
 func (c *core) tallyBatch(res *batchResult, r reply, i int, withErr bool) {
 	switch {
 	case r.codes == nil || r.codes[i] < 0 || c.nodes[r.node].isDup():
