@@ -402,6 +402,11 @@ func TestNameFreeAfterPartition(t *testing.T) {
 			for i := range 3 {
 				name := fmt.Sprintf("after-partition-%d", i)
 				key := lockKey(lk.c.cfg.prefix, name)
+				// A connection made fresh under Hold would wait for its
+				// handshake's reply and send nothing: the last partition
+				// cost the pool its connections, so one is opened (and
+				// left idle, the first the pool hands out) before.
+				require.NoError(t, cl.Ping(ctx).Err())
 				proxy.Hold(true) // the grant runs, its reply waits in the proxy
 				tried := make(chan error, 1)
 				go func() {
