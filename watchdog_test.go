@@ -428,8 +428,11 @@ func TestRedlockRenewalPerLock(t *testing.T) {
 
 	select {
 	case <-x.Done():
-	case <-time.After(2 * ttl):
-		t.Fatalf("x not lost %v after its key went from master 0 with master 1 paused", 2*ttl)
+	// A renewal round already on its way when the key went and master 1
+	// stopped may still have had a quorum (master 1 answering before the
+	// pause, or master 0 before the DEL): x may live one lease more.
+	case <-time.After(3 * ttl):
+		t.Fatalf("x not lost %v after its key went from master 0 with master 1 paused", 3*ttl)
 	}
 	if err := x.Err(); !errors.Is(err, LossQuorum) {
 		t.Errorf("x.Err() = %v, want LossQuorum", err)
