@@ -13,31 +13,65 @@ import (
 // waiters. A Locker is simply a core with a quorum of 1. The operations live
 // in their own files: acquire.go, release.go, watchdog.go, wait.go.
 type core struct {
-	nodes  []*node
-	quorum int
-	cfg    config
-	wd     *watchdog
-	exp    *expiry
-	hooks  hooks
+	pool  *pool
+	life  *lifecycle
+	cfg   config
+	wd    *watchdog
+	exp   *expiry
+	hooks hooks
 
-	ttlBoxed any // ttlMillis(cfg.ttl), boxed once (see ttlArg)
+	waits waiters // pub/sub wake-ups for Lock (wait.go)
 
-	waits waiters        // pub/sub wake-ups for Lock (wait.go)
-	wg    sync.WaitGroup // every goroutine of the core, including calls left behind on a paused node
-
-	closing chan struct{} // closed when Close starts: waiters give up
-	closed  chan struct{} // closed when Close returns: a second Close waits for it
+	closed chan struct{} // closed when Close returns: a second Close waits for it
 
 	mu sync.Mutex
 	// closeStarted: Close has begun; no new lock may be registered.
 	closeStarted bool
-	// ioStopped: Close has released what it could; no goroutine may start,
-	// so wg.Add never races the final wg.Wait.
-	ioStopped bool
-	held      map[*Lock]struct{}
+	held         map[*Lock]struct{}
 	// heldKeys counts held locks per lock key, so a waiter of this core does
 	// not waste an attempt on a name its own process holds.
 	heldKeys map[string]int
+}
+
+// lifecycle is what every part of the engine shares of its lifetime: the
+// goroutines to wait for, and whether Close has begun or finished its I/O.
+// The parts hold it instead of a pointer back to the core.
+type lifecycle struct {
+	wg      sync.WaitGroup // every goroutine of the core, including calls left behind on a paused node
+	closing chan struct{}  // closed when Close starts: waiters give up
+	mu      sync.Mutex
+	// stopped: Close has released what it could; no goroutine may start,
+	// so wg.Add never races the final wg.Wait.
+	stopped bool
+}
+
+// goCount registers n goroutines, or reports false once Close has finished
+// its I/O, so that wg.Add never races wg.Wait.
+func (lc *lifecycle) goCount(n int) bool {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	if lc.stopped {
+		return false
+	}
+	lc.wg.Add(n)
+	return true
+}
+
+// isClosing reports whether Close has begun.
+func (lc *lifecycle) isClosing() bool {
+	select {
+	case <-lc.closing:
+		return true
+	default:
+		return false
+	}
+}
+
+// stop marks Close's I/O done: no goroutine starts after it.
+func (lc *lifecycle) stop() {
+	lc.mu.Lock()
+	lc.stopped = true
+	lc.mu.Unlock()
 }
 
 // hooks let tests put a pause at an exact point of the protocol.
@@ -58,167 +92,36 @@ func newCore(clients []Client, opts []Option) (*core, error) {
 	if err != nil {
 		return nil, err
 	}
+	life := &lifecycle{closing: make(chan struct{})}
+	p := &pool{quorum: len(clients)/2 + 1, life: life}
 	c := &core{
-		quorum:   len(clients)/2 + 1,
+		pool:     p,
+		life:     life,
 		cfg:      cfg,
-		closing:  make(chan struct{}),
 		closed:   make(chan struct{}),
 		held:     make(map[*Lock]struct{}),
 		heldKeys: make(map[string]int),
 	}
-	c.ttlBoxed = ttlMillis(cfg.ttl)
+	c.cfg.ttlBoxed = ttlMillis(cfg.ttl)
 	c.waits = waiters{c: c, queues: make(map[string]*waitQueue)}
 	for i, cl := range clients {
 		if isNil(cl) {
 			return nil, fmt.Errorf("redlock: client %d is nil", i)
 		}
 		n := newNode(i, cl)
-		for _, prev := range c.nodes {
+		for _, prev := range p.nodes {
 			if samePointer(prev.client, cl) || (serverKey(cl) != "" && serverKey(prev.client) == serverKey(cl)) {
 				return nil, fmt.Errorf("redlock: clients %d and %d are the same node (%s); Redlock needs independent masters", prev.idx, i, n.addr)
 			}
 		}
-		c.nodes = append(c.nodes, n)
+		p.nodes = append(p.nodes, n)
 	}
-	if err := c.warmUp(); err != nil {
+	if err := p.warmUp(cfg.timeout(cfg.ttl)); err != nil {
 		return nil, err
 	}
 	c.wd = newWatchdog(c)
 	c.exp = newExpiry()
 	return c, nil
-}
-
-// warmUp dials every node, loads the scripts and, for a Redlock, learns each
-// server's run_id, waiting at most warmUpLimit or the node timeout, whichever
-// is longer. Two nodes that turn out to be one server (127.0.0.1:P and
-// localhost:P, a DNS alias) make it fail: a quorum that one process can
-// satisfy is no quorum.
-func (c *core) warmUp() error {
-	identify := len(c.nodes) > 1
-	limit := max(warmUpLimit, c.cfg.timeout(c.cfg.ttl))
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
-	done := make(chan struct{}, len(c.nodes))
-	c.wg.Add(len(c.nodes))
-	for _, n := range c.nodes {
-		go func() {
-			defer c.wg.Done()
-			defer func() { done <- struct{}{} }()
-			if n.warmUp(ctx, identify && identifiable(n.client)) {
-				// Also when this answer comes after the constructor stopped
-				// waiting: the node's votes stop counting from then on.
-				c.mu.Lock()
-				_ = c.checkDuplicate(n)
-				c.mu.Unlock()
-			}
-		}()
-	}
-	t := time.NewTimer(limit)
-	defer t.Stop()
-	defer cancel()
-	for range c.nodes {
-		select {
-		case <-done:
-		case <-t.C:
-			return c.duplicates()
-		}
-	}
-	return c.duplicates()
-}
-
-// duplicates marks and reports nodes whose run_id another node has already.
-func (c *core) duplicates() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var errs []error
-	for _, n := range c.nodes {
-		if n.isDup() {
-			continue
-		}
-		if err := c.checkDuplicate(n); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if len(errs) > 0 {
-		return errors.Join(append([]error{errors.New("redlock: Redlock needs independent masters")}, errs...)...)
-	}
-	return nil
-}
-
-// checkDuplicate compares n's run_id with every other node's; of two nodes
-// with one run_id, the later in the client list is marked a duplicate of
-// the earlier. Call it under c.mu, so two nodes identified at once see each
-// other.
-func (c *core) checkDuplicate(n *node) error {
-	id, _ := n.identity()
-	if id == "" || id == unidentified {
-		return nil
-	}
-	for _, o := range c.nodes {
-		if oid, _ := o.identity(); o == n || oid != id {
-			continue
-		}
-		first, second := o, n
-		if n.idx < o.idx {
-			first, second = n, o
-		}
-		second.dup.Store(int32(first.idx))
-		return fmt.Errorf("%w: clients %d (%s) and %d (%s) reach one server (run_id %s)", errDuplicate, first.idx, first.addr, second.idx, second.addr, id)
-	}
-	return nil
-}
-
-// identify makes sure a Redlock node's server is known before its vote
-// counts, reading its run_id on first contact when the warm-up could not.
-func (c *core) identify(ctx context.Context, n *node) error {
-	if len(c.nodes) < 2 || !identifiable(n.client) {
-		return nil
-	}
-	id, dup := n.identity()
-	if dup >= 0 {
-		return fmt.Errorf("%w (node %d)", errDuplicate, dup)
-	}
-	if id != "" {
-		return nil
-	}
-	id, err := fetchRunID(ctx, n.client)
-	if err != nil {
-		return err
-	}
-	n.setRunID(id)
-	c.mu.Lock()
-	err = c.checkDuplicate(n)
-	c.mu.Unlock()
-	if n.isDup() {
-		return err
-	}
-	return nil
-}
-
-func (n *node) isDup() bool { return n.dup.Load() >= 0 }
-
-func (c *core) nodeErr(i int, err error) error {
-	return &NodeError{Node: i, Addr: c.nodes[i].addr, Err: err}
-}
-
-// goCount registers n goroutines with the core, or reports false once Close
-// has finished, so that wg.Add never races wg.Wait.
-func (c *core) goCount(n int) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.ioStopped {
-		return false
-	}
-	c.wg.Add(n)
-	return true
-}
-
-func (c *core) isClosing() bool {
-	select {
-	case <-c.closing:
-		return true
-	default:
-		return false
-	}
 }
 
 // activate turns a granted attempt into a held lock and registers it with the
@@ -229,14 +132,14 @@ func (c *core) activate(l *Lock, token int64, until time.Time) error {
 	if c.closeStarted {
 		c.mu.Unlock()
 		l.finish(stateFailed, "")
-		c.releaseOn(context.Background(), l, c.nodes, l.timeout, never)
+		c.pool.releaseOn(context.Background(), l, c.pool.nodes, l.timeout, never)
 		return ErrClosed
 	}
 	// Registered and held in one step under c.mu, so Close either sees the
 	// lock held (and releases it) or refuses it above; never in between.
 	c.held[l] = struct{}{}
 	c.heldKeys[l.keys[0]]++
-	l.hold(token, until)
+	c.exp.set(l, l.hold(token, until))
 	c.mu.Unlock()
 	if l.autoRenew {
 		c.wd.schedule(l, l.renewAt(time.Now()))
@@ -244,15 +147,42 @@ func (c *core) activate(l *Lock, token int64, until time.Time) error {
 	return nil
 }
 
-// armLoss (re)arms l's loss on the loss clock (engine).
-func (c *core) armLoss(l *Lock, at time.Time) { c.exp.set(l, at) }
+// renewed records a renewal of l (Extend, the watchdog) to a lease of ttl
+// valid until until, and re-arms its loss; false if l is no longer held.
+func (c *core) renewed(l *Lock, ttl time.Duration, until time.Time) bool {
+	at, ok := l.renewed(ttl, until)
+	if ok {
+		c.exp.set(l, at)
+		if !l.held() {
+			c.exp.remove(l) // released meanwhile: its ended may have come first
+		}
+	}
+	return ok
+}
 
 // abandon releases a lost lock's key on every node from a goroutine of the
 // core, waiting for nothing (engine): its holder gave it up by rule.
-func (c *core) abandon(l *Lock) { c.releaseInBackground(context.Background(), c.nodes, l) }
+func (c *core) abandon(l *Lock) { c.pool.releaseInBackground(context.Background(), c.pool.nodes, l) }
 
-// ended is forget, for the engine seam.
-func (c *core) ended(l *Lock) { c.forget(l) }
+// ended is the one notice a Lock sends up (engine): it left stateHeld, or
+// its attempt failed, for to. The core drops it from its registries, and
+// tells the observer, the log and Do.
+func (c *core) ended(l *Lock, to lockState) {
+	c.forget(l)
+	fns, cause, maxHold := l.ending()
+	noteEnd(l, to, cause)
+	if to == stateFailed {
+		return
+	}
+	if to == stateLost && maxHold {
+		// Free the name now rather than at the end of the lease: a holder
+		// that outstays its cap must not block others either.
+		c.abandon(l)
+	}
+	for _, f := range fns {
+		f(cause)
+	}
+}
 
 // forget drops a lock that is no longer held from the registry, the watchdog
 // and the loss clock. The lock's state changed first, so none can re-add it.
@@ -298,7 +228,7 @@ func (c *core) close() error {
 	}
 	c.closeStarted = true
 	defer close(c.closed)
-	close(c.closing)
+	close(c.life.closing)
 	held := make([]*Lock, 0, len(c.held))
 	for l := range c.held {
 		held = append(held, l)
@@ -317,10 +247,8 @@ func (c *core) close() error {
 	c.waits.close()
 	c.exp.stop()
 
-	c.mu.Lock()
-	c.ioStopped = true
-	c.mu.Unlock()
-	waitUntil(&c.wg, deadline)
+	c.life.stop()
+	waitUntil(&c.life.wg, deadline)
 	return nil
 }
 
@@ -337,4 +265,117 @@ func waitUntil(wg *sync.WaitGroup, deadline time.Time) {
 	case <-done:
 	case <-t.C:
 	}
+}
+
+// errNoCore is what a nil or zero Locker or Redlock answers.
+var errNoCore = errors.New("redlock: Locker or Redlock not made by NewLocker or NewRedlock")
+
+// named checks a call on the exclusive lock name and returns its
+// acquisition: its config, lock key and release channel.
+func (c *core) named(name string, opts []Option) (acquisition, error) {
+	if c == nil {
+		return acquisition{}, errNoCore
+	}
+	if name == "" {
+		return acquisition{}, errors.New("redlock: empty lock name")
+	}
+	cfg, err := c.cfg.call(opts)
+	if err != nil {
+		return acquisition{}, err
+	}
+	key, channel := keyAndChannel(cfg.prefix, name)
+	return acquisition{kind: kindExclusive, name: name, tag: key, channel: channel, cfg: cfg, queue: channel, held: key}, nil
+}
+
+// lock is Lock: a waiting writer, which keeps new read holds out (writer
+// preference; a Redlock offers no read holds, so its masters need no entry).
+func (c *core) lock(ctx context.Context, name string, opts []Option) (*Lock, error) {
+	a, err := c.named(name, opts)
+	if err != nil {
+		return nil, err
+	}
+	a.writer = len(c.pool.nodes) == 1
+	return c.obtain(ctx, &a, true)
+}
+
+// tryLock is TryLock: one attempt.
+func (c *core) tryLock(ctx context.Context, name string, opts []Option) (*Lock, error) {
+	a, err := c.named(name, opts)
+	if err != nil {
+		return nil, err
+	}
+	return c.try(ctx, &a)
+}
+
+// obtain is every acquire call of every kind: one attempt (wait=false), or
+// the wait loop (obtain.go).
+func (c *core) obtain(ctx context.Context, a *acquisition, wait bool) (*Lock, error) {
+	if !wait {
+		return c.try(ctx, a)
+	}
+	if err := c.acquirable(ctx); err != nil {
+		return nil, err
+	}
+	o := &obtaining{c: c, a: a, qk: a.queue, lastErr: ErrNotObtained, hint: -1}
+	return o.run(ctx)
+}
+
+// try makes one attempt of a, traced for the observer.
+func (c *core) try(ctx context.Context, a *acquisition) (l *Lock, err error) {
+	if err := c.acquirable(ctx); err != nil {
+		return nil, err
+	}
+	tr := newAcquireTrace(ctx, a.cfg, a.name, false)
+	l, _, _, err = c.attempt(ctx, a)
+	tr.attempted(err)
+	tr.done(l, err)
+	return l, err
+}
+
+// acquirable refuses an acquire call whose ctx has ended, or after Close.
+func (c *core) acquirable(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return errors.Join(ErrNotObtained, err)
+	}
+	if c.life.isClosing() {
+		return errors.Join(ErrNotObtained, ErrClosed)
+	}
+	return nil
+}
+
+// attempt makes one attempt of a (acquire.go) and makes a granted lock
+// held: the lock, or an error matching ErrNotObtained with the holder's
+// remaining lease (negative when unknown) and whether retrying is
+// pointless.
+func (c *core) attempt(ctx context.Context, a *acquisition) (*Lock, time.Duration, bool, error) {
+	if c.life.isClosing() {
+		return nil, -1, true, errors.Join(ErrNotObtained, ErrClosed)
+	}
+	l := a.newLock(c, len(c.pool.nodes))
+	at := attempt{p: c.pool, l: l, cfg: a.cfg, timeout: a.cfg.timeout(a.cfg.ttl)}
+	granted, err := at.run(ctx, a.cfg.ttlArg(), a.waitID(l))
+	if err != nil {
+		return nil, -1, true, errors.Join(ErrNotObtained, err)
+	}
+	if granted {
+		if c.hooks.beforeFinalCheck != nil {
+			c.hooks.beforeFinalCheck()
+		}
+		// Step 3, last: the lock counts only if it is still valid now,
+		// after every round trip, so any pause before this line is caught.
+		if time.Now().Before(at.until) {
+			if err := c.activate(l, at.token, at.until); err != nil {
+				return nil, -1, true, errors.Join(ErrNotObtained, err)
+			}
+			return l, -1, false, nil
+		}
+		at.t.errs = append(at.t.errs, fmt.Errorf("redlock: validity of %v used up before the grant completed", a.cfg.ttl))
+	}
+	permanent, err := at.fail(ctx)
+	return nil, at.hint, permanent, err
+}
+
+// remaining is l's lease on the server (engine: Lock.TTL).
+func (c *core) remaining(ctx context.Context, l *Lock) (time.Duration, error) {
+	return c.pool.remaining(ctx, l)
 }

@@ -54,8 +54,7 @@ func calibrate() time.Duration {
 	return max(time.Since(start)/n, 100*time.Nanosecond)
 }
 
-// set arms (or moves) l's loss to at. Called under l.mu (lock order: l.mu,
-// then e.mu).
+// set arms (or moves) l's loss to at.
 func (e *expiry) set(l *Lock, at time.Time) {
 	e.mu.Lock()
 	e.queue.set(l, at)
@@ -107,7 +106,7 @@ func (e *expiry) run() {
 			// must not make the next batch late.
 			k := min(len(pending), 64)
 			for _, l := range pending[:k] {
-				l.afterTransition(stateLost)
+				l.eng.ended(l, stateLost)
 			}
 			pending = append(pending[:0], pending[k:]...)
 			continue
@@ -158,7 +157,11 @@ func (e *expiry) expire(due []*Lock, dueAt []time.Time, extra time.Duration, pen
 	start := time.Now()
 	var over time.Duration
 	for i, l := range due {
-		if l.expireLocked(extra) {
+		lost, rearm := l.expireLocked(extra)
+		if !rearm.IsZero() {
+			e.set(l, rearm)
+		}
+		if lost {
 			pending = append(pending, l)
 			over = max(over, time.Since(dueAt[i]))
 		}

@@ -95,7 +95,7 @@ func (c *core) inspect(ctx context.Context, name string) (Holder, error) {
 	if err := ctx.Err(); err != nil {
 		return Holder{}, err
 	}
-	if c.isClosing() {
+	if c.life.isClosing() {
 		return Holder{}, ErrClosed
 	}
 	key := lockKey(c.cfg.prefix, name)
@@ -103,8 +103,8 @@ func (c *core) inspect(ctx context.Context, name string) (Holder, error) {
 	timeout := c.cfg.timeout(c.cfg.ttl)
 	// Detached, as every call of the core: gather stops waiting when ctx
 	// ends, and the read left behind is bounded by the node timeout.
-	ch, err := c.fanOut(context.WithoutCancel(ctx), c.nodes, timeout, timeout, func(ctx context.Context, n *node) reply {
-		if err := c.identify(ctx, n); err != nil {
+	ch, err := c.pool.fanOut(context.WithoutCancel(ctx), c.pool.nodes, timeout, timeout, func(ctx context.Context, n *node) reply {
+		if err := c.pool.identify(ctx, n); err != nil {
 			return reply{err: err}
 		}
 		return inspectOn(ctx, n, keys)
@@ -112,7 +112,7 @@ func (c *core) inspect(ctx context.Context, name string) (Holder, error) {
 	if err != nil {
 		return Holder{}, err
 	}
-	rs, interrupted := gather(ch, c.nodes, time.Now().Add(timeout), ctx.Done(), func(rs []reply) bool {
+	rs, interrupted := gather(ch, c.pool.nodes, time.Now().Add(timeout), ctx.Done(), func(rs []reply) bool {
 		_, decided := c.judge(rs)
 		return decided
 	})
@@ -120,8 +120,8 @@ func (c *core) inspect(ctx context.Context, name string) (Holder, error) {
 	if decided && !interrupted {
 		return h, nil
 	}
-	t := c.count(rs)
-	return Holder{}, c.shortOf("inspect", t, "", ctxErrIf(ctx, interrupted))
+	t := c.pool.count(rs)
+	return Holder{}, c.pool.shortOf("inspect", t, "", ctxErrIf(ctx, interrupted))
 }
 
 // inspectOn runs inspect.lua on one node.
@@ -161,7 +161,7 @@ func (c *core) judge(rs []reply) (Holder, bool) {
 		votes    = make(map[string]int)
 	)
 	for _, r := range rs {
-		if r.err != nil || r.inspected == nil || c.nodes[r.node].isDup() {
+		if r.err != nil || r.inspected == nil || c.pool.nodes[r.node].isDup() {
 			continue
 		}
 		answered = append(answered, r.inspected)
@@ -169,23 +169,23 @@ func (c *core) judge(rs []reply) (Holder, bool) {
 			votes[r.inspected.owner]++
 		}
 	}
-	if len(answered) < c.quorum {
+	if len(answered) < c.pool.quorum {
 		return Holder{}, false
 	}
 	var h Holder
 	for _, a := range answered {
 		h.Token = max(h.Token, a.token)
 	}
-	pending := len(c.nodes) - len(rs)
+	pending := len(c.pool.nodes) - len(rs)
 	for owner, v := range votes {
-		if v >= c.quorum {
+		if v >= c.pool.quorum {
 			h.Held, h.Owner = true, owner
-		} else if v+pending >= c.quorum {
+		} else if v+pending >= c.pool.quorum {
 			return Holder{}, false // an owner that may still reach a quorum
 		}
 	}
 	if !h.Held {
-		if len(c.nodes) == 1 && answered[0].readers > 0 {
+		if len(c.pool.nodes) == 1 && answered[0].readers > 0 {
 			// Read holds live only on a Locker (RLock): one node.
 			a := answered[0]
 			h.Held, h.Readers, h.TTL = true, a.readers, time.Duration(a.rpttl)*time.Millisecond
@@ -210,7 +210,7 @@ func (c *core) judge(rs []reply) (Holder, bool) {
 		return ms
 	}
 	slices.SortFunc(pttls, func(a, b int64) int { return cmp.Compare(lease(b), lease(a)) })
-	if ms := pttls[c.quorum-1]; ms >= 0 {
+	if ms := pttls[c.pool.quorum-1]; ms >= 0 {
 		h.TTL = time.Duration(ms) * time.Millisecond
 	} else {
 		h.TTL = -1

@@ -2,15 +2,81 @@ package redlock
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 )
 
-// lockKind says what a Lock holds, and so which scripts release, extend and
-// measure it. The engine (release.go, watchdog.go, peer.go) asks the lock
-// for its calls here and never looks at the kind itself, except that only
-// an exclusive lock is ever handed off (handoff.lua).
+// This file is the schema: every Redis key and channel of a name, the kinds
+// of lock, and for each kind its keys and the script calls that acquire,
+// release, extend and measure it, with the decoders of their replies.
+
+// The key schema: every key and channel of a name, which doc.go's "Keys"
+// tells users. None of these strings may change: during a rollout two
+// versions share the keys, and a process that spelled one otherwise would
+// see no lock, queue or counter where there is one. The scripts build some
+// of them themselves; each script's header names the constants here that
+// it mirrors. With K the lock key "{<prefix><name>}" (lockKey):
+//
+//	K                  an owner value, or reservedPrefix + a queued writer's id
+//	K:fence            fence counter
+//	K:released         released marker: the owner that released
+//	K:meta             metadata: "<owner>\n<metadata>"
+//	K:readers          read holds; K:readers:released:<owner> (ownerKey)
+//	K:writers          waiting writers' ids; K:writers:<id> keeps one alive
+//	K:sem              permits; K:sem:permits, K:sem:fence, K:sem:released:<owner>
+//	K:rel              release channel: released owners, or passedPrefix + an id
+//	K:released-by-operator, <set>:released-by-operator:<owner>  Locker.Release
+//
+// The marks of a RedisFence are not a name's: fenceMarkKey (fencing.go).
+const (
+	fenceSuffix    = ":fence"
+	releasedSuffix = ":released"
+	metaSuffix     = ":meta"
+	readersSuffix  = ":readers" // read holds (RLock)
+	writersSuffix  = ":writers" // writers waiting (writer preference)
+	semSuffix      = ":sem"     // a semaphore's set, after the lock key
+	permitsSuffix  = ":permits" // the permit count, after the set's key
+	operatorSuffix = ":released-by-operator"
+	channelSuffix  = ":rel"
+
+	// reservedPrefix starts the value of a lock key that a release reserved
+	// for a queued writer: "queued:<its id>" (pass, in _lib.lua).
+	reservedPrefix = "queued:"
+	// passedPrefix starts the message of a release that passed the name to
+	// a queued writer: "w:<its id>".
+	passedPrefix = "w:"
+)
+
+func lockKey(prefix, name string) string { return "{" + prefix + name + "}" }
+
+// keyAndChannel returns lockKey(prefix, name) and its releaseChannel, the
+// key cut from the channel's string: one allocation instead of two per Lock
+// call.
+func keyAndChannel(prefix, name string) (key, channel string) {
+	channel = "{" + prefix + name + "}" + channelSuffix
+	return channel[:len(channel)-len(channelSuffix)], channel
+}
+
+func releaseChannel(lockKey string) string { return lockKey + channelSuffix }
+
+// heldKey is the lock key of a release channel.
+func heldKey(channel string) string { return strings.TrimSuffix(channel, channelSuffix) }
+
+// ownerKey is the key of one owner's marker next to the sorted set of holds
+// set: "<set><suffix>:<owner>" (releasedSuffix, operatorSuffix). The
+// scripts name a waiting writer's alive key the same way:
+// "<lock key>:writers:<id>".
+func ownerKey(set, suffix, owner string) string { return set + suffix + ":" + owner }
+
+// lockKind says what a Lock holds, and so which scripts acquire, release,
+// extend and measure it: its row of the kinds table. The engine never
+// switches on the kind itself; it asks the table.
 type lockKind uint8
 
 const (
@@ -42,32 +108,91 @@ type multiKeys struct {
 	ext   [][]string // multi_extend.lua, multi_pttl.lua: lock keys
 }
 
-// parts is how many script calls one release, extend or TTL of l sends to a
-// node: one, except for a multi-name lock spread over shards.
-func (l *Lock) parts() int {
-	if l.multi == nil {
-		return 1
-	}
-	return len(l.multi.ext)
+// scriptCall is one script call of part p of a lock (one, except for a
+// multi-name lock over shards), for a lease of ttl where the call sets one.
+type scriptCall func(l *Lock, p int, ttl time.Duration) (*redis.Script, []string, []any)
+
+// kindOps is one row of the kinds table.
+type kindOps struct {
+	// keys sets the owner value and keys of an attempt's lock l, appending
+	// the keys to buf, which has room for six.
+	keys func(l *Lock, a *acquisition, buf []string)
+	// acquire is the acquire call of the first part, with the boxed lease,
+	// fencing argument (fenceArg), token floor and waiting writer's id.
+	acquire               func(l *Lock, ttl, fence, floor any, wait string) (*redis.Script, []string, []any)
+	release, extend, pttl scriptCall
+	// handsOff: an Unlock of this kind may pass the name straight to a
+	// waiter of the same core (handoff.lua).
+	handsOff bool
 }
 
-// releaseCmd is the release call of part p of l.
-func (l *Lock) releaseCmd(p int) (*redis.Script, []string, []any) {
-	switch l.kind {
-	case kindRead:
-		return scriptZRelease, l.keys[:2], []any{l.owner, l.channel, ttlMillis(l.leaseTTL()), "1"}
-	case kindPermit:
-		return scriptZRelease, l.keys[:3], []any{l.owner, l.channel, ttlMillis(l.leaseTTL()), "0"}
-	case kindMulti:
-		return scriptMultiRelease, l.multi.rel[p], []any{l.owner, channelSuffix, ttlMillis(l.leaseTTL()), ttlMillis(l.timeout)}
-	}
-	return scriptRelease, l.relKeys(), releaseArgs(l)
+// kinds is the table of lock kinds, indexed by lockKind.
+var kinds = [...]kindOps{
+	kindExclusive: {keys: exclusiveKeys, acquire: exclusiveAcquire, release: exclusiveRelease, extend: exclusiveExtend, pttl: singlePTTL, handsOff: true},
+	kindRead:      {keys: readKeys, acquire: readAcquire, release: readRelease, extend: readExtend, pttl: holdPTTL},
+	kindPermit:    {keys: permitKeys, acquire: permitAcquire, release: permitRelease, extend: permitExtend, pttl: holdPTTL},
+	kindMulti:     {keys: multiLockKeys, acquire: multiAcquire, release: multiRelease, extend: multiExtend, pttl: multiPTTL},
 }
 
-// releaseArgs are release.lua's ARGV for l. The reservation for a waiting
-// writer lasts l's node timeout, sent only when it is not the default that
-// release.lua derives from the lease itself (an argument fewer to box).
+// Exclusive: keys from ownerAndKeys (0 lock, 1 fence counter, 2 lock, 3
+// released marker, and with metadata 4 lock, 5 metadata).
+
+func exclusiveKeys(l *Lock, a *acquisition, buf []string) {
+	l.owner, l.keys = ownerAndKeys(buf, a.tag, a.cfg.metadata != "")
+}
+
+// exclusiveAcquire is acquire.lua's call. Constants boxed in an any cost no
+// allocation; strings and numbers computed at run time each cost one, so
+// the owner value is boxed once, also as the waiting writer's id of a first
+// attempt.
+func exclusiveAcquire(l *Lock, ttl, fence, floor any, wait string) (*redis.Script, []string, []any) {
+	owner := any(l.owner)
+	var waitArg any = wait
+	if wait == l.owner {
+		waitArg = owner
+	}
+	switch {
+	case l.metadata != "":
+		return scriptAcquire, []string{l.keys[0], l.keys[1], l.keys[5]},
+			[]any{owner, ttl, fence, floor, waitArg, metaValue(l.owner, l.metadata)}
+	case wait != "":
+		return scriptAcquire, l.keys[:2], []any{owner, ttl, fence, floor, waitArg}
+	}
+	return scriptAcquire, l.keys[:2], []any{owner, ttl, fence, floor}
+}
+
+func exclusiveRelease(l *Lock, _ int, _ time.Duration) (*redis.Script, []string, []any) {
+	return scriptRelease, releaseKeys(l), releaseArgs(l)
+}
+
+// fenceKeys is an exclusive lock's fence counter, as raise.lua's KEYS.
+func fenceKeys(l *Lock) []string { return l.keys[1:2] }
+
+// releaseKeys are release.lua's KEYS: the lock key and its released marker.
+func releaseKeys(l *Lock) []string { return l.keys[2:4] }
+
+// exclusiveExtend is extend.lua's call: the lock key, and the metadata key
+// when l has metadata, so that a renewal keeps both alive.
+func exclusiveExtend(l *Lock, _ int, ttl time.Duration) (*redis.Script, []string, []any) {
+	keys := l.keys[:1]
+	if l.metadata != "" {
+		keys = l.keys[4:6]
+	}
+	return scriptExtend, keys, extendArgs(l, ttl)
+}
+
+func singlePTTL(l *Lock, _ int, _ time.Duration) (*redis.Script, []string, []any) {
+	return scriptPTTL, l.keys[:1], []any{l.owner}
+}
+
+// releaseArgs are release.lua's ARGV for an exclusive lock l, nil for the
+// other kinds. The reservation for a waiting writer lasts l's node timeout,
+// sent only when it is not the default that release.lua derives from the
+// lease itself (an argument fewer to box).
 func releaseArgs(l *Lock) []any {
+	if l.kind != kindExclusive {
+		return nil
+	}
 	ttl := l.leaseTTL()
 	if l.timeout == defaultNodeTimeout(ttl) {
 		return []any{l.owner, l.channel, ttlMillis(ttl)}
@@ -75,37 +200,98 @@ func releaseArgs(l *Lock) []any {
 	return []any{l.owner, l.channel, ttlMillis(ttl), ttlMillis(l.timeout)}
 }
 
-// extendCmd is the extend call of part p of l, to a lease of ttl.
-func (l *Lock) extendCmd(p int, ttl time.Duration) (*redis.Script, []string, []any) {
-	args := []any{l.owner, ttlMillis(ttl), l.guardMillis()}
-	switch l.kind {
-	case kindRead:
-		return scriptZExtend, l.keys[:1], args
-	case kindPermit:
-		return scriptZExtend, l.keys[:3], args
-	case kindMulti:
-		return scriptMultiExtend, l.multi.ext[p], args
-	}
-	return scriptExtend, l.extendKeys(), args
+func extendArgs(l *Lock, ttl time.Duration) []any {
+	return []any{l.owner, ttlMillis(ttl), l.guardMillis()}
 }
 
-// pttlCmd is the remaining-lease call of part p of l.
-func (l *Lock) pttlCmd(p int) (*redis.Script, []string) {
-	switch l.kind {
-	case kindRead, kindPermit:
-		return scriptZPTTL, l.keys[:1]
-	case kindMulti:
-		return scriptMultiPTTL, l.multi.ext[p]
-	}
-	return scriptPTTL, l.keys[:1]
+// Read holds and permits live in a sorted set of holds:
+//
+//	read:   holds set, this owner's released marker, lock key, waiting writers
+//	permit: holds set, this owner's released marker, permit count, fence counter
+//
+// so that a read hold's release keys are keys[:2] and its extend keys
+// keys[:1], and a permit's release and extend keys keys[:3] (the count key
+// lives and dies with the set).
+
+func readKeys(l *Lock, a *acquisition, buf []string) {
+	l.owner, l.metadata = uuid.NewString(), ""
+	readers := a.tag + readersSuffix
+	l.keys = append(buf, readers, ownerKey(readers, releasedSuffix, l.owner), a.tag, a.tag+writersSuffix)
 }
 
-// runParts runs one call per part of l on cl, in the parts' order, and folds
-// the replies: the first error ends it.
-func (l *Lock) runParts(ctx context.Context, cl Client, cmd func(p int) (*redis.Script, []string, []any), fold func(acc, v int64, first bool) int64) (int64, error) {
+func permitKeys(l *Lock, a *acquisition, buf []string) {
+	l.owner, l.metadata, l.permits = uuid.NewString(), "", a.permits
+	l.keys = append(buf, a.tag, ownerKey(a.tag, releasedSuffix, l.owner), a.tag+permitsSuffix, a.tag+fenceSuffix)
+}
+
+func readAcquire(l *Lock, ttl, _, _ any, _ string) (*redis.Script, []string, []any) {
+	return scriptRLock, []string{l.keys[2], l.keys[0], l.keys[3]}, []any{l.owner, ttl}
+}
+
+func permitAcquire(l *Lock, ttl, fence, _ any, _ string) (*redis.Script, []string, []any) {
+	return scriptSemAcquire, []string{l.keys[0], l.keys[3], l.keys[2]}, []any{l.owner, ttl, fence, l.permits}
+}
+
+// readRelease and permitRelease are zrelease.lua's call; its last argument
+// says whether the release wakes waiting writers (a read hold) or not.
+func readRelease(l *Lock, _ int, _ time.Duration) (*redis.Script, []string, []any) {
+	return scriptZRelease, l.keys[:2], []any{l.owner, l.channel, ttlMillis(l.leaseTTL()), "1"}
+}
+
+func permitRelease(l *Lock, _ int, _ time.Duration) (*redis.Script, []string, []any) {
+	return scriptZRelease, l.keys[:3], []any{l.owner, l.channel, ttlMillis(l.leaseTTL()), "0"}
+}
+
+func readExtend(l *Lock, _ int, ttl time.Duration) (*redis.Script, []string, []any) {
+	return scriptZExtend, l.keys[:1], extendArgs(l, ttl)
+}
+
+func permitExtend(l *Lock, _ int, ttl time.Duration) (*redis.Script, []string, []any) {
+	return scriptZExtend, l.keys[:3], extendArgs(l, ttl)
+}
+
+func holdPTTL(l *Lock, _ int, _ time.Duration) (*redis.Script, []string, []any) {
+	return scriptZPTTL, l.keys[:1], []any{l.owner}
+}
+
+// A multi-name lock's keys are its names' lock keys; its scripts' keys are
+// in multiKeys, per part.
+
+func multiLockKeys(l *Lock, a *acquisition, _ []string) {
+	l.owner, l.metadata, l.multi, l.keys = uuid.NewString(), "", a.multi, a.multi.locks
+}
+
+func multiAcquire(l *Lock, ttl, fence, floor any, _ string) (*redis.Script, []string, []any) {
+	return scriptMultiAcquire, l.multi.acq[0], []any{l.owner, ttl, fence, floor}
+}
+
+func multiRelease(l *Lock, p int, _ time.Duration) (*redis.Script, []string, []any) {
+	return scriptMultiRelease, l.multi.rel[p], []any{l.owner, channelSuffix, ttlMillis(l.leaseTTL()), ttlMillis(l.timeout)}
+}
+
+func multiExtend(l *Lock, p int, ttl time.Duration) (*redis.Script, []string, []any) {
+	return scriptMultiExtend, l.multi.ext[p], extendArgs(l, ttl)
+}
+
+func multiPTTL(l *Lock, p int, _ time.Duration) (*redis.Script, []string, []any) {
+	return scriptMultiPTTL, l.multi.ext[p], []any{l.owner}
+}
+
+// parts is how many script calls one release, extend or TTL of l sends to a
+// node: one, except for a multi-name lock spread over shards.
+func parts(l *Lock) int {
+	if l.multi == nil {
+		return 1
+	}
+	return len(l.multi.ext)
+}
+
+// runParts runs call for each part of l on cl, in the parts' order, and
+// folds the replies: the first error ends it.
+func runParts(ctx context.Context, cl Client, l *Lock, call scriptCall, ttl time.Duration, fold func(acc, v int64, first bool) int64) (int64, error) {
 	var acc int64
-	for p := range l.parts() {
-		s, keys, args := cmd(p)
+	for p := range parts(l) {
+		s, keys, args := call(l, p, ttl)
 		v, err := s.Run(ctx, cl, keys, args...).Int64()
 		if err != nil {
 			return 0, err
@@ -164,13 +350,185 @@ func foldPTTL(acc, v int64, first bool) int64 {
 	return min(acc, v)
 }
 
-// writerWait is a waiting Lock call's entry in the queue of waiting writers
-// of its name (enqueue, in _lib.lua). The entry lapses 5s after the call's
-// last refused attempt; a waiting Lock tries again at least every
-// maxTrustedSleep, or at its retry policy's pace while it polls, so a live
-// waiter keeps it, and one that crashed delays new readers and the writers
-// behind it by at most that.
-type writerWait struct {
-	id      string // the first attempt's owner value
-	entered bool   // an attempt failed, so the script may have entered id
+// inlineNodes is how many nodes' outcomes a Lock keeps without a separate
+// allocation: enough for the usual Redlock of 3, 5 or 7 masters.
+const inlineNodes = 8
+
+// lockAlloc is a Lock together with the backing arrays of its keys and
+// outcome slices, so that the slices cost no allocation of their own: a
+// Lock is made per acquire attempt, on the hot path. The Lock is used by
+// its address inside; the arrays live as long as it does.
+type lockAlloc struct {
+	Lock
+	keys    [6]string
+	outcome [inlineNodes]outcome
+}
+
+// newLock makes the lock of one attempt of a: a fresh owner value, the
+// keys of its kind, and the call's options; engine is what it reports to,
+// nodes how many nodes it is acquired on. Nothing here does I/O.
+func (a *acquisition) newLock(eng engine, nodes int) *Lock {
+	cfg := a.cfg
+	la := &lockAlloc{Lock: Lock{
+		eng:           eng,
+		name:          a.name,
+		channel:       a.channel,
+		kind:          a.kind,
+		fencing:       cfg.fencing,
+		autoRenew:     cfg.autoRenew,
+		driftFactor:   cfg.driftFactor,
+		renewInterval: cfg.renewInterval,
+		timeout:       cfg.timeout(cfg.ttl),
+		logger:        cfg.logger,
+		obs:           cfg.observer,
+		maxHold:       cfg.maxHold,
+		metadata:      cfg.metadata,
+		replicas:      uint16(cfg.replicas),
+		ackMillis:     int32(cfg.ackTimeout.Milliseconds()),
+		done:          make(chan struct{}),
+		ttl:           cfg.ttl,
+		renewal:       slot{index: -1},
+		loss:          slot{index: -1},
+	}}
+	l := &la.Lock
+	if nodes <= len(la.outcome) {
+		l.outcome = la.outcome[:nodes]
+	} else {
+		l.outcome = make([]outcome, nodes)
+	}
+	kinds[a.kind].keys(l, a, la.keys[:0])
+	return l
+}
+
+// ownerAndKeys draws a fresh owner value, a random (version 4) UUID, and
+// appends to keys an exclusive lock's keys, all under the hash tag tag:
+//
+//	0 lock, 1 fence counter (acquire.lua: keys[:2])
+//	2 lock, 3 released marker (release.lua: relKeys)
+//	4 lock, 5 metadata, with metadata only (extend.lua: extendKeys)
+//
+// with the owner and the derived keys cut from one string: one allocation
+// instead of four.
+func ownerAndKeys(keys []string, tag string, metadata bool) (owner string, _ []string) {
+	var u [16]byte
+	_, _ = rand.Read(u[:])  // never fails (crypto/rand)
+	u[6] = u[6]&0x0f | 0x40 // version 4
+	u[8] = u[8]&0x3f | 0x80 // RFC 9562 variant
+	var hexed [36]byte
+	hex.Encode(hexed[0:8], u[0:4])
+	hex.Encode(hexed[9:13], u[4:6])
+	hex.Encode(hexed[14:18], u[6:8])
+	hex.Encode(hexed[19:23], u[8:10])
+	hex.Encode(hexed[24:36], u[10:16])
+	hexed[8], hexed[13], hexed[18], hexed[23] = '-', '-', '-', '-'
+
+	var b strings.Builder
+	b.Grow(len(hexed) + 3*len(tag) + len(fenceSuffix) + len(releasedSuffix) + len(metaSuffix))
+	b.Write(hexed[:])
+	b.WriteString(tag)
+	b.WriteString(fenceSuffix)
+	b.WriteString(tag)
+	b.WriteString(releasedSuffix)
+	if metadata {
+		b.WriteString(tag)
+		b.WriteString(metaSuffix)
+	}
+	s := b.String()
+	owner, s = s[:len(hexed)], s[len(hexed):]
+	cut := func(n int) string {
+		var part string
+		part, s = s[:n], s[n:]
+		return part
+	}
+	keys = append(keys, tag, cut(len(tag)+len(fenceSuffix)), tag, cut(len(tag)+len(releasedSuffix)))
+	if metadata {
+		keys = append(keys, tag, cut(len(tag)+len(metaSuffix)))
+	}
+	return owner, keys
+}
+
+// newMultiKeys lays out the keys of a multi-name lock on names (sorted,
+// distinct): one part for all of them, or one per name when sharded.
+func newMultiKeys(prefix string, names []string, sharded bool) *multiKeys {
+	mk := &multiKeys{names: names}
+	for _, name := range names {
+		mk.locks = append(mk.locks, lockKey(prefix, name))
+	}
+	part := func(names []string) {
+		n := len(names)
+		acq := make([]string, 3*n)
+		rel := make([]string, 2*n)
+		for i, name := range names {
+			tag := lockKey(prefix, name)
+			acq[i], acq[n+i], acq[2*n+i] = tag, tag+fenceSuffix, tag+readersSuffix
+			rel[i], rel[n+i] = tag, tag+releasedSuffix
+		}
+		mk.acq = append(mk.acq, acq)
+		mk.rel = append(mk.rel, rel)
+		mk.ext = append(mk.ext, acq[:n])
+	}
+	if !sharded {
+		part(names)
+		return mk
+	}
+	for i := range names {
+		part(names[i : i+1])
+	}
+	return mk
+}
+
+// appendTaken adds to errs a TakenError for the nodes in rs that refused
+// l because another owner held the key; hint is the shortest lease among
+// them. For a multi-name lock it names the name that was held.
+func appendTaken(errs []error, l *Lock, rs []reply, hint time.Duration) []error {
+	var te *TakenError
+	for _, r := range rs {
+		if r.err != nil || r.ok {
+			continue
+		}
+		if te == nil {
+			name := l.name
+			if l.multi != nil && r.code >= 0 && int(r.code) < len(l.multi.names) {
+				name = l.multi.names[r.code]
+			}
+			te = &TakenError{Name: name, Owner: r.holder, TTL: hint}
+		}
+		te.Nodes = append(te.Nodes, r.node)
+	}
+	if te == nil {
+		return errs
+	}
+	return append(errs, te)
+}
+
+// acquireReply reads acquire.lua's reply: status and value, plus the
+// holder's owner value on refusal; res[2] is the 1-based index of the name
+// that refused a multi_acquire.lua call, 0 for the other scripts.
+func acquireReply(cmd *redis.Cmd) (res [3]int64, holder string, err error) {
+	vals, err := cmd.Slice()
+	if err != nil {
+		return res, "", err
+	}
+	if len(vals) < 2 || len(vals) > 4 {
+		return res, "", fmt.Errorf("%w: %v", errBadReply, vals)
+	}
+	for i := range 2 {
+		v, ok := vals[i].(int64)
+		if !ok {
+			return res, "", fmt.Errorf("%w: %v", errBadReply, vals)
+		}
+		res[i] = v
+	}
+	if len(vals) >= 3 {
+		holder, _ = vals[2].(string)
+	}
+	if len(vals) == 4 {
+		// multi_acquire.lua: which of the names refused.
+		i, ok := vals[3].(int64)
+		if !ok {
+			return res, "", fmt.Errorf("%w: %v", errBadReply, vals)
+		}
+		res[2] = i
+	}
+	return res, holder, nil
 }

@@ -10,14 +10,16 @@ import (
 
 // engine is all a Lock asks of the Locker or Redlock that issued it: the one
 // seam between the lock's state (this file: data and transitions, no I/O)
-// and the engine that does the I/O and keeps the registries (core).
+// and the engine that does the I/O and keeps the registries (core). The
+// lock calls up only for the I/O its user asks for, and to say that it
+// ended; the engine calls down through transitions that return what
+// changed, and keeps its own books (the loss clock, the log, observers,
+// Do's cancel).
 type engine interface {
 	unlock(ctx context.Context, l *Lock) error
 	extend(ctx context.Context, l *Lock, ttl time.Duration) error
-	armLoss(l *Lock, at time.Time)                                 // (re)arm the loss clock: l is lost at at
-	ended(l *Lock)                                                 // l stopped being held: drop it from the registries
-	abandon(l *Lock)                                               // release a lost l's key in the background (max hold)
 	remaining(ctx context.Context, l *Lock) (time.Duration, error) // l's lease on the server (Lock.TTL)
+	ended(l *Lock, to lockState)                                   // l left stateHeld (or its attempt failed) for to
 }
 
 type lockState int
@@ -103,9 +105,6 @@ type Lock struct {
 	loss    slot // in the loss clock's heap, guarded by its mutex
 }
 
-// relKeys are release.lua's KEYS: the lock key and its released marker.
-func (l *Lock) relKeys() []string { return l.keys[2:4] }
-
 // ackTimeout is WAIT's timeout for this lock's writes (WithReplicaAcks).
 func (l *Lock) ackTimeout() time.Duration { return time.Duration(l.ackMillis) * time.Millisecond }
 
@@ -153,15 +152,6 @@ func (l *Lock) Metadata() string {
 		return ""
 	}
 	return l.metadata
-}
-
-// extendKeys are extend.lua's KEYS for l: the lock key, and the metadata
-// key when l has metadata, so that a renewal keeps both alive.
-func (l *Lock) extendKeys() []string {
-	if l.metadata == "" {
-		return l.keys[:1]
-	}
-	return l.keys[4:6]
 }
 
 // metaValue is what l stores at its metadata key: its owner value first, so
@@ -279,7 +269,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	start := time.Now()
 	err := l.eng.unlock(ctx, l)
 	observeNodes(l.obs, l.name, opRelease, err)
-	l.obs.OnRelease(ReleaseEvent{Lock: l, Name: l.name, Held: l.heldFor(), Duration: time.Since(start), Err: err})
+	l.obs.OnRelease(ReleaseEvent{Lock: l, Name: l.name, Held: heldFor(l), Duration: time.Since(start), Err: err})
 	return err
 }
 
@@ -304,7 +294,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	start := time.Now()
 	err := l.eng.extend(ctx, l, ttl)
-	l.observeRenew(true, ttl, start, err, err)
+	observeRenew(l, true, ttl, start, err, err)
 	return err
 }
 
@@ -320,8 +310,27 @@ func (l *Lock) settle(idx int, o outcome) (release bool) {
 	return o != taken && l.state != stateAcquiring && l.state != stateHeld
 }
 
-// hold makes a granted attempt a held lock and arms its loss.
-func (l *Lock) hold(token int64, until time.Time) {
+// fail ends an attempt that did not get the lock, and reports on which of
+// nodes its acquire call granted, and where the outcome is unknown (the
+// call failed or has not answered).
+func (l *Lock) fail(nodes []*node) (grantedOn, unknownOn []*node) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.transition(stateFailed, "")
+	for _, n := range nodes {
+		switch l.outcome[n.idx] {
+		case granted:
+			grantedOn = append(grantedOn, n)
+		case failed, pending:
+			unknownOn = append(unknownOn, n)
+		}
+	}
+	return grantedOn, unknownOn
+}
+
+// hold makes a granted attempt a held lock, and returns when the loss
+// clock is to declare it lost.
+func (l *Lock) hold(token int64, until time.Time) (lossAt time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.token = token
@@ -334,14 +343,14 @@ func (l *Lock) hold(token int64, until time.Time) {
 	if l.maxHold > 0 {
 		l.holdEnd = l.acquired.Add(l.maxHold)
 	}
-	l.eng.armLoss(l, l.lossAt())
+	return l.lossAt()
 }
 
 // expire runs when the loss clock says Until is (nearly) here, and from Err
 // once it has passed.
 func (l *Lock) expire() {
-	if l.expireLocked(0) {
-		l.afterTransition(stateLost)
+	if lost, _ := l.expireLocked(0); lost {
+		l.eng.ended(l, stateLost)
 	}
 }
 
@@ -363,31 +372,32 @@ func (l *Lock) lossLead() time.Duration {
 }
 
 // expireLocked marks the lock lost if its Until is less than its loss lead
-// plus extra away, closing Done; afterTransition must follow when it
-// returns true.
+// plus extra away, closing Done; the engine's ended must follow when it
+// reports lost. Otherwise rearm, when not zero, is when the loss clock
+// must look at it again.
 //
 // Of extra, a lock takes at most an eighth of its TTL: a healthy lock is
 // renewed while more than two thirds of its TTL are left, so no renewal
 // that still arrives in time is overtaken. Due by extra but not by that
 // share, it goes back on the loss clock for the moment it is.
-func (l *Lock) expireLocked(extra time.Duration) bool {
+func (l *Lock) expireLocked(extra time.Duration) (lost bool, rearm time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.state != stateHeld {
-		return false
+		return false, time.Time{}
 	}
 	own := min(extra, l.ttl/8)
 	if l.pastHoldEnd(own) {
-		return l.loseLocked(LossMaxHold, nil)
+		return l.loseLocked(LossMaxHold, nil), time.Time{}
 	}
 	if time.Until(l.until) > l.lossLead()+own {
 		mark := l.lossAt()
 		if time.Until(mark) <= extra {
 			// Due by extra, not by its own share: the clock pops a lock
 			// extra ahead of its mark, so the mark moves by the difference.
-			l.eng.armLoss(l, mark.Add(extra-own))
+			return false, mark.Add(extra - own)
 		} // else a renewal moved Until meanwhile, and re-armed it
-		return false
+		return false, time.Time{}
 	}
 	reason, err := LossExpired, l.renewErr
 	if l.renewRefused {
@@ -398,7 +408,7 @@ func (l *Lock) expireLocked(extra time.Duration) bool {
 	if err == nil && l.autoRenew {
 		err = errNoRenewal // a renewal hangs on an unresponsive server
 	}
-	return l.loseLocked(reason, err)
+	return l.loseLocked(reason, err), time.Time{}
 }
 
 // pastHoldEnd reports that the lock's maximum hold time is over, or will be
@@ -425,12 +435,12 @@ func (l *Lock) lose(reason LossReason, err error) bool {
 	changed := l.loseLocked(reason, err)
 	l.mu.Unlock()
 	if changed {
-		l.afterTransition(stateLost)
+		l.eng.ended(l, stateLost)
 	}
 	return changed
 }
 
-// loseLocked is lose's transition (l.mu held); afterTransition must follow
+// loseLocked is lose's transition (l.mu held); the engine's ended must follow
 // when it returns true.
 func (l *Lock) loseLocked(reason LossReason, err error) bool {
 	if !l.transition(stateLost, reason.String()) {
@@ -448,19 +458,19 @@ func (l *Lock) renewFailed(err error, refused bool) {
 	l.mu.Unlock()
 }
 
-// renewed records a successful extension; false if the lock is gone.
-func (l *Lock) renewed(ttl time.Duration, until time.Time) bool {
+// renewed records a successful extension, and returns when the loss clock
+// is now to declare the lock lost; false if the lock is gone.
+func (l *Lock) renewed(ttl time.Duration, until time.Time) (lossAt time.Time, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.state != stateHeld || !time.Now().Before(l.until) || l.pastHoldEnd(0) {
-		return false // lost meanwhile (or due to be: Err would say so)
+		return time.Time{}, false // lost meanwhile (or due to be: Err would say so)
 	}
 	l.ttl = ttl
 	l.until = until
 	l.setGuard()
 	l.renewErr, l.renewRefused = nil, false
-	l.eng.armLoss(l, l.lossAt())
-	return true
+	return l.lossAt(), true
 }
 
 func (l *Lock) leaseTTL() time.Duration {
@@ -526,13 +536,13 @@ func (l *Lock) finish(to lockState, why string) bool {
 	changed := l.transition(to, why)
 	l.mu.Unlock()
 	if changed {
-		l.afterTransition(to)
+		l.eng.ended(l, to)
 	}
 	return changed
 }
 
-// transition changes the state under l.mu and closes Done; afterTransition
-// must follow outside l.mu when it returns true.
+// transition changes the state under l.mu and closes Done; the engine's
+// ended must follow outside l.mu when it returns true.
 func (l *Lock) transition(to lockState, why string) bool {
 	if l.state != stateHeld && l.state != stateAcquiring {
 		return false
@@ -544,35 +554,14 @@ func (l *Lock) transition(to lockState, why string) bool {
 	return true
 }
 
-// afterTransition does what a lock that stopped being held owes the core,
-// the log and the Do waiting on it.
-func (l *Lock) afterTransition(to lockState) {
-	l.eng.ended(l)
+// ending hands the engine what a lock that stopped being held owes its
+// callers: the onEnd callbacks (taken, so they run once) and their cause,
+// and whether it outstayed its maximum hold.
+func (l *Lock) ending() (fns []func(cause error), cause error, maxHold bool) {
 	l.mu.Lock()
-	fns := l.onEnds
-	l.onEnds = nil
-	cause := l.errLocked()
-	maxHold := l.lossReason == LossMaxHold
-	l.mu.Unlock()
-	if l.obs != nil && to != stateFailed {
-		if le, lost := cause.(*LostError); lost {
-			l.obs.OnLoss(LossEvent{Lock: l, Name: l.name, Held: l.heldFor(), Err: le})
-		}
-	}
-	if to == stateLost {
-		l.logger.Warn("redlock: lock lost", "name", l.name, "token", l.token, "reason", l.why)
-		if maxHold {
-			// Free the name now rather than at the end of the lease: a
-			// holder that outstays its cap must not block others either.
-			l.eng.abandon(l)
-		}
-	}
-	if to == stateFailed {
-		return
-	}
-	for _, f := range fns {
-		f(cause)
-	}
+	defer l.mu.Unlock()
+	fns, l.onEnds = l.onEnds, nil
+	return fns, l.errLocked(), l.lossReason == LossMaxHold
 }
 
 // onEnd runs f once when the lock stops being held, with the reason as
@@ -600,4 +589,14 @@ func checkTTL(ttl time.Duration, factor float64) error {
 		return fmt.Errorf("TTL %v leaves no validity after the drift allowance of %v", ttl, drift(ttl, factor))
 	}
 	return nil
+}
+
+// heldFor is how long l has been held, up to its end if it ended.
+func heldFor(l *Lock) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.ended.IsZero() {
+		return l.ended.Sub(l.acquired)
+	}
+	return time.Since(l.acquired)
 }

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
 )
 
 // Locker hands out locks on one Redis deployment: a standalone server, a
@@ -59,14 +60,14 @@ func NewLocker(client Client, opts ...Option) (*Locker, error) {
 // name or invalid option, ErrClosed after Close, and an error matching
 // ErrNotObtained when Redis refuses in a way retrying cannot fix.
 func (lk *Locker) Lock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
-	return lk.core().lock(ctx, name, opts, true)
+	return lk.core().lock(ctx, name, opts)
 }
 
 // TryLock makes one attempt to acquire the lock name. When another owner
 // holds it, or Redis did not answer within the node timeout, the error
 // matches ErrNotObtained.
 func (lk *Locker) TryLock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
-	return lk.core().lock(ctx, name, opts, false)
+	return lk.core().tryLock(ctx, name, opts)
 }
 
 // Do acquires the lock name as Lock does, runs fn while holding it (renewed
@@ -82,7 +83,8 @@ func (lk *Locker) TryLock(ctx context.Context, name string, opts ...Option) (*Lo
 // ran (also when Close released it under fn, then matching ErrClosed too, or
 // when the release found the key no longer ours), even when fn returned nil.
 func (lk *Locker) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
-	return lk.core().do(ctx, name, fn, opts)
+	c := lk.core()
+	return do(ctx, c, fn, func() (*Lock, error) { return c.lock(ctx, name, opts) })
 }
 
 // Close marks every held lock released (their Done channels close, the
@@ -106,4 +108,55 @@ func (lk *Locker) core() *core {
 		return nil
 	}
 	return lk.c
+}
+
+// do is Do for a lock that take acquires on c: hold it while fn runs.
+func do(ctx context.Context, c *core, fn func(context.Context) error, take func() (*Lock, error)) (err error) {
+	if c == nil {
+		return errNoCore
+	}
+	if fn == nil {
+		return errors.New("redlock: nil function")
+	}
+	l, err := take()
+	if err != nil {
+		return err
+	}
+	fctx, cancel := context.WithCancelCause(context.WithValue(ctx, lockKeyCtx{}, l))
+	defer cancel(nil)
+	// fn's ctx ends the moment the lock stops being held for any reason
+	// other than Do's own Unlock below: lost, Close, an Unlock through
+	// FromContext.
+	l.onEnd(func(cause error) { cancel(cause) })
+	defer func() {
+		p := recover()
+		uerr := l.Unlock(context.WithoutCancel(ctx))
+		if p != nil {
+			panic(p) // released first, then the panic goes on
+		}
+		switch lerr := l.Err(); {
+		case errors.Is(lerr, ErrLost):
+			// Lost, or Close released it while fn still ran (a LostError
+			// with reason closed, which also matches ErrClosed).
+			err = errors.Join(err, lerr)
+		case errors.Is(uerr, errAlreadyReleased):
+			// fn released the lock itself, through FromContext.
+		case errors.Is(uerr, ErrNotHeld):
+			// The nodes no longer had our key: lost while fn ran.
+			err = errors.Join(err, fmt.Errorf("%w: %w", ErrLost, uerr))
+		case uerr != nil:
+			err = errors.Join(err, uerr)
+		}
+	}()
+	return fn(fctx)
+}
+
+type lockKeyCtx struct{}
+
+// FromContext returns the lock that Do holds while running its function,
+// from the context Do passes it, so the function can send the lock's fencing
+// token with its writes. It reports false for any other context.
+func FromContext(ctx context.Context) (*Lock, bool) {
+	l, ok := ctx.Value(lockKeyCtx{}).(*Lock)
+	return l, ok
 }

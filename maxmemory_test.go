@@ -98,7 +98,7 @@ func releasedMarkers(l *Lock) []string {
 	case kindMulti:
 		return l.multi.rel[0][len(l.multi.names):][:1]
 	}
-	return l.relKeys()[1:]
+	return releaseKeys(l)[1:]
 }
 
 // TestHandOffAtMaxmemory: an Unlock with a waiter of the same Locker on a

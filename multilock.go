@@ -64,14 +64,14 @@ func (c *core) lockAll(ctx context.Context, names []string, opts []Option, wait 
 	if slices.Contains(names, "") {
 		return nil, errors.New("redlock: LockAll: empty lock name")
 	}
-	cfg, err := c.callConfig(opts)
+	cfg, err := c.cfg.call(opts)
 	if err != nil {
 		return nil, err
 	}
 	sorted := slices.Clone(names)
 	slices.Sort(sorted)
 	sorted = slices.Compact(sorted)
-	sharded := keyRouted(c.nodes[0].client)
+	sharded := keyRouted(c.pool.nodes[0].client)
 	if sharded && cfg.replicas > 0 && len(sorted) > 1 {
 		return nil, errors.New("redlock: LockAll: WithReplicaAcks is not supported across the shards of a Cluster or Ring client")
 	}

@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"time"
 )
 
@@ -164,116 +163,26 @@ const (
 	opRelease = "release"
 )
 
-// acquireTrace follows one acquire call for the observer; nil (and every
-// method a no-op) when there is none, so an unobserved call pays nothing.
-type acquireTrace struct {
-	obs       Observer
-	ctx       context.Context
-	name      string
-	wait      bool
-	start     time.Time
-	refused   time.Time // end of the first attempt that did not get the lock
-	attempts  int
-	contended bool
-}
-
-func newAcquireTrace(ctx context.Context, cfg *config, name string, wait bool) *acquireTrace {
-	if cfg.observer == nil {
-		return nil
-	}
-	return &acquireTrace{obs: cfg.observer, ctx: ctx, name: name, wait: wait, start: time.Now()}
-}
-
-// attempted records one acquire round trip and its error.
-func (tr *acquireTrace) attempted(err error) {
-	if tr == nil {
-		return
-	}
-	tr.attempts++
-	if err != nil {
-		if tr.refused.IsZero() {
-			tr.refused = time.Now()
+// noteEnd tells the observer and the log that l stopped being held for to,
+// with cause.
+func noteEnd(l *Lock, to lockState, cause error) {
+	if l.obs != nil && to != stateFailed {
+		if le, lost := cause.(*LostError); lost {
+			l.obs.OnLoss(LossEvent{Lock: l, Name: l.name, Held: heldFor(l), Err: le})
 		}
-		var te *TakenError
-		tr.contended = tr.contended || errors.As(err, &te)
 	}
-}
-
-// done reports the call's end.
-func (tr *acquireTrace) done(l *Lock, err error) {
-	if tr == nil {
-		return
-	}
-	end := time.Now()
-	ev := AcquireEvent{
-		Ctx: tr.ctx, Name: tr.name, Wait: tr.wait, Start: tr.start, Duration: end.Sub(tr.start),
-		Attempts: tr.attempts, Contended: tr.contended, Lock: l, Err: err,
-	}
-	if tr.wait && !tr.refused.IsZero() {
-		ev.WaitTime = end.Sub(tr.refused)
-	}
-	var te *TakenError
-	switch {
-	case err == nil:
-		ev.Outcome = Acquired
-	case tr.ctx.Err() != nil:
-		// The caller's ctx ended. A node call's own deadline (a NodeError
-		// wrapping DeadlineExceeded) is a failure, not a cancellation.
-		ev.Outcome = Canceled
-	case errors.As(err, &te):
-		ev.Outcome, ev.Contended = Contended, true
-	default:
-		ev.Outcome = Failed
-	}
-	tr.obs.OnAcquire(ev)
-}
-
-// observeNodes reports the NodeErrors in errs (joined or not) to obs.
-func observeNodes(obs Observer, name, op string, errs ...error) {
-	if obs == nil {
-		return
-	}
-	for _, err := range errs {
-		eachNodeError(err, func(ne *NodeError) {
-			if !errors.Is(ne.Err, errTaken) {
-				obs.OnNodeError(NodeErrorEvent{Name: name, Op: op, Err: ne})
-			}
-		})
-	}
-}
-
-// eachNodeError calls f for every NodeError in err's tree.
-func eachNodeError(err error, f func(*NodeError)) {
-	switch e := err.(type) {
-	case nil:
-	case *NodeError:
-		f(e)
-	case interface{ Unwrap() []error }:
-		for _, err := range e.Unwrap() {
-			eachNodeError(err, f)
-		}
-	case interface{ Unwrap() error }:
-		eachNodeError(e.Unwrap(), f)
+	if to == stateLost {
+		l.logger.Warn("redlock: lock lost", "name", l.name, "token", l.token, "reason", l.why)
 	}
 }
 
 // observeRenew reports one renewal or Extend of l, whose outcome is err
 // and whose failing nodes are in nodeErrs.
-func (l *Lock) observeRenew(manual bool, ttl time.Duration, start time.Time, err, nodeErrs error) {
+func observeRenew(l *Lock, manual bool, ttl time.Duration, start time.Time, err, nodeErrs error) {
 	op := opRenew
 	if manual {
 		op = opExtend
 	}
 	observeNodes(l.obs, l.name, op, nodeErrs)
 	l.obs.OnRenew(RenewEvent{Lock: l, Name: l.name, Manual: manual, TTL: ttl, Start: start, Duration: time.Since(start), Err: err})
-}
-
-// heldFor is how long l has been held, up to its end if it ended.
-func (l *Lock) heldFor() time.Duration {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.ended.IsZero() {
-		return l.ended.Sub(l.acquired)
-	}
-	return time.Since(l.acquired)
 }

@@ -9,27 +9,16 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// obtain drives an acquisition: one attempt (wait=false), or attempts until
-// one succeeds, ctx ends or the retry policy gives up, waiting in between
-// for a release message or a timer: attempt, plan the sleep, wait.
-func (c *core) obtain(ctx context.Context, a *acquisition, wait bool) (l *Lock, err error) {
-	if err := ctx.Err(); err != nil {
-		return nil, errors.Join(ErrNotObtained, err)
-	}
-	if c.isClosing() {
-		return nil, errors.Join(ErrNotObtained, ErrClosed)
-	}
-	tr := newAcquireTrace(ctx, a.cfg, a.name, wait)
-	defer func() { tr.done(l, err) }()
-	if !wait {
-		l, _, _, err := c.attempt(ctx, a)
-		tr.attempted(err)
-		return l, err
-	}
+// run drives a waiting acquisition: attempts until one succeeds, ctx ends
+// or the retry policy gives up, waiting in between for a release message,
+// a hand-off or a timer: attempt, plan the sleep, wait.
+func (o *obtaining) run(ctx context.Context) (l *Lock, err error) {
+	c, a := o.c, o.a
+	o.tr = newAcquireTrace(ctx, a.cfg, a.name, true)
+	defer func() { o.tr.done(l, err) }()
 	// FIFO within this core: no attempt while others of ours wait or hold the
 	// name; queue behind them instead (see wait.go). An uncontended Lock
 	// never touches pub/sub: it subscribes only after a failed attempt.
-	o := &obtaining{c: c, a: a, tr: tr, qk: a.queue, lastErr: ErrNotObtained, hint: -1}
 	o.try = !c.waits.busy(a.queue) && (a.held == "" || !c.holds(a.held))
 	// A channel already confirmed subscribed before the first attempt (a
 	// name this process waits for often) hears any release after it: the
@@ -48,7 +37,7 @@ func (c *core) obtain(ctx context.Context, a *acquisition, wait bool) (l *Lock, 
 		if !ok {
 			return nil, o.lastErr // the retry policy gave up (LimitRetry, NoRetry)
 		}
-		woke, handed, err := c.await(ctx, o.qk, o.w, d)
+		woke, handed, err := o.await(ctx, d)
 		switch {
 		case err != nil:
 			return nil, errors.Join(o.lastErr, err)
@@ -60,6 +49,57 @@ func (c *core) obtain(ctx context.Context, a *acquisition, wait bool) (l *Lock, 
 		if woke == wokeTimer && trusted && d < o.hint {
 			o.woke = wokeEarly
 		}
+	}
+}
+
+// refusedBy moves a multi-name lock's wait to the name that refused its
+// attempt.
+func (a *acquisition) refusedBy(err error) {
+	var te *TakenError
+	if a.kind == kindMulti && errors.As(err, &te) && te.Name != "" {
+		a.queue = queueKey(releaseChannel(lockKey(a.cfg.prefix, te.Name)), queueMulti)
+	}
+}
+
+// writerWait is a waiting Lock call's entry in the queue of waiting writers
+// of its name (enqueue, in _lib.lua). The entry lapses 5s after the call's
+// last refused attempt; a waiting Lock tries again at least every
+// maxTrustedSleep, or at its retry policy's pace while it polls, so a live
+// waiter keeps it, and one that crashed delays new readers and the writers
+// behind it by at most that.
+type writerWait struct {
+	id      string // the first attempt's owner value
+	entered bool   // an attempt failed, so the script may have entered id
+}
+
+// maxTrustedSleep caps a waiter's sleep while it relies on release messages:
+// a subscription on a server that no longer gets the releases (a Sentinel
+// failover moved the master, and go-redis does not move pub/sub connections)
+// is found out within this time instead of a whole lease.
+const maxTrustedSleep = time.Second
+
+// unwait takes a writer that gave up waiting out of its name's queue of
+// waiting writers (unwait.lua), before its Lock call returns, as every key
+// a failed call set: neither the writers behind it nor new read holds wait
+// for its entry to lapse, and a name already passed to it passes on. The
+// call is bounded by the node timeout like every other: on a hung server
+// Lock returns at its ctx's end plus that, not at the client's read timeout
+// and retries, and the entry lapses by itself (5s) if the call fails.
+//
+// After Close, when the core may start no goroutine, it still runs, from the
+// caller's goroutine (as releaseOn does): a closed Locker's waiters must not
+// leave entries that a release would reserve the name for.
+func (o *obtaining) unwait(ctx context.Context) {
+	p, a := o.c.pool, o.a
+	keys := []string{a.tag + writersSuffix, a.tag}
+	timeout := a.cfg.timeout(a.cfg.ttl)
+	call := func(ctx context.Context, n *node) reply {
+		return reply{err: scriptUnwait.Run(ctx, n.client, keys, a.ww.id, a.channel, ttlMillis(timeout)).Err()}
+	}
+	if _, _, err := p.round(detached(ctx), p.nodes, timeout, timeout, call, time.Now().Add(timeout), nil, never); err != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+		defer cancel()
+		call(cctx, p.nodes[0])
 	}
 }
 
@@ -83,6 +123,7 @@ type obtaining struct {
 func (o *obtaining) attemptOnce(ctx context.Context, attempt int) (l *Lock, err error, done bool) {
 	c, a := o.c, o.a
 	l, h, permanent, err := c.attempt(ctx, a)
+	a.refusedBy(err)
 	if o.w != nil {
 		c.waits.doneAttempting(o.w)
 	}
@@ -153,7 +194,7 @@ func (o *obtaining) queue(ctx context.Context) {
 	o.qk = a.queue
 	w, sent := c.waits.join(o.qk, a.name, wid, a.cfg, ctx.Done())
 	o.w = w
-	subscribed(ctx, sent, c.quorum, a.cfg.timeout(a.cfg.ttl))
+	subscribed(ctx, sent, c.pool.quorum, a.cfg.timeout(a.cfg.ttl))
 	if o.warm && c.waits.missed(channelOf(o.qk), o.heardSeq, wid) {
 		// A release came between the refusal and the join, with nobody
 		// here to wake: look again at once.
@@ -193,7 +234,7 @@ func (o *obtaining) sleepFor(attempt int) (d time.Duration, trusted, ok bool) {
 func (o *obtaining) leave(ctx context.Context) {
 	c, a := o.c, o.a
 	if !o.acquired && a.writer && a.ww.entered {
-		c.unwait(ctx, a)
+		o.unwait(ctx)
 	}
 	if o.w == nil {
 		return
@@ -209,3 +250,51 @@ func (o *obtaining) leave(ctx context.Context) {
 		}
 	}
 }
+
+// How a waiter's wait ended.
+type wokeBy uint8
+
+// await blocks w until it should try again: woken by a release while head,
+// or, as head, when its timer (the retry delay, capped at the holder's
+// remaining lease) runs out. Waiters behind the head only re-check their
+// place when their timer fires.
+func (o *obtaining) await(ctx context.Context, delay time.Duration) (wokeBy, *Lock, error) {
+	c, w := o.c, o.w
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	for {
+		select {
+		case l := <-w.handed:
+			if err := ctx.Err(); err != nil {
+				// Handed over as the caller gave up: a Lock whose ctx ended
+				// returns no lock. Its release hands it to the next waiter.
+				_ = l.Unlock(context.WithoutCancel(ctx))
+				return wokeNone, nil, err
+			}
+			return wokeHanded, l, nil
+		case <-w.wake:
+			if c.waits.wokenAttempt(w) {
+				return wokeMessage, nil, nil
+			}
+			// Being handed the lock: it arrives on handed, or unreserve
+			// wakes w again.
+		case <-t.C:
+			if c.waits.startAttempt(o.qk, w) {
+				return wokeTimer, nil, nil
+			}
+			t.Reset(delay)
+		case <-ctx.Done():
+			return wokeNone, nil, ctx.Err()
+		case <-c.life.closing:
+			return wokeNone, nil, ErrClosed
+		}
+	}
+}
+
+const (
+	wokeNone    wokeBy = iota // no wait yet
+	wokeMessage               // a release message, as head
+	wokeTimer                 // its own timer, as head
+	wokeEarly                 // its timer, before the holder's lease would end (set by lock)
+	wokeHanded                // an Unlock of this core handed it the lock
+)

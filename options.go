@@ -30,6 +30,7 @@ type config struct {
 	replicas      int           // 0: no WAIT
 	ackTimeout    time.Duration // WAIT's timeout when replicas > 0
 	retention     time.Duration // fence counters' life after a grant (WithFenceRetention)
+	ttlBoxed      any           // ttlMillis of the core's TTL, boxed once (see ttlArg)
 }
 
 func defaultConfig() config {
@@ -220,6 +221,28 @@ func (c config) with(opts []Option) (config, error) {
 		o(&c)
 	}
 	return c, c.validate()
+}
+
+// call is the config of one call: c itself, shared read-only by calls
+// without options, or a copy with opts applied.
+func (c *config) call(opts []Option) (*config, error) {
+	if len(opts) == 0 {
+		return c, nil
+	}
+	own, err := c.with(opts)
+	if err != nil {
+		return nil, err
+	}
+	return &own, nil
+}
+
+// ttlArg is ttlMillis(c.ttl) as a script argument: boxed once for the
+// core's TTL, which most acquires send, else boxed per call.
+func (c *config) ttlArg() any {
+	if v, ok := c.ttlBoxed.(int64); ok && v == ttlMillis(c.ttl) {
+		return c.ttlBoxed
+	}
+	return ttlMillis(c.ttl)
 }
 
 // maxTTL bounds every lease: far beyond any real critical section, and far

@@ -17,7 +17,7 @@ func TestQuorumEveryOutcome(t *testing.T) {
 		silent
 	)
 	for n := 1; n <= 7; n++ {
-		c := &core{quorum: n/2 + 1}
+		c := &pool{quorum: n/2 + 1}
 		for i := range n {
 			c.nodes = append(c.nodes, newNode(i, nil))
 		}

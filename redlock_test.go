@@ -274,8 +274,8 @@ func TestNewRedlockGuards(t *testing.T) {
 			t.Fatalf("NewRedlock(4 clients) = %v, want allowed", err)
 		}
 		t.Cleanup(func() { r.Close() })
-		if r.c.quorum != 3 {
-			t.Errorf("quorum of 4 = %d, want 3", r.c.quorum)
+		if r.c.pool.quorum != 3 {
+			t.Errorf("quorum of 4 = %d, want 3", r.c.pool.quorum)
 		}
 		ctx := context.Background()
 		servers[0].SetError("ERR down for the test")
@@ -305,8 +305,8 @@ func TestNewRedlockGuards(t *testing.T) {
 			t.Fatalf("NewRedlock(1 client) = %v, want allowed", err)
 		}
 		t.Cleanup(func() { r.Close() })
-		if r.c.quorum != 1 {
-			t.Errorf("quorum of 1 = %d, want 1", r.c.quorum)
+		if r.c.pool.quorum != 1 {
+			t.Errorf("quorum of 1 = %d, want 1", r.c.pool.quorum)
 		}
 		ctx := context.Background()
 		l, err := r.TryLock(ctx, "single")

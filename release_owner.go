@@ -54,7 +54,7 @@ func (c *core) releaseOwner(ctx context.Context, name, owner string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if c.isClosing() {
+	if c.life.isClosing() {
 		return ErrClosed
 	}
 	key := lockKey(c.cfg.prefix, name)
@@ -66,8 +66,8 @@ func (c *core) releaseOwner(ctx context.Context, name, owner string) error {
 	keys := []string{key, key + operatorSuffix}
 	args := []any{owner, releaseChannel(key), 1}
 	timeout := c.cfg.timeout(c.cfg.ttl)
-	ch, err := c.fanOut(context.WithoutCancel(ctx), c.nodes, timeout, timeout, func(ctx context.Context, n *node) reply {
-		if err := c.identify(ctx, n); err != nil {
+	ch, err := c.pool.fanOut(context.WithoutCancel(ctx), c.pool.nodes, timeout, timeout, func(ctx context.Context, n *node) reply {
+		if err := c.pool.identify(ctx, n); err != nil {
 			return reply{err: err}
 		}
 		v, err := scriptRelease.Run(ctx, n.client, keys, args...).Int64()
@@ -81,18 +81,18 @@ func (c *core) releaseOwner(ctx context.Context, name, owner string) error {
 	if err != nil {
 		return err
 	}
-	rs, interrupted := gather(ch, c.nodes, time.Now().Add(timeout), ctx.Done(), c.settled)
-	t := c.count(rs)
+	rs, interrupted := gather(ch, c.pool.nodes, time.Now().Add(timeout), ctx.Done(), c.pool.settled)
+	t := c.pool.count(rs)
 	switch {
-	case t.ok >= c.quorum:
+	case t.ok >= c.pool.quorum:
 		return nil
-	case c.impossible(t.no) && len(c.nodes) == 1:
+	case c.pool.impossible(t.no) && len(c.pool.nodes) == 1:
 		// Not the exclusive lock's owner: a read hold's or a permit's?
 		return c.releaseSetOwner(ctx, name, key, owner, timeout)
-	case c.impossible(t.no):
+	case c.pool.impossible(t.no):
 		return fmt.Errorf("%w: %q is not held by owner %q", ErrNotHeld, name, owner)
 	}
-	return c.shortOf("release", t, "", ctxErrIf(ctx, interrupted))
+	return c.pool.shortOf("release", t, "", ctxErrIf(ctx, interrupted))
 }
 
 // releaseSetOwner is Release of a read hold of name or a permit of the
@@ -114,7 +114,7 @@ func (c *core) releaseSetOwner(ctx context.Context, name, key, owner string, tim
 		if set.counted {
 			keys = append(keys, set.key+permitsSuffix)
 		}
-		ch, err := c.fanOut(context.WithoutCancel(ctx), c.nodes, timeout, timeout, func(ctx context.Context, n *node) reply {
+		ch, err := c.pool.fanOut(context.WithoutCancel(ctx), c.pool.nodes, timeout, timeout, func(ctx context.Context, n *node) reply {
 			v, err := scriptZRelease.Run(ctx, n.client, keys, owner, set.channel, 1, set.reads).Int64()
 			if err == nil && v == replyUnpublished {
 				c.cfg.logger.Warn("redlock: released, but the server refused to publish the release message; waiters wake by their timers", "name", name)
@@ -124,13 +124,13 @@ func (c *core) releaseSetOwner(ctx context.Context, name, key, owner string, tim
 		if err != nil {
 			return err
 		}
-		rs, interrupted := gather(ch, c.nodes, time.Now().Add(timeout), ctx.Done(), never)
+		rs, interrupted := gather(ch, c.pool.nodes, time.Now().Add(timeout), ctx.Done(), never)
 		if interrupted {
 			return errors.Join(fmt.Errorf("redlock: release of %q not answered", name), ctx.Err())
 		}
 		switch r := rs[0]; {
 		case r.err != nil:
-			return c.nodeErr(r.node, r.err)
+			return c.pool.nodeErr(r.node, r.err)
 		case r.ok:
 			return nil
 		}

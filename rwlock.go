@@ -43,10 +43,10 @@ func (lk *Locker) TryRLock(ctx context.Context, name string, opts ...Option) (*L
 }
 
 func (c *core) rlock(ctx context.Context, name string, opts []Option, wait bool) (*Lock, error) {
-	cfg, key, channel, err := c.named(name, opts)
+	a, err := c.named(name, opts)
 	if err != nil {
 		return nil, err
 	}
-	a := acquisition{kind: kindRead, name: name, tag: key, channel: channel, cfg: cfg, queue: queueKey(channel, queueReaders), held: key}
+	a.kind, a.queue = kindRead, queueKey(a.channel, queueReaders)
 	return c.obtain(ctx, &a, wait)
 }

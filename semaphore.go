@@ -74,7 +74,7 @@ func (s *Semaphore) acquire(ctx context.Context, opts []Option, wait bool) (*Loc
 		return nil, errNoCore
 	}
 	c := s.c
-	cfg, err := c.callConfig(opts)
+	cfg, err := c.cfg.call(opts)
 	if err != nil {
 		return nil, err
 	}

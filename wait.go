@@ -585,14 +585,14 @@ func notify(w *waiter) {
 // emptied. It sends nothing itself (see nodeSubs).
 func (ws *waiters) subscribe(channel string) <-chan struct{} {
 	if ws.closed {
-		return nil // waiters give up on their own: Close closed c.closing first
+		return nil // waiters give up on their own: Close closed c.life.closing first
 	}
 	if ws.subs == nil {
-		if !ws.c.goCount(len(ws.c.nodes)) {
+		if !ws.c.life.goCount(len(ws.c.pool.nodes)) {
 			return nil
 		}
-		ws.subs = make([]*nodeSubs, len(ws.c.nodes))
-		for i, n := range ws.c.nodes {
+		ws.subs = make([]*nodeSubs, len(ws.c.pool.nodes))
+		for i, n := range ws.c.pool.nodes {
 			s := &nodeSubs{ws: ws, n: n, kick: make(chan struct{}, 1), perChan: map[string]*subConn{}, channels: map[string]bool{}}
 			ws.subs[i] = s
 			go s.run()
@@ -630,11 +630,11 @@ func (ws *waiters) suspect(channel string) {
 // run sends one node's queued calls until Close, then closes its
 // connections.
 func (s *nodeSubs) run() {
-	defer s.ws.c.wg.Done()
+	defer s.ws.c.life.wg.Done()
 	defer s.closeAll()
 	for {
 		select {
-		case <-s.ws.c.closing:
+		case <-s.ws.c.life.closing:
 			return
 		case <-s.kick:
 		}
@@ -647,7 +647,7 @@ func (s *nodeSubs) run() {
 			op := s.ops[0]
 			s.ops = s.ops[1:]
 			s.mu.Unlock()
-			if s.ws.c.isClosing() {
+			if s.ws.c.life.isClosing() {
 				return
 			}
 			s.do(op)
@@ -711,7 +711,7 @@ func (s *nodeSubs) do(op subOp) {
 // open opens a pub/sub connection subscribed to channels and starts its
 // reader; nil once Close has stopped the core's goroutines.
 func (s *nodeSubs) open(ctx context.Context, channels ...string) *subConn {
-	if !s.ws.c.goCount(1) {
+	if !s.ws.c.life.goCount(1) {
 		return nil
 	}
 	sc := &subConn{ps: s.n.client.Subscribe(ctx, channels...), stop: make(chan struct{})}
@@ -740,7 +740,7 @@ func (s *nodeSubs) closeAll() {
 
 // receive reads one pub/sub connection until it is retired or Close.
 func (ws *waiters) receive(sc *subConn) {
-	defer ws.c.wg.Done()
+	defer ws.c.life.wg.Done()
 	setUp := func(v bool) {
 		if v != sc.up {
 			sc.up = v
@@ -772,7 +772,7 @@ func (ws *waiters) receive(sc *subConn) {
 			case <-sc.stop:
 				t.Stop()
 				return
-			case <-ws.c.closing:
+			case <-ws.c.life.closing:
 				t.Stop()
 				return
 			case <-t.C:
@@ -817,7 +817,7 @@ func (ws *waiters) listening(channel string) (bool, uint64) {
 	if ws.subs == nil {
 		return false, 0 // no pub/sub yet: every uncontended Lock asks
 	}
-	return ws.heard[channel] >= ws.c.quorum && ws.down.Load() == 0, ws.msgs[channel]
+	return ws.heard[channel] >= ws.c.pool.quorum && ws.down.Load() == 0, ws.msgs[channel]
 }
 
 // missed reports whether, since listening returned seq, a release message
@@ -852,52 +852,5 @@ func (ws *waiters) close() {
 	if ws.sweep != nil {
 		ws.sweep.Stop()
 		ws.sweep = nil
-	}
-}
-
-// How a waiter's wait ended.
-type wokeBy uint8
-
-const (
-	wokeNone    wokeBy = iota // no wait yet
-	wokeMessage               // a release message, as head
-	wokeTimer                 // its own timer, as head
-	wokeEarly                 // its timer, before the holder's lease would end (set by lock)
-	wokeHanded                // an Unlock of this core handed it the lock
-)
-
-// await blocks w until it should try again: woken by a release while head,
-// or, as head, when its timer (the retry delay, capped at the holder's
-// remaining lease) runs out. Waiters behind the head only re-check their
-// place when their timer fires.
-func (c *core) await(ctx context.Context, qk string, w *waiter, delay time.Duration) (wokeBy, *Lock, error) {
-	t := time.NewTimer(delay)
-	defer t.Stop()
-	for {
-		select {
-		case l := <-w.handed:
-			if err := ctx.Err(); err != nil {
-				// Handed over as the caller gave up: a Lock whose ctx ended
-				// returns no lock. Its release hands it to the next waiter.
-				_ = l.Unlock(context.WithoutCancel(ctx))
-				return wokeNone, nil, err
-			}
-			return wokeHanded, l, nil
-		case <-w.wake:
-			if c.waits.wokenAttempt(w) {
-				return wokeMessage, nil, nil
-			}
-			// Being handed the lock: it arrives on handed, or unreserve
-			// wakes w again.
-		case <-t.C:
-			if c.waits.startAttempt(qk, w) {
-				return wokeTimer, nil, nil
-			}
-			t.Reset(delay)
-		case <-ctx.Done():
-			return wokeNone, nil, ctx.Err()
-		case <-c.closing:
-			return wokeNone, nil, ErrClosed
-		}
 	}
 }

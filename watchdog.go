@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"log/slog"
@@ -165,7 +166,7 @@ func (w *watchdog) renew(due []*Lock) {
 		w.apply(due[i], ttls[i], t1, r)
 		due[i].io.Unlock()
 	}
-	if !c.goCount(1) {
+	if !c.life.goCount(1) {
 		for _, l := range due {
 			l.io.Unlock()
 		}
@@ -173,7 +174,7 @@ func (w *watchdog) renew(due []*Lock) {
 	}
 	moveOn := make(chan struct{})
 	go func() {
-		defer c.wg.Done()
+		defer c.life.wg.Done()
 		c.batch(w.ctx, due, ttls, deadline, w.quit, settle, moveOn)
 	}()
 	select {
@@ -198,22 +199,22 @@ func (w *watchdog) apply(l *Lock, ttl time.Duration, t1 time.Time, r batchResult
 	now := time.Now()
 	until := validUntil(t1, ttl, l.driftFactor)
 	switch {
-	case r.ok >= c.quorum && now.Before(until):
-		if l.renewed(ttl, until) {
+	case r.ok >= c.pool.quorum && now.Before(until):
+		if c.renewed(l, ttl, until) {
 			w.schedule(l, l.renewAt(t1))
 		}
 		if l.obs != nil {
-			l.observeRenew(false, ttl, t1, l.Err(), r.err)
+			observeRenew(l, false, ttl, t1, l.Err(), r.err)
 		}
-	case c.impossible(r.no):
+	case c.pool.impossible(r.no):
 		reason := refusalReason(r.no, r.taken, r.late)
 		if l.obs != nil {
-			l.observeRenew(false, ttl, t1, reason, r.err)
+			observeRenew(l, false, ttl, t1, reason, r.err)
 		}
 		l.lose(reason, r.err)
 	default:
 		if l.obs != nil {
-			l.observeRenew(false, ttl, t1, r.err, r.err)
+			observeRenew(l, false, ttl, t1, r.err, r.err)
 		}
 		if !l.held() {
 			return
@@ -223,7 +224,7 @@ func (w *watchdog) apply(l *Lock, ttl time.Duration, t1 time.Time, r batchResult
 			return // Close: the lock is being released
 		}
 		if l.logger.Enabled(context.Background(), slog.LevelWarn) {
-			l.logger.Warn("redlock: renewal failed, retrying", "name", l.name, "extended", r.ok, "nodes", len(c.nodes), "err", r.err)
+			l.logger.Warn("redlock: renewal failed, retrying", "name", l.name, "extended", r.ok, "nodes", len(c.pool.nodes), "err", r.err)
 		}
 		// Retry soon; the loss clock fires at Until if this keeps failing.
 		w.schedule(l, now.Add(max(l.renewEvery()/4, time.Millisecond)))
@@ -259,8 +260,8 @@ func (c *core) batch(ctx context.Context, locks []*Lock, ttls []time.Duration, d
 		return b.out
 	}
 	renew := ttls != nil
-	nodes := make([]*node, 0, len(c.nodes))
-	for _, n := range c.nodes {
+	nodes := make([]*node, 0, len(c.pool.nodes))
+	for _, n := range c.pool.nodes {
 		if renew && !n.renewing.CompareAndSwap(false, true) {
 			b.rs = append(b.rs, reply{node: n.idx, err: errNodeBusy})
 			continue
@@ -272,7 +273,7 @@ func (c *core) batch(ctx context.Context, locks []*Lock, ttls []time.Duration, d
 		b.decide(true, false)
 		return b.out
 	}
-	ch, err := c.fanOut(ctx, nodes, time.Until(deadline), time.Until(deadline), func(ctx context.Context, n *node) reply {
+	ch, err := c.pool.fanOut(ctx, nodes, time.Until(deadline), time.Until(deadline), func(ctx context.Context, n *node) reply {
 		if renew {
 			defer n.renewing.Store(false)
 		}
@@ -368,7 +369,7 @@ func (b *batchRound) decide(final, interrupted bool) {
 		if b.done[i] {
 			continue
 		}
-		if res := b.tally(i, false); !final && res.ok < c.quorum && !c.impossible(res.no+res.failed) {
+		if res := b.tally(i, false); !final && res.ok < c.pool.quorum && !c.pool.impossible(res.no+res.failed) {
 			continue
 		}
 		res := b.tally(i, true)
@@ -379,7 +380,7 @@ func (b *batchRound) decide(final, interrupted bool) {
 			b.settle(i, res)
 		}
 	}
-	if answered := len(b.rs) - b.skipped; b.left == 0 || answered >= c.quorum || final {
+	if answered := len(b.rs) - b.skipped; b.left == 0 || answered >= c.pool.quorum || final {
 		b.letGo()
 	}
 }
@@ -395,7 +396,7 @@ func (b *batchRound) partial(nodes []*node) {
 		res.partial = true
 		for _, n := range nodes {
 			if _, ok := replyOf(b.rs, n.idx); !ok {
-				res.err = errors.Join(res.err, b.c.nodeErr(n.idx, errNodeTimeout))
+				res.err = errors.Join(res.err, b.c.pool.nodeErr(n.idx, errNodeTimeout))
 			}
 		}
 		b.settle(i, res)
@@ -433,7 +434,7 @@ func (c *core) releaseLate(ctx context.Context, n *node, locks []*Lock, codes []
 // withErr, that node's error or refusal.
 func (c *core) tallyBatch(res *batchResult, r reply, i int, withErr bool) {
 	switch {
-	case r.codes == nil || r.codes[i] < 0 || c.nodes[r.node].isDup():
+	case r.codes == nil || r.codes[i] < 0 || c.pool.nodes[r.node].isDup():
 		res.failed++
 		if !withErr {
 			return
@@ -442,7 +443,7 @@ func (c *core) tallyBatch(res *batchResult, r reply, i int, withErr bool) {
 		if err == nil {
 			err = errDuplicate
 		}
-		res.err = errors.Join(res.err, c.nodeErr(r.node, err))
+		res.err = errors.Join(res.err, c.pool.nodeErr(r.node, err))
 	case r.codes[i] == 1:
 		res.ok++
 	default:
@@ -454,7 +455,7 @@ func (c *core) tallyBatch(res *batchResult, r reply, i int, withErr bool) {
 			res.late++
 		}
 		if withErr {
-			res.err = errors.Join(res.err, c.nodeErr(r.node, refusalOf(int64(r.codes[i]))))
+			res.err = errors.Join(res.err, c.pool.nodeErr(r.node, refusalOf(int64(r.codes[i]))))
 		}
 	}
 }
@@ -501,9 +502,9 @@ func (p *pipelined) renew() bool { return p.ttls != nil }
 
 func (p *pipelined) call(i, part int) (*redis.Script, []string, []any) {
 	if p.renew() {
-		return p.locks[i].extendCmd(part, p.ttls[i])
+		return kinds[p.locks[i].kind].extend(p.locks[i], part, p.ttls[i])
 	}
-	return p.locks[i].releaseCmd(part)
+	return kinds[p.locks[i].kind].release(p.locks[i], part, 0)
 }
 
 // send runs the pipeline, then again with EVAL the calls that found no
@@ -512,7 +513,7 @@ func (p *pipelined) send(ctx context.Context, cl Client) {
 	p.cmds = make([]sentScript, 0, len(p.locks))
 	pipe := cl.Pipeline()
 	for i, l := range p.locks {
-		for part := range l.parts() {
+		for part := range parts(l) {
 			s, keys, args := p.call(i, part)
 			p.cmds = append(p.cmds, sentScript{cmd: s.EvalSha(ctx, pipe, keys, args...), lock: i, part: part})
 		}
@@ -602,3 +603,70 @@ func (p *pipelined) code(l *Lock, v int64, retried bool) (int8, error) {
 	}
 	return 0, nil
 }
+
+// slot is a lock's place in one timeHeap: when it is due there, and at which
+// index it sits (-1 when not queued). Each heap's mutex guards its slots.
+type slot struct {
+	at    time.Time
+	index int
+}
+
+// timeHeap is a min-heap of locks by the time in one of their slots: the
+// watchdog's renewals, the loss clock's expiries. A lock is queued at most
+// once per heap and moves in O(log n).
+type timeHeap struct {
+	locks []*Lock
+	slot  func(*Lock) *slot
+}
+
+func (h *timeHeap) Len() int           { return len(h.locks) }
+func (h *timeHeap) Less(i, j int) bool { return h.slot(h.locks[i]).at.Before(h.slot(h.locks[j]).at) }
+func (h *timeHeap) Swap(i, j int) {
+	h.locks[i], h.locks[j] = h.locks[j], h.locks[i]
+	h.slot(h.locks[i]).index = i
+	h.slot(h.locks[j]).index = j
+}
+func (h *timeHeap) Push(x any) {
+	l := x.(*Lock)
+	h.slot(l).index = len(h.locks)
+	h.locks = append(h.locks, l)
+}
+func (h *timeHeap) Pop() any {
+	n := len(h.locks) - 1
+	l := h.locks[n]
+	h.locks[n] = nil
+	h.locks = h.locks[:n]
+	h.slot(l).index = -1
+	return l
+}
+
+// set queues l at at, or moves it there.
+func (h *timeHeap) set(l *Lock, at time.Time) {
+	s := h.slot(l)
+	s.at = at
+	if s.index >= 0 {
+		heap.Fix(h, s.index)
+	} else {
+		heap.Push(h, l)
+	}
+}
+
+func (h *timeHeap) remove(l *Lock) {
+	if s := h.slot(l); s.index >= 0 {
+		heap.Remove(h, s.index)
+	}
+}
+
+// head returns the earliest lock and its time; ok is false when empty.
+func (h *timeHeap) head() (l *Lock, at time.Time, ok bool) {
+	if len(h.locks) == 0 {
+		return nil, time.Time{}, false
+	}
+	return h.locks[0], h.slot(h.locks[0]).at, true
+}
+
+func (h *timeHeap) pop() *Lock { return heap.Pop(h).(*Lock) }
+
+// farFuture stands for "nothing planned": any earlier time wakes a loop
+// waiting on a timeHeap.
+var farFuture = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)

@@ -1,0 +1,1020 @@
+package redlock
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Reasons a node did not grant or answer; they travel inside a NodeError.
+var (
+	errTaken       = errors.New("held by another owner")
+	errNodeTimeout = errors.New("no reply within the node timeout")
+	errNodeBusy    = errors.New("the previous renewal on this node has not answered yet")
+	errBadReply    = errors.New("unexpected script reply")
+	errDuplicate   = errors.New("same server as another node of this Redlock")
+)
+
+// pool is the nodes of a core and the one quorum round that every
+// operation runs over them: send to every node (from the caller's goroutine
+// when one node bounds the call itself, else one goroutine per node),
+// gather the replies until the outcome is settled or the node timeout
+// passes, tally them, and build the one error of a round that fell short.
+// It knows nothing of held locks or waiters; the cleanup calls that must
+// reach every node (releaseOn, releaseInBackground) live here too.
+type pool struct {
+	nodes  []*node
+	quorum int
+	life   *lifecycle
+	idMu   sync.Mutex // serialises the duplicate checks of node identities
+}
+
+// node is one Redis deployment: the only one of a Locker, one of the N
+// independent masters of a Redlock.
+type node struct {
+	idx    int
+	addr   string // the client's String(), for error messages
+	client Client
+	// deadlines: the client applies ctx deadlines to its sockets
+	// (ContextTimeoutEnabled), so a call on it is bounded without a
+	// goroutine of ours watching it.
+	deadlines bool
+	// ring: a *redis.Ring, whose pub/sub must be opened per channel, since
+	// it shards channels like keys.
+	ring bool
+	// renewing is set while a renewal pipeline to this node is in flight,
+	// so a hung node holds one call of the watchdog, not one per period.
+	renewing atomic.Bool
+
+	// Identity of the server behind the client (its INFO run_id), so that
+	// one server given twice under two spellings never casts two votes.
+	idMu  sync.Mutex
+	runID string // "" until known
+	// dup is the index of the node this one duplicates, or -1. Atomic: every
+	// tally reads it, on the hot path.
+	dup atomic.Int32
+	// evict is the server's maxmemory-policy, read by the warm-up (evict.go).
+	evict evictionProbe
+}
+
+func newNode(idx int, cl Client) *node {
+	n := &node{idx: idx, client: cl, deadlines: honorsDeadlines(cl)}
+	n.dup.Store(-1)
+	if s, ok := cl.(fmt.Stringer); ok {
+		n.addr = s.String()
+	}
+	_, n.ring = cl.(*redis.Ring)
+	return n
+}
+
+// bounded returns whether a call on the node is bounded by timeout without
+// a goroutine of ours watching it, and whether the ctx must then carry that
+// deadline: with ContextTimeoutEnabled the client turns the ctx deadline
+// into socket deadlines; a *redis.Client whose dial, read and write timeouts
+// are all positive and no longer than timeout bounds every step itself,
+// except the wait for a free connection of a full pool, which lasts up to
+// PoolTimeout (by default ReadTimeout + 1s), and a dial, which go-redis
+// retries DialerRetries times (5 by default, 100ms apart) on a refused
+// connection: go-redis ends both at the ctx deadline whatever
+// ContextTimeoutEnabled says, so the ctx carries one when PoolTimeout is
+// longer or a dial may be retried. (redis.Client.WithTimeout would give a bounded
+// client for any timeout, but its clone keeps only the hooks added before
+// it: tracing or metrics added later would miss every lock command.)
+func (n *node) bounded(timeout time.Duration) (withDeadline, ok bool) {
+	if n.deadlines {
+		return true, true
+	}
+	if o, isClient := n.client.(interface{ Options() *redis.Options }); isClient {
+		opt := o.Options()
+		within := func(d time.Duration) bool { return d > 0 && d <= timeout }
+		return !within(opt.PoolTimeout) || opt.DialerRetries > 1, within(opt.DialTimeout) && within(opt.ReadTimeout) && within(opt.WriteTimeout)
+	}
+	return false, false
+}
+
+// cleanupClient is the node's client for a cleanup call bounded by timeout:
+// a call whose ctx deadline go-redis ignores (no ContextTimeoutEnabled)
+// would wait for the client's read timeout (3s by default) on a link that
+// swallows it, so a plain *redis.Client is cloned with socket timeouts of
+// timeout (WithTimeout: the clone shares the pool, and is made per cleanup,
+// so it has every hook added until then). Other clients bound the call by
+// the ctx deadline when they honour it, else by their own timeouts.
+func (n *node) cleanupClient(timeout time.Duration) Client {
+	if rc, ok := n.client.(*redis.Client); ok && !n.deadlines {
+		return rc.WithTimeout(timeout)
+	}
+	return n.client
+}
+
+func honorsDeadlines(cl Client) bool {
+	switch c := cl.(type) {
+	case interface{ Options() *redis.Options }:
+		return c.Options().ContextTimeoutEnabled
+	case interface{ Options() *redis.ClusterOptions }:
+		return c.Options().ContextTimeoutEnabled
+	case interface{ Options() *redis.RingOptions }:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
+
+func isNil(cl Client) bool {
+	if cl == nil {
+		return true
+	}
+	v := reflect.ValueOf(cl)
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
+		return v.IsNil()
+	}
+	return false
+}
+
+func samePointer(a, b Client) bool {
+	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
+	return va.Kind() == reflect.Pointer && vb.Kind() == reflect.Pointer && va.Type() == vb.Type() && va.Pointer() == vb.Pointer()
+}
+
+// serverKey names the server a single-server client talks to, without the
+// DB (two DBs of one server are one failure domain), or "" when the client
+// is not of that kind.
+func serverKey(cl Client) string {
+	if o, ok := cl.(interface{ Options() *redis.Options }); ok && o.Options().Addr != "" {
+		return o.Options().Network + "/" + o.Options().Addr
+	}
+	return ""
+}
+
+// identifiable reports whether the client talks to one server whose INFO
+// names it: not a Cluster or Ring, where INFO reaches an arbitrary shard.
+func identifiable(cl Client) bool {
+	_, ok := cl.(interface{ Options() *redis.Options })
+	return ok
+}
+
+// warmUp dials the node and loads the scripts, so that a first call is not
+// judged by a budget that a dial and a NOSCRIPT round trip already spent.
+// With identify it also reads the server's run_id, and reports whether it
+// learnt it. It reads the maxmemory-policy for the constructor's warning.
+// Errors are ignored: a node that is down now is dialled again by
+// the first call that needs it.
+func (n *node) warmUp(ctx context.Context, identify bool) (identified bool) {
+	if identify {
+		if id, err := fetchRunID(ctx, n.client); err == nil {
+			n.setRunID(id)
+			identified = true
+		}
+	}
+	for _, s := range allScripts {
+		if err := s.Load(ctx, n.client).Err(); err != nil {
+			break
+		}
+	}
+	n.evict.probe(ctx, n.client)
+	return identified
+}
+
+// fetchRunID reads INFO server's run_id through a one-command pipeline (the
+// Client interface asks for no more than that).
+func fetchRunID(ctx context.Context, cl Client) (string, error) {
+	pipe := cl.Pipeline()
+	cmd := pipe.Info(ctx, "server")
+	if _, err := pipe.Exec(ctx); err != nil {
+		if isServerError(err) {
+			// The server will not say who it is (an ACL user without
+			// +info, a server that does not implement INFO server): it
+			// cannot be told apart from the others, so it is taken as
+			// distinct rather than never allowed to vote.
+			return unidentified, nil
+		}
+		return "", err
+	}
+	for line := range strings.Lines(cmd.Val()) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok && v != "" {
+			return v, nil
+		}
+	}
+	return "", fmt.Errorf("%w: INFO server without run_id", errBadReply)
+}
+
+// unidentified stands for the run_id of a server that refuses INFO.
+const unidentified = "?"
+
+func (n *node) setRunID(id string) {
+	n.idMu.Lock()
+	n.runID = id
+	n.idMu.Unlock()
+}
+
+func (n *node) identity() (runID string, dup int) {
+	n.idMu.Lock()
+	defer n.idMu.Unlock()
+	return n.runID, int(n.dup.Load())
+}
+
+// reply is one node's answer to one script call.
+type reply struct {
+	node int
+	ok   bool  // the script said yes (granted, released, extended, raised)
+	code int64 // the script's status, by script
+	val  int64 // token or PTTL, by script
+	// holder is the value of the key when acquire.lua found another owner.
+	holder string
+	// codes holds per-lock results of a pipelined batch (see batch).
+	codes []int8
+	// inspected is inspect.lua's answer (see inspect.go).
+	inspected *nodeHolder
+	err       error
+}
+
+// inline reports whether fanOut calls nodes from the caller's goroutine, and
+// whether with a ctx deadline (see callInline). Only for a ctx nothing
+// cancels: go-redis turns a ctx deadline into a socket deadline but does not
+// interrupt a read on cancellation, so a cancellable caller (the watchdog,
+// which Close stops) needs the goroutine path for gather to stop waiting at
+// once.
+func inline(ctx context.Context, nodes []*node, timeout time.Duration) (withDeadline, ok bool) {
+	if len(nodes) != 1 || ctx.Done() != nil {
+		return false, false
+	}
+	return nodes[0].bounded(timeout)
+}
+
+// fan is one round of fanOut's goroutines: one per node, all sharing ctx.
+type fan struct {
+	life   *lifecycle
+	ctx    context.Context
+	cancel context.CancelFunc
+	nodes  []*node
+	call   func(context.Context, *node) reply
+	ch     chan reply
+	next   atomic.Int32 // index in nodes of the next goroutine's node
+	left   atomic.Int32 // calls not finished yet
+}
+
+func (f *fan) run() {
+	defer f.life.wg.Done()
+	n := f.nodes[f.next.Add(1)-1]
+	r := f.call(f.ctx, n)
+	if f.left.Add(-1) == 0 {
+		f.cancel()
+	}
+	r.node = n.idx
+	f.ch <- r
+}
+
+// detached is context.WithoutCancel(ctx), without its allocation when ctx
+// can never be cancelled and has no deadline (context.Background, or a ctx
+// already detached): there is nothing to detach from.
+func detached(ctx context.Context) context.Context {
+	if _, ok := ctx.Deadline(); !ok && ctx.Done() == nil {
+		return ctx
+	}
+	return context.WithoutCancel(ctx)
+}
+
+func (n *node) isDup() bool { return n.dup.Load() >= 0 }
+
+// isServerError reports an error reply from Redis (as opposed to a network
+// failure or a timeout).
+func isServerError(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re)
+}
+
+// isPermanent tells a refusal that no retry can get past (wrong password,
+// missing permission, wrong key type, out of memory, a script error, a closed
+// client) from a failure that a retry may get past (timeouts, dropped
+// connections, a loading, read-only or failing-over server). Lock gives up at
+// once on a permanent one.
+func isPermanent(err error) bool {
+	switch {
+	case errors.Is(err, redis.ErrClosed), errors.Is(err, errTokenSpace), errors.Is(err, errDuplicate), errors.Is(err, errPermits):
+		return true
+	case errors.Is(err, errNodeTimeout), errors.Is(err, errNodeBusy),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return false
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
+		return false
+	}
+	if !isServerError(err) {
+		return false
+	}
+	if _, moved := redis.IsMovedError(err); moved {
+		return false
+	}
+	if _, ask := redis.IsAskError(err); ask {
+		return false
+	}
+	transient := redis.IsLoadingError(err) || redis.IsReadOnlyError(err) || redis.IsClusterDownError(err) ||
+		redis.IsTryAgainError(err) || redis.IsMasterDownError(err) || redis.IsMaxClientsError(err) ||
+		redis.IsNoReplicasError(err) || redis.HasErrorPrefix(err, "BUSY")
+	return !transient
+}
+
+// isNoScript reports that a script is not in the server's cache, however a
+// hook wrapped the error.
+func isNoScript(err error) bool {
+	return errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")
+}
+
+// gather reads replies from ch until stop says enough, every node answered,
+// the deadline passed, or done closed. Nodes that did not answer get an
+// errNodeTimeout reply. It reports whether done ended the wait.
+func gather(ch <-chan reply, nodes []*node, deadline time.Time, done <-chan struct{}, stop func([]reply) bool) (got []reply, interrupted bool) {
+	got = make([]reply, 0, len(nodes))
+	// Replies already there (an inline call) need no timer.
+	for len(got) < len(nodes) && len(ch) > 0 && !stop(got) {
+		got = append(got, <-ch)
+	}
+	if len(got) == len(nodes) || stop(got) {
+		return got, false
+	}
+	t := getTimer(time.Until(deadline))
+	defer putTimer(t)
+	for len(got) < len(nodes) && !stop(got) {
+		select {
+		case r := <-ch:
+			got = append(got, r)
+		case <-t.C:
+			for _, n := range nodes {
+				if _, ok := replyOf(got, n.idx); !ok {
+					got = append(got, reply{node: n.idx, err: errNodeTimeout})
+				}
+			}
+			return got, false
+		case <-done:
+			return got, true
+		}
+	}
+	return got, false
+}
+
+// timers recycles gather's timers: most rounds end by a reply, not by the
+// deadline, and a timer that never fired can be reset and used again.
+var timers sync.Pool
+
+func getTimer(d time.Duration) *time.Timer {
+	if t, ok := timers.Get().(*time.Timer); ok {
+		t.Reset(d)
+		return t
+	}
+	return time.NewTimer(d)
+}
+
+// putTimer stops t and keeps it only when it had not fired: then nothing was
+// or will be sent on t.C, so a later user cannot receive a stale tick even
+// under the pre-Go 1.23 timer semantics (GODEBUG=asynctimerchan=1).
+func putTimer(t *time.Timer) {
+	if t.Stop() {
+		timers.Put(t)
+	}
+}
+
+// never is a gather stop function that waits for every node.
+func never([]reply) bool { return false }
+
+func replyOf(rs []reply, idx int) (reply, bool) {
+	for _, r := range rs {
+		if r.node == idx {
+			return r, true
+		}
+	}
+	return reply{}, false
+}
+
+// tally counts the replies of one round.
+type tally struct {
+	ok, no, failed, permanent int
+	errs                      []error
+}
+
+// ctxErrIf is ctx.Err() when interrupted says the ctx ended a round's wait.
+func ctxErrIf(ctx context.Context, interrupted bool) error {
+	if interrupted {
+		return ctx.Err()
+	}
+	return nil
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// drift is the Redlock spec's allowance for clock drift between processes:
+// ttl*factor, plus 2ms for Redis's expiry precision (0-1ms) and rounding.
+func drift(ttl time.Duration, factor float64) time.Duration {
+	return time.Duration(float64(ttl)*factor) + 2*time.Millisecond
+}
+
+// validUntil is the end of local validity of a lease of ttl requested at t1:
+// t1 + ttl - drift. t1 must be read from the monotonic clock (time.Now)
+// immediately before the first request is sent: every key the request sets
+// expires no earlier than t1 + ttl on the server, so no other owner can be
+// granted the name before the returned instant. This is the spec's
+// TTL - (T2-T1) - drift in absolute form; acquire, extend and renew all use it,
+// and the caller checks time.Now() against it as the last step, after every
+// round trip, so a pause anywhere before the return is caught.
+func validUntil(t1 time.Time, ttl time.Duration, factor float64) time.Time {
+	// The server gets whole milliseconds (ttlMillis): count no more.
+	ttl = max(ttl.Truncate(time.Millisecond), time.Millisecond)
+	return t1.Add(ttl - drift(ttl, factor))
+}
+
+// WAIT counts the replicas that acknowledged the last write of the
+// connection it is sent on. go-redis hands out pooled connections, and a
+// pipeline's connection is not a single command's, so a WAIT sent on its
+// own after a script may land on a connection that wrote nothing lately and
+// answer "all replicas" at once while replication is stalled. A script and
+// its WAIT therefore travel in one pipeline, which go-redis writes on one
+// connection. (Not in MULTI, where WAIT does not block; not in the script,
+// where Redis refuses WAIT.)
+
+// ackPipeline returns a pipeline on one connection to the master that holds
+// key: the client's own for a single-server client (a Sentinel failover
+// client included), the key's shard's for a Cluster or Ring client, whose
+// pipelines would send a keyless WAIT to an arbitrary shard.
+func ackPipeline(ctx context.Context, cl Client, key string) (redis.Pipeliner, error) {
+	switch c := cl.(type) {
+	case *redis.ClusterClient:
+		m, err := c.MasterForKey(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		return m.Pipeline(), nil
+	case *redis.Ring:
+		m, err := c.GetShardClientForKey(key)
+		if err != nil {
+			return nil, err
+		}
+		return m.Pipeline(), nil
+	}
+	return cl.Pipeline(), nil
+}
+
+// keyRouted reports a client whose pipelines spread over several servers by
+// key, so that one WAIT per pipeline does not cover every script in it.
+func keyRouted(cl Client) bool {
+	switch cl.(type) {
+	case *redis.ClusterClient, *redis.Ring:
+		return true
+	}
+	return false
+}
+
+// scriptAcked runs script and then WAIT replicas timeout on the same
+// connection. It returns the script's command, and an error when the
+// script succeeded but WAIT failed or counted fewer than replicas
+// acknowledgements (a *ReplicaAcksError). A NOSCRIPT is answered by EVAL and
+// a WAIT of its own, on the connection that EVAL ran on.
+func scriptAcked(ctx context.Context, cl Client, script *redis.Script, keys []string, replicas int, timeout time.Duration, args ...any) (*redis.Cmd, error) {
+	run := func(eval func(context.Context, redis.Scripter, []string, ...any) *redis.Cmd) (*redis.Cmd, *redis.Cmd) {
+		pipe, err := ackPipeline(ctx, cl, keys[0])
+		if err != nil {
+			cmd := redis.NewCmd(ctx)
+			cmd.SetErr(err)
+			return cmd, nil
+		}
+		cmd := eval(ctx, pipe, keys, args...)
+		wait := waitCmd(ctx, pipe, replicas, timeout)
+		_, _ = pipe.Exec(ctx) // errors are read per command
+		return cmd, wait
+	}
+	cmd, wait := run(script.EvalSha)
+	if isNoScript(cmd.Err()) {
+		cmd, wait = run(script.Eval)
+	}
+	if cmd.Err() != nil {
+		return cmd, nil // the script's own error speaks for the call
+	}
+	return cmd, ackError(wait, replicas, timeout)
+}
+
+// waitCmd queues WAIT on pipe. timeout is at least 1ms (validate): WAIT 0
+// would block until the replicas answer, however long that takes.
+func waitCmd(ctx context.Context, pipe redis.Pipeliner, replicas int, timeout time.Duration) *redis.Cmd {
+	return pipe.Do(ctx, "wait", replicas, timeout.Milliseconds())
+}
+
+// ackError reads a WAIT's answer against the replicas asked for.
+func ackError(wait *redis.Cmd, replicas int, timeout time.Duration) error {
+	n, err := wait.Int64()
+	switch {
+	case err != nil:
+		return fmt.Errorf("redlock: WAIT %d %v: %w", replicas, timeout, err)
+	case n < int64(replicas):
+		return &ReplicaAcksError{Acked: int(n), Wanted: replicas, Timeout: timeout}
+	}
+	return nil
+}
+
+// batchAcks returns the replicas and timeout of the one WAIT a renewal batch
+// sends per node: the largest asked for by any of its locks, so that the
+// count answers every lock (each compares it with its own replicas).
+func batchAcks(locks []*Lock) (int, time.Duration) {
+	var replicas int
+	var timeout time.Duration
+	for _, l := range locks {
+		if l.replicas > 0 {
+			replicas = max(replicas, int(l.replicas))
+			timeout = max(timeout, l.ackTimeout())
+		}
+	}
+	return replicas, timeout
+}
+
+// renewAcked renews each lock on its own connection with its own WAIT: the
+// path of a Cluster or Ring client, whose pipelines span shards. Slower than
+// one pipeline, but only locks that asked for acks pay for it.
+func renewAcked(ctx context.Context, cl Client, locks []*Lock, ttls []time.Duration) ([]int8, error) {
+	codes := make([]int8, len(locks))
+	var firstErr error
+	for i, l := range locks {
+		var v int64
+		var err error
+		if l.replicas > 0 {
+			var cmd *redis.Cmd
+			var ackErr error
+			s, keys, args := kinds[l.kind].extend(l, 0, ttls[i])
+			cmd, ackErr = scriptAcked(ctx, cl, s, keys, int(l.replicas), l.ackTimeout(), args...)
+			v, err = cmd.Int64()
+			if err == nil && v == replyOK && ackErr != nil {
+				err = ackErr
+			}
+		} else {
+			v, err = runParts(ctx, cl, l, kinds[l.kind].extend, ttls[i], foldExtend)
+		}
+		codes[i] = extendCode(v, err)
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	return codes, firstErr
+}
+
+// extendCode is a renewal's per-lock code in a batch: 1 extended, replyTaken
+// another owner's, replyLate too near its end, 0 missing, -1 error.
+func extendCode(v int64, err error) int8 {
+	switch {
+	case err != nil:
+		return -1
+	case v == replyOK:
+		return 1
+	case v == replyTaken, v == replyLate:
+		return int8(v)
+	}
+	return 0
+}
+
+// fanOut calls every node in nodes concurrently. go-redis applies ctx
+// deadlines to sockets only when the client enables it, so the bound is the
+// caller's: it stops reading the channel at its deadline (gather). The
+// channel is buffered to len(nodes), so calls that finish late (a paused
+// server resumes) never block. Callers pass a ctx detached from their
+// caller's cancellation (context.WithoutCancel) for writes: a write that is
+// cut half-way has an unknown outcome, which is worse than one that
+// completes and is then cleaned up; the watchdog passes one that Close
+// cancels.
+//
+// callLimit bounds the call itself in the goroutine, when longer than timeout:
+// a release that reaches a resumed server late is still worth making, and
+// go-redis's EVALSHA-to-EVAL fallback after NOSCRIPT is a second command that
+// a spent context would stop. A single node whose client bounds the call
+// itself (see node.bounded) is called inline, when nothing else can cancel
+// ctx: no goroutine, no timer.
+func (p *pool) fanOut(ctx context.Context, nodes []*node, timeout, callLimit time.Duration, call func(context.Context, *node) reply) (<-chan reply, error) {
+	ch := make(chan reply, len(nodes))
+	if withDeadline, ok := inline(ctx, nodes, timeout); ok {
+		ch <- p.callInline(ctx, nodes[0], withDeadline, timeout, call)
+		return ch, nil
+	}
+	if !p.life.goCount(len(nodes)) {
+		return nil, ErrClosed
+	}
+	limit := max(timeout, callLimit)
+	if len(nodes) == 1 {
+		// Nothing to share: one closure, and no fan to allocate.
+		n := nodes[0]
+		go func() {
+			defer p.life.wg.Done()
+			cctx, cancel := context.WithTimeout(ctx, limit)
+			r := call(cctx, n)
+			cancel()
+			r.node = n.idx
+			ch <- r
+		}()
+		return ch, nil
+	}
+	// One bound for the whole round rather than one per node: every call
+	// gets the same deadline, and a Redlock of N masters pays for one context
+	// and one timer instead of N. The last call to finish releases it.
+	f := &fan{life: p.life, nodes: nodes, call: call, ch: ch}
+	f.ctx, f.cancel = context.WithTimeout(ctx, limit)
+	f.left.Store(int32(len(nodes)))
+	// One func value shared by the goroutines, each of which takes the next
+	// node: a closure per goroutine would be one allocation per node.
+	run := f.run
+	for range nodes {
+		go run()
+	}
+	return ch, nil
+}
+
+// round is fanOut then gather, for the hot paths: a reply made inline goes
+// straight into the result, with no channel to allocate for it.
+func (p *pool) round(ctx context.Context, nodes []*node, timeout, callLimit time.Duration, call func(context.Context, *node) reply,
+	deadline time.Time, done <-chan struct{}, stop func([]reply) bool) (rs []reply, interrupted bool, err error) {
+	if withDeadline, ok := inline(ctx, nodes, timeout); ok {
+		return []reply{p.callInline(ctx, nodes[0], withDeadline, timeout, call)}, false, nil
+	}
+	ch, err := p.fanOut(ctx, nodes, timeout, callLimit, call)
+	if err != nil {
+		return nil, false, err
+	}
+	rs, interrupted = gather(ch, nodes, deadline, done, stop)
+	return rs, interrupted, nil
+}
+
+// callInline runs call on a node whose client bounds the call itself (by
+// its socket timeouts, or by the ctx deadline set here when withDeadline).
+func (p *pool) callInline(ctx context.Context, n *node, withDeadline bool, timeout time.Duration, call func(context.Context, *node) reply) reply {
+	start := time.Now()
+	if withDeadline {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	r := call(ctx, n)
+	if r.err != nil && time.Since(start) >= timeout && !isServerError(r.err) {
+		// The socket deadline fired: same error as the goroutine path.
+		r.err = fmt.Errorf("%w (%w)", errNodeTimeout, r.err)
+	}
+	r.node = n.idx
+	return r
+}
+
+// count tallies replies. A node found to be a second address of another
+// node's server never counts as a yes: one server must not cast two votes.
+func (p *pool) count(rs []reply) tally {
+	var t tally
+	for _, r := range rs {
+		err := r.err
+		if err == nil && p.nodes[r.node].isDup() {
+			err = errDuplicate
+		}
+		switch {
+		case err != nil:
+			t.failed++
+			if isPermanent(err) {
+				t.permanent++
+			}
+			t.errs = append(t.errs, p.nodeErr(r.node, err))
+		case r.ok:
+			t.ok++
+		default:
+			t.no++
+		}
+	}
+	return t
+}
+
+// shortOf is the one error of a round that reached too few nodes: what op
+// reached, then, joined, every node's error and, when the caller's ctx
+// ended the wait (ctxErr not nil), that. after is said behind the count
+// ("; the lock frees itself when its lease ends").
+func (p *pool) shortOf(op string, t tally, after string, ctxErr error) error {
+	errs := make([]error, 0, len(t.errs)+2)
+	errs = append(errs, fmt.Errorf("redlock: %s reached %d of %d nodes, need %d%s", op, t.ok, len(p.nodes), p.quorum, after))
+	errs = append(errs, t.errs...)
+	if ctxErr != nil {
+		errs = append(errs, ctxErr)
+	}
+	return errors.Join(errs...)
+}
+
+// settled reports that the outcome of a round is decided: a quorum said yes,
+// or so many said no or failed that a quorum of yes is out of reach.
+func (p *pool) settled(rs []reply) bool {
+	t := p.count(rs)
+	return t.ok >= p.quorum || p.impossible(t.no+t.failed)
+}
+
+// impossible reports that a quorum of yes can no longer be reached from the
+// nodes that said no (or failed) in this round.
+func (p *pool) impossible(no int) bool { return no > len(p.nodes)-p.quorum }
+
+func (p *pool) nodeErr(i int, err error) error {
+	return &NodeError{Node: i, Addr: p.nodes[i].addr, Err: err}
+}
+
+// identify makes sure a Redlock node's server is known before its vote
+// counts, reading its run_id on first contact when the warm-up could not.
+func (p *pool) identify(ctx context.Context, n *node) error {
+	if len(p.nodes) < 2 || !identifiable(n.client) {
+		return nil
+	}
+	id, dup := n.identity()
+	if dup >= 0 {
+		return fmt.Errorf("%w (node %d)", errDuplicate, dup)
+	}
+	if id != "" {
+		return nil
+	}
+	id, err := fetchRunID(ctx, n.client)
+	if err != nil {
+		return err
+	}
+	n.setRunID(id)
+	p.idMu.Lock()
+	err = p.checkDuplicate(n)
+	p.idMu.Unlock()
+	if n.isDup() {
+		return err
+	}
+	return nil
+}
+
+// checkDuplicate compares n's run_id with every other node's; of two nodes
+// with one run_id, the later in the client list is marked a duplicate of
+// the earlier. Call it under p.idMu, so two nodes identified at once see each
+// other.
+func (p *pool) checkDuplicate(n *node) error {
+	id, _ := n.identity()
+	if id == "" || id == unidentified {
+		return nil
+	}
+	for _, o := range p.nodes {
+		if oid, _ := o.identity(); o == n || oid != id {
+			continue
+		}
+		first, second := o, n
+		if n.idx < o.idx {
+			first, second = n, o
+		}
+		second.dup.Store(int32(first.idx))
+		return fmt.Errorf("%w: clients %d (%s) and %d (%s) reach one server (run_id %s)", errDuplicate, first.idx, first.addr, second.idx, second.addr, id)
+	}
+	return nil
+}
+
+// duplicates marks and reports nodes whose run_id another node has already.
+func (p *pool) duplicates() error {
+	p.idMu.Lock()
+	defer p.idMu.Unlock()
+	var errs []error
+	for _, n := range p.nodes {
+		if n.isDup() {
+			continue
+		}
+		if err := p.checkDuplicate(n); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(append([]error{errors.New("redlock: Redlock needs independent masters")}, errs...)...)
+	}
+	return nil
+}
+
+// warmUp dials every node, loads the scripts and, for a Redlock, learns each
+// server's run_id, waiting at most warmUpLimit or the node timeout, whichever
+// is longer. Two nodes that turn out to be one server (127.0.0.1:P and
+// localhost:P, a DNS alias) make it fail: a quorum that one process can
+// satisfy is no quorum.
+func (p *pool) warmUp(timeout time.Duration) error {
+	identify := len(p.nodes) > 1
+	limit := max(warmUpLimit, timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	done := make(chan struct{}, len(p.nodes))
+	p.life.wg.Add(len(p.nodes))
+	for _, n := range p.nodes {
+		go func() {
+			defer p.life.wg.Done()
+			defer func() { done <- struct{}{} }()
+			if n.warmUp(ctx, identify && identifiable(n.client)) {
+				// Also when this answer comes after the constructor stopped
+				// waiting: the node's votes stop counting from then on.
+				p.idMu.Lock()
+				_ = p.checkDuplicate(n)
+				p.idMu.Unlock()
+			}
+		}()
+	}
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	defer cancel()
+	for range p.nodes {
+		select {
+		case <-done:
+		case <-t.C:
+			return p.duplicates()
+		}
+	}
+	return p.duplicates()
+}
+
+// releaseOn sends the release script for l to nodes and waits for their
+// replies up to timeout, or until stop says enough. Callers use it for
+// cleanup, so it runs detached from the caller's cancellation: a cancelled
+// caller still releases. After Close, when the core may start no goroutine,
+// it releases node by node from the caller's goroutine: a grant that nobody
+// will own must not hold the name for a whole lease.
+func (p *pool) releaseOn(ctx context.Context, l *Lock, nodes []*node, timeout time.Duration, stop func([]reply) bool) []reply {
+	if len(nodes) == 0 {
+		return nil
+	}
+	args := releaseArgs(l) // one ARGV for every node: go-redis only reads it
+	call := func(ctx context.Context, n *node) reply { return releaseCall(ctx, n.client, l, args) }
+	rs, _, err := p.round(detached(ctx), nodes, timeout, l.leaseTTL(), call, time.Now().Add(timeout), nil, stop)
+	if err != nil {
+		rs = make([]reply, 0, len(nodes))
+		for _, n := range nodes {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+			r := call(cctx, n)
+			cancel()
+			r.node = n.idx
+			rs = append(rs, r)
+		}
+		return rs
+	}
+	return rs
+}
+
+// releaseInBackground releases locks, in order, on each of nodes from a
+// goroutine of the core per node, waiting for none: their outcome is
+// unknown (the nodes failed or did not answer), and they will not answer
+// the release any sooner. A goroutine per node, so that a hung node does not
+// keep the others' keys.
+func (p *pool) releaseInBackground(ctx context.Context, nodes []*node, locks ...*Lock) {
+	if len(nodes) == 0 || !p.life.goCount(len(nodes)) {
+		return
+	}
+	for _, n := range nodes {
+		go func() {
+			defer p.life.wg.Done()
+			for _, l := range locks {
+				p.releaseNode(ctx, n, l)
+			}
+		}()
+	}
+}
+
+// releaseNode releases l on node n, where a call of l's may have run or may
+// still run (its outcome is unknown), from a goroutine the core already
+// owns. A paused server, or one behind a stalled link, runs the commands
+// waiting in its sockets when it resumes, in no set order across
+// connections: a release sent meanwhile may run before the grant or
+// renewal it is meant to undo. So it releases until the node answers, and
+// when the answer is "not ours", once more: by then the server has run
+// every command that was waiting when it answered, and a grant among them
+// is ours to delete. Each call is bounded by the node timeout, so a link
+// that heals is used within that much (see cleanupClient). It gives up after
+// releaseRetryFor (three leases, if longer), or at Close.
+func (p *pool) releaseNode(ctx context.Context, n *node, l *Lock) {
+	ctx = context.WithoutCancel(ctx)
+	end := time.Now().Add(max(3*l.leaseTTL(), releaseRetryFor))
+	cl := n.cleanupClient(l.timeout)
+	answered := false
+	for time.Now().Before(end) {
+		start := time.Now()
+		cctx, cancel := context.WithTimeout(ctx, l.timeout)
+		r := releaseCall(cctx, cl, l, releaseArgs(l))
+		cancel()
+		switch {
+		case r.err == nil && (r.ok || answered):
+			return
+		case r.err == nil:
+			answered = true
+			continue
+		case isPermanent(r.err):
+			return
+		}
+		select {
+		case <-time.After(l.timeout - time.Since(start)):
+		case <-p.life.closing:
+			return
+		}
+	}
+}
+
+// releaseOnce releases l on node n, where a grant of l's is known to have
+// run (its reply came back late), from a goroutine the core already owns:
+// one call, until the lease would end anyway.
+func releaseOnce(ctx context.Context, n *node, l *Lock) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.leaseTTL())
+	defer cancel()
+	releaseCall(ctx, n.client, l, releaseArgs(l)) // the key expires by itself if this fails
+}
+
+// remaining is Lock.TTL (engine).
+func (p *pool) remaining(ctx context.Context, l *Lock) (time.Duration, error) {
+	ch, err := p.fanOut(ctx, p.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node) reply {
+		v, err := runParts(ctx, n.client, l, kinds[l.kind].pttl, 0, foldPTTL)
+		return reply{ok: err == nil && v != replyNotOurs, val: v, err: err}
+	})
+	if err != nil {
+		return 0, err
+	}
+	rs, interrupted := gather(ch, p.nodes, time.Now().Add(l.timeout), ctx.Done(), never)
+	t := p.count(rs)
+	if t.ok >= p.quorum {
+		var ttls []time.Duration
+		for _, r := range rs {
+			if r.err == nil && r.ok && !p.nodes[r.node].isDup() {
+				d := time.Duration(r.val) * time.Millisecond
+				if r.val < 0 {
+					d = -1 // no expiry: only when someone changed the key by hand
+				}
+				ttls = append(ttls, d)
+			}
+		}
+		forever := func(d time.Duration) time.Duration {
+			if d < 0 {
+				return math.MaxInt64
+			}
+			return d
+		}
+		// Longest first: the quorum-th is what a quorum still grants.
+		slices.SortFunc(ttls, func(a, b time.Duration) int { return cmp.Compare(forever(b), forever(a)) })
+		return ttls[p.quorum-1], nil
+	}
+	if p.impossible(t.no) {
+		return 0, fmt.Errorf("%w: the key is gone or another owner's on %d of %d nodes", ErrNotHeld, t.no, len(p.nodes))
+	}
+	return 0, p.shortOf("TTL", t, "", ctxErrIf(ctx, interrupted))
+}
+
+// releaseCall runs the release script of l, with args from releaseArgs
+// (used by an exclusive lock's release.lua only), on one node's client cl.
+func releaseCall(ctx context.Context, cl Client, l *Lock, args []any) reply {
+	if args == nil {
+		v, err := runParts(ctx, cl, l, kinds[l.kind].release, 0, foldRelease)
+		return releaseReply(l, v, err)
+	}
+	v, err := scriptRelease.Run(ctx, cl, releaseKeys(l), args...).Int64()
+	return releaseReply(l, v, err)
+}
+
+// releaseReply turns release.lua's reply into a node reply, logging a
+// release whose wake-up message the server refused to publish: the release
+// itself stands, and waiters fall back to their timers.
+func releaseReply(l *Lock, v int64, err error) reply {
+	if err == nil && v == replyUnpublished {
+		l.logger.Warn("redlock: released, but the server refused to publish the release message; waiters wake by their timers", "name", l.name)
+	}
+	return reply{ok: err == nil && v != replyNotOurs, code: v, err: err}
+}
+
+// observeNodes reports the NodeErrors in errs (joined or not) to obs.
+func observeNodes(obs Observer, name, op string, errs ...error) {
+	if obs == nil {
+		return
+	}
+	for _, err := range errs {
+		eachNodeError(err, func(ne *NodeError) {
+			if !errors.Is(ne.Err, errTaken) {
+				obs.OnNodeError(NodeErrorEvent{Name: name, Op: op, Err: ne})
+			}
+		})
+	}
+}
+
+// eachNodeError calls f for every NodeError in err's tree.
+func eachNodeError(err error, f func(*NodeError)) {
+	switch e := err.(type) {
+	case nil:
+	case *NodeError:
+		f(e)
+	case interface{ Unwrap() []error }:
+		for _, err := range e.Unwrap() {
+			eachNodeError(err, f)
+		}
+	case interface{ Unwrap() error }:
+		eachNodeError(e.Unwrap(), f)
+	}
+}
