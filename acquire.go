@@ -184,7 +184,7 @@ func (at *attempt) settleToken(ctx context.Context, rs []reply, fence any) (int6
 
 // acquireOn runs acquire.lua on one node and says how it answered.
 func acquireOn(ctx context.Context, p *pool, n *node, l *Lock, cfg *config, script *redis.Script, keys []string, args []any) (reply, outcome) {
-	if err := p.identify(ctx, n); err != nil {
+	if err := p.ids.identify(ctx, n); err != nil {
 		return reply{err: err}, taken // nothing was sent: nothing of ours there
 	}
 	if parts(l) > 1 {

@@ -20,7 +20,8 @@ type core struct {
 	exp   *expiry
 	hooks hooks
 
-	waits waiters // pub/sub wake-ups for Lock (wait.go)
+	names *heldNames
+	waits *waiters // the local queues of waiting Lock calls (queue.go), woken by pub/sub (pubsub.go)
 
 	closed chan struct{} // closed when Close returns: a second Close waits for it
 
@@ -28,9 +29,31 @@ type core struct {
 	// closeStarted: Close has begun; no new lock may be registered.
 	closeStarted bool
 	held         map[*Lock]struct{}
-	// heldKeys counts held locks per lock key, so a waiter of this core does
-	// not waste an attempt on a name its own process holds.
-	heldKeys map[string]int
+}
+
+// heldNames counts the locks a core holds per lock key: a Lock call does
+// not waste an attempt on a name its own process holds, and the local
+// queue keeps a contended name subscribed while it is held. Shared by the
+// core and its queue.
+type heldNames struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// add counts d more (or, negative, fewer) locks on key.
+func (h *heldNames) add(key string, d int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n[key] += d; h.n[key] <= 0 {
+		delete(h.n, key)
+	}
+}
+
+// has reports whether a lock of the core holds key.
+func (h *heldNames) has(key string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n[key] > 0
 }
 
 // lifecycle is what every part of the engine shares of its lifetime: the
@@ -95,15 +118,14 @@ func newCore(clients []Client, opts []Option) (*core, error) {
 	life := &lifecycle{closing: make(chan struct{})}
 	p := &pool{quorum: len(clients)/2 + 1, life: life}
 	c := &core{
-		pool:     p,
-		life:     life,
-		cfg:      cfg,
-		closed:   make(chan struct{}),
-		held:     make(map[*Lock]struct{}),
-		heldKeys: make(map[string]int),
+		pool:   p,
+		life:   life,
+		cfg:    cfg,
+		closed: make(chan struct{}),
+		held:   make(map[*Lock]struct{}),
 	}
 	c.cfg.ttlBoxed = ttlMillis(cfg.ttl)
-	c.waits = waiters{c: c, queues: make(map[string]*waitQueue)}
+	c.names = &heldNames{n: make(map[string]int)}
 	for i, cl := range clients {
 		if isNil(cl) {
 			return nil, fmt.Errorf("redlock: client %d is nil", i)
@@ -116,7 +138,10 @@ func newCore(clients []Client, opts []Option) (*core, error) {
 		}
 		p.nodes = append(p.nodes, n)
 	}
-	if err := p.warmUp(cfg.timeout(cfg.ttl)); err != nil {
+	p.ids.nodes = p.nodes
+	c.waits = newWaiters(c.names)
+	c.waits.ps = newPubsub(p.nodes, p.quorum, life, cfg.logger, c.waits)
+	if err := p.ids.warmUp(life, cfg.timeout(cfg.ttl)); err != nil {
 		return nil, err
 	}
 	c.wd = newWatchdog(c)
@@ -138,11 +163,11 @@ func (c *core) activate(l *Lock, token int64, until time.Time) error {
 	// Registered and held in one step under c.mu, so Close either sees the
 	// lock held (and releases it) or refuses it above; never in between.
 	c.held[l] = struct{}{}
-	c.heldKeys[l.keys[0]]++
+	c.names.add(l.Key(), 1)
 	c.exp.set(l, l.hold(token, until))
 	c.mu.Unlock()
 	if l.autoRenew {
-		c.wd.schedule(l, l.renewAt(time.Now()))
+		c.wd.schedule(l, renewAt(l, time.Now()))
 	}
 	return nil
 }
@@ -153,7 +178,7 @@ func (c *core) renewed(l *Lock, ttl time.Duration, until time.Time) bool {
 	at, ok := l.renewed(ttl, until)
 	if ok {
 		c.exp.set(l, at)
-		if !l.held() {
+		if !l.is(stateHeld) {
 			c.exp.remove(l) // released meanwhile: its ended may have come first
 		}
 	}
@@ -184,30 +209,20 @@ func (c *core) ended(l *Lock, to lockState) {
 	}
 }
 
-// forget drops a lock that is no longer held from the registry, the watchdog
-// and the loss clock. The lock's state changed first, so none can re-add it.
+// forget drops a lock that is no longer held from the registry, the
+// watchdog and the loss clock. The lock's state changed first, so none can
+// re-add it.
 func (c *core) forget(l *Lock) {
 	c.mu.Lock()
 	_, was := c.held[l]
-	if was {
-		delete(c.held, l)
-		if c.heldKeys[l.keys[0]]--; c.heldKeys[l.keys[0]] <= 0 {
-			delete(c.heldKeys, l.keys[0])
-		}
-	}
+	delete(c.held, l)
 	c.mu.Unlock()
-	c.wd.remove(l)
-	c.exp.remove(l)
 	if was {
+		c.names.add(l.Key(), -1)
 		c.waits.idle(l.channel)
 	}
-}
-
-// holds reports whether a lock of this core currently holds key.
-func (c *core) holds(key string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.heldKeys[key] > 0
+	c.wd.remove(l)
+	c.exp.remove(l)
 }
 
 // close cancels every Do and marks every held lock released (Done closes
@@ -243,7 +258,7 @@ func (c *core) close() error {
 			live = append(live, l)
 		}
 	}
-	c.batch(context.Background(), live, nil, deadline, nil, nil, nil)
+	c.pool.batch(context.Background(), live, nil, deadline, nil, nil, nil)
 	c.waits.close()
 	c.exp.stop()
 
@@ -373,6 +388,74 @@ func (c *core) attempt(ctx context.Context, a *acquisition) (*Lock, time.Duratio
 	}
 	permanent, err := at.fail(ctx)
 	return nil, at.hint, permanent, err
+}
+
+// unlock releases l on every node where it is still ours (engine: see
+// Lock.Unlock).
+func (c *core) unlock(ctx context.Context, l *Lock) error {
+	changed, wasLost := l.release()
+	if changed {
+		c.ended(l, stateReleased)
+		if kinds[l.kind].handsOff && len(c.pool.nodes) == 1 {
+			// A goroutine of ours waits for the name: release and grant
+			// in one script, no message, no acquire round trip.
+			if w := c.waits.reserveHead(l.channel); w != nil {
+				if done, err := (handOff{c: c, l: l, w: w}).run(ctx); done {
+					return err
+				}
+			}
+		}
+	} else if !wasLost {
+		return errAlreadyReleased
+	}
+	// Every node, the spec's rule: also those whose acquire has not answered
+	// yet. The release usually overtakes nothing and frees the name at once;
+	// if it does overtake the acquire, the acquire's call releases its own
+	// grant when it arrives (settle).
+	rs := c.pool.releaseOn(ctx, l, c.pool.nodes, l.timeout, c.pool.settled)
+	if !changed {
+		// A lost lock may still have our key on some node; the release above
+		// cleared it, but the lock was not held.
+		return fmt.Errorf("%w: %w", ErrNotHeld, ErrLost)
+	}
+	return c.pool.released(rs)
+}
+
+// extend moves l's lease to ttl on every node (engine: see Lock.Extend).
+func (c *core) extend(ctx context.Context, l *Lock, ttl time.Duration) error {
+	l.io.Lock()
+	defer l.io.Unlock()
+	if err := l.Err(); err != nil {
+		return fmt.Errorf("%w: %w", ErrNotHeld, err)
+	}
+	t1 := time.Now()
+	until := validUntil(t1, ttl, l.driftFactor)
+	rs, interrupted, err := c.pool.extend(ctx, l, ttl, earliest(t1.Add(l.timeout), until))
+	if err != nil {
+		return err
+	}
+	switch t := c.pool.count(rs); {
+	case t.ok >= c.pool.quorum && !interrupted && time.Now().Before(until):
+		if !c.renewed(l, ttl, until) {
+			if l.is(stateLost) {
+				c.abandon(l) // lost meanwhile: the moved lease must not keep the name
+			}
+			return fmt.Errorf("%w: %w", ErrNotHeld, l.Err())
+		}
+		if l.autoRenew {
+			c.wd.schedule(l, renewAt(l, t1))
+		}
+		return nil
+	case c.pool.impossible(t.no):
+		taken, late := refusalsIn(rs)
+		l.lose(refusalReason(t.no, taken, late), nil)
+		if t.ok > 0 {
+			c.abandon(l) // the masters that moved it must not keep the name
+		}
+		return fmt.Errorf("%w: %w", ErrNotHeld, l.Err())
+	default:
+		return c.pool.shortOf("extend", t, " within validity; the lock stays held until its current Until", ctxErrIf(ctx, interrupted))
+	}
 }
 
 // remaining is l's lease on the server (engine: Lock.TTL).

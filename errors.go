@@ -76,3 +76,36 @@ type ReplicaAcksError struct {
 func (e *ReplicaAcksError) Error() string {
 	return fmt.Sprintf("redlock: %d of %d replicas acknowledged within %v", e.Acked, e.Wanted, e.Timeout)
 }
+
+// TakenError reports that another owner holds the lock: the error of a
+// TryLock refused for that reason, and of a Lock that gave up (its retry
+// policy ran out, or its context ended) after such a refusal, carries one;
+// get it with errors.As. It matches ErrNotObtained. On a Redlock it
+// describes the masters that refused.
+type TakenError struct {
+	// Name is the lock's name.
+	Name string
+	// Owner is the value the holder stored under the key (on the first
+	// refusing master): its Lock.Owner, if it is a lock of this library;
+	// "queued:<id>" while a release has reserved the name for a queued
+	// waiter of another Lock call; "" when read holds refuse a writer, or a
+	// waiting writer refuses a read hold ([Locker.RLock]).
+	Owner string
+	// TTL is the holder's remaining lease, the shortest among the refusing
+	// masters, or negative when the key has no expiry.
+	TTL time.Duration
+	// Nodes are the indices of the refusing masters (0 for a Locker) among
+	// those that answered before the attempt was settled: a Redlock stops
+	// listening once a majority refused.
+	Nodes []int
+}
+
+func (e *TakenError) Error() string {
+	if e.Owner == "" {
+		return fmt.Sprintf("redlock: lock %q busy (read holds, or a writer waiting) for another %v", e.Name, e.TTL)
+	}
+	return fmt.Sprintf("redlock: lock %q held by owner %s for another %v", e.Name, e.Owner, e.TTL)
+}
+
+// Is reports whether target is ErrNotObtained.
+func (e *TakenError) Is(target error) bool { return target == ErrNotObtained }

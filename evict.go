@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"log/slog"
 	"sync/atomic"
 )
 
@@ -53,10 +54,10 @@ func (p *evictionProbe) evicting() (policy string, ok bool) {
 // warnEviction logs one warning per node whose server reported an evicting
 // maxmemory-policy during the warm-up. A node that had not answered by the
 // time the constructor stopped waiting for it is not reported.
-func (c *core) warnEviction() {
-	for _, n := range c.pool.nodes {
+func warnEviction(nodes []*node, logger *slog.Logger) {
+	for _, n := range nodes {
 		if policy, ok := n.evict.evicting(); ok {
-			c.cfg.logger.Warn("redlock: maxmemory-policy may evict lock keys: a held lock can vanish before its lease ends, and its holder learns it only at its next renewal; give locks a Redis of their own, or use noeviction",
+			logger.Warn("redlock: maxmemory-policy may evict lock keys: a held lock can vanish before its lease ends, and its holder learns it only at its next renewal; give locks a Redis of their own, or use noeviction",
 				"node", n.idx, "addr", n.addr, "policy", policy)
 		}
 	}

@@ -66,7 +66,7 @@ type nodeHolder struct {
 // What it reports may be out of date as soon as it returns; use it to look,
 // not to decide whether to take the lock (TryLock does that atomically).
 func (lk *Locker) Inspect(ctx context.Context, name string) (Holder, error) {
-	return lk.core().inspect(ctx, name)
+	return inspect(ctx, lk.core(), name)
 }
 
 // Inspect asks every master about the lock name and reports the holder a
@@ -81,11 +81,11 @@ func (lk *Locker) Inspect(ctx context.Context, name string) (Holder, error) {
 // quorum answering within the node timeout it returns an error joining one
 // [NodeError] per master that failed.
 func (r *Redlock) Inspect(ctx context.Context, name string) (Holder, error) {
-	return r.core().inspect(ctx, name)
+	return inspect(ctx, r.core(), name)
 }
 
 // inspect is Inspect on any number of nodes.
-func (c *core) inspect(ctx context.Context, name string) (Holder, error) {
+func inspect(ctx context.Context, c *core, name string) (Holder, error) {
 	if c == nil {
 		return Holder{}, errNoCore
 	}
@@ -104,7 +104,7 @@ func (c *core) inspect(ctx context.Context, name string) (Holder, error) {
 	// Detached, as every call of the core: gather stops waiting when ctx
 	// ends, and the read left behind is bounded by the node timeout.
 	ch, err := c.pool.fanOut(context.WithoutCancel(ctx), c.pool.nodes, timeout, timeout, func(ctx context.Context, n *node) reply {
-		if err := c.pool.identify(ctx, n); err != nil {
+		if err := c.pool.ids.identify(ctx, n); err != nil {
 			return reply{err: err}
 		}
 		return inspectOn(ctx, n, keys)
@@ -113,10 +113,10 @@ func (c *core) inspect(ctx context.Context, name string) (Holder, error) {
 		return Holder{}, err
 	}
 	rs, interrupted := gather(ch, c.pool.nodes, time.Now().Add(timeout), ctx.Done(), func(rs []reply) bool {
-		_, decided := c.judge(rs)
+		_, decided := judge(c.pool, rs)
 		return decided
 	})
-	h, decided := c.judge(rs)
+	h, decided := judge(c.pool, rs)
 	if decided && !interrupted {
 		return h, nil
 	}
@@ -155,13 +155,13 @@ func inspectOn(ctx context.Context, n *node, keys []string) reply {
 // whether the round is decided: a quorum answered and no owner can still
 // reach (or lose) a quorum, or every node replied. Undecided at the end of
 // the round means fewer than a quorum answered.
-func (c *core) judge(rs []reply) (Holder, bool) {
+func judge(p *pool, rs []reply) (Holder, bool) {
 	var (
 		answered []*nodeHolder
 		votes    = make(map[string]int)
 	)
 	for _, r := range rs {
-		if r.err != nil || r.inspected == nil || c.pool.nodes[r.node].isDup() {
+		if r.err != nil || r.inspected == nil || p.nodes[r.node].isDup() {
 			continue
 		}
 		answered = append(answered, r.inspected)
@@ -169,23 +169,23 @@ func (c *core) judge(rs []reply) (Holder, bool) {
 			votes[r.inspected.owner]++
 		}
 	}
-	if len(answered) < c.pool.quorum {
+	if len(answered) < p.quorum {
 		return Holder{}, false
 	}
 	var h Holder
 	for _, a := range answered {
 		h.Token = max(h.Token, a.token)
 	}
-	pending := len(c.pool.nodes) - len(rs)
+	pending := len(p.nodes) - len(rs)
 	for owner, v := range votes {
-		if v >= c.pool.quorum {
+		if v >= p.quorum {
 			h.Held, h.Owner = true, owner
-		} else if v+pending >= c.pool.quorum {
+		} else if v+pending >= p.quorum {
 			return Holder{}, false // an owner that may still reach a quorum
 		}
 	}
 	if !h.Held {
-		if len(c.pool.nodes) == 1 && answered[0].readers > 0 {
+		if len(p.nodes) == 1 && answered[0].readers > 0 {
 			// Read holds live only on a Locker (RLock): one node.
 			a := answered[0]
 			h.Held, h.Readers, h.TTL = true, a.readers, time.Duration(a.rpttl)*time.Millisecond
@@ -210,7 +210,7 @@ func (c *core) judge(rs []reply) (Holder, bool) {
 		return ms
 	}
 	slices.SortFunc(pttls, func(a, b int64) int { return cmp.Compare(lease(b), lease(a)) })
-	if ms := pttls[c.pool.quorum-1]; ms >= 0 {
+	if ms := pttls[p.quorum-1]; ms >= 0 {
 		h.TTL = time.Duration(ms) * time.Millisecond
 	} else {
 		h.TTL = -1

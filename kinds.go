@@ -168,6 +168,18 @@ func exclusiveRelease(l *Lock, _ int, _ time.Duration) (*redis.Script, []string,
 // fenceKeys is an exclusive lock's fence counter, as raise.lua's KEYS.
 func fenceKeys(l *Lock) []string { return l.keys[1:2] }
 
+// handOffArgs are handoff.lua's KEYS and ARGV for releasing l and granting
+// nl, with nl's options cfg, to the waiting writer wid.
+func handOffArgs(l, nl *Lock, cfg *config, wid string) ([]string, []any) {
+	keys := []string{l.keys[0], l.keys[1], l.keys[3]}
+	args := []any{l.owner, nl.owner, ttlMillis(cfg.ttl), fenceArg(cfg), ttlMillis(l.leaseTTL()), wid}
+	if nl.metadata != "" {
+		keys = append(keys, nl.keys[5])
+		args = append(args, metaValue(nl.owner, nl.metadata))
+	}
+	return keys, args
+}
+
 // releaseKeys are release.lua's KEYS: the lock key and its released marker.
 func releaseKeys(l *Lock) []string { return l.keys[2:4] }
 

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -105,9 +106,6 @@ type Lock struct {
 	loss    slot // in the loss clock's heap, guarded by its mutex
 }
 
-// ackTimeout is WAIT's timeout for this lock's writes (WithReplicaAcks).
-func (l *Lock) ackTimeout() time.Duration { return time.Duration(l.ackMillis) * time.Millisecond }
-
 // outcome is how one node answered a lock's acquire call.
 type outcome uint8
 
@@ -117,6 +115,14 @@ const (
 	taken  // another owner holds it: nothing of ours there
 	failed // an error: the script may or may not have run
 )
+
+// errAlreadyReleased is Unlock's answer on a lock released before.
+var errAlreadyReleased = fmt.Errorf("%w: already released", ErrNotHeld)
+
+// releaseRetryFor bounds how long releaseNode keeps trying on a node that
+// does not answer: a server paused for longer runs a grant waiting in its
+// sockets when it resumes, and that key then lasts one lease.
+const releaseRetryFor = 10 * time.Second
 
 // closedChan is the Done channel of a nil *Lock.
 var closedChan = func() chan struct{} {
@@ -266,11 +272,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	if l.obs == nil {
 		return l.eng.unlock(ctx, l)
 	}
-	start := time.Now()
-	err := l.eng.unlock(ctx, l)
-	observeNodes(l.obs, l.name, opRelease, err)
-	l.obs.OnRelease(ReleaseEvent{Lock: l, Name: l.name, Held: heldFor(l), Duration: time.Since(start), Err: err})
-	return err
+	return observedUnlock(ctx, l)
 }
 
 // Extend sets the lock's lease to ttl from now on every node where it is
@@ -292,10 +294,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if l.obs == nil {
 		return l.eng.extend(ctx, l, ttl)
 	}
-	start := time.Now()
-	err := l.eng.extend(ctx, l, ttl)
-	observeRenew(l, true, ttl, start, err, err)
-	return err
+	return observedExtend(ctx, l, ttl)
 }
 
 // settle records that node idx's acquire call returned, and reports whether its
@@ -308,6 +307,15 @@ func (l *Lock) settle(idx int, o outcome) (release bool) {
 	defer l.mu.Unlock()
 	l.outcome[idx] = o
 	return o != taken && l.state != stateAcquiring && l.state != stateHeld
+}
+
+// release marks l released (Unlock); wasLost reports a lock that was lost
+// before.
+func (l *Lock) release() (changed, wasLost bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	wasLost = l.state == stateLost
+	return l.transition(stateReleased, ""), wasLost
 }
 
 // fail ends an attempt that did not get the lock, and reports on which of
@@ -359,16 +367,16 @@ func (l *Lock) expire() {
 // lossLead for the whole lead.
 const timerLead = time.Millisecond
 
-// lossLead is how long before Until the loss clock declares the lock lost
-// (l.mu held): 1ms plus half the drift allowance. Renewals run a third of
+// lossLead is how long before Until the loss clock declares a lock with a
+// lease of ttl lost: 1ms plus half the drift allowance. Renewals run a third of
 // the way into a lease, so Until only comes near after two thirds of a TTL
 // of failed renewals, and giving up a few milliseconds early costs nothing
 // but a renewal that would have made it at the very last moment; in
 // exchange a loss clock delayed by a loaded machine (a goroutine waiting for
 // a CPU, a GC cycle) still closes Done before the server can grant the name
 // to another owner.
-func (l *Lock) lossLead() time.Duration {
-	return timerLead + drift(l.ttl, l.driftFactor)/2
+func lossLead(ttl time.Duration, driftFactor float64) time.Duration {
+	return timerLead + drift(ttl, driftFactor)/2
 }
 
 // expireLocked marks the lock lost if its Until is less than its loss lead
@@ -390,7 +398,7 @@ func (l *Lock) expireLocked(extra time.Duration) (lost bool, rearm time.Time) {
 	if l.pastHoldEnd(own) {
 		return l.loseLocked(LossMaxHold, nil), time.Time{}
 	}
-	if time.Until(l.until) > l.lossLead()+own {
+	if time.Until(l.until) > lossLead(l.ttl, l.driftFactor)+own {
 		mark := l.lossAt()
 		if time.Until(mark) <= extra {
 			// Due by extra, not by its own share: the clock pops a lock
@@ -421,7 +429,7 @@ func (l *Lock) pastHoldEnd(extra time.Duration) bool {
 // ahead of Until by the loss lead, or at the end of its maximum hold time
 // if that comes first.
 func (l *Lock) lossAt() time.Time {
-	at := l.until.Add(-l.lossLead())
+	at := l.until.Add(-lossLead(l.ttl, l.driftFactor))
 	if !l.holdEnd.IsZero() && l.holdEnd.Before(at) {
 		return l.holdEnd
 	}
@@ -479,32 +487,11 @@ func (l *Lock) leaseTTL() time.Duration {
 	return l.ttl
 }
 
-// renewEvery is the watchdog period for the current lease: the renew
-// interval (TTL/3 by default), but never more than half the lease's
-// validity, so that a renewal, and a retry of it, always fit before Until
-// even after an Extend to a TTL shorter than the configured interval.
-func (l *Lock) renewEvery() time.Duration {
-	ttl := l.leaseTTL()
-	every := ttl / 3
-	if l.renewInterval > 0 {
-		every = l.renewInterval
-	}
-	return max(min(every, (ttl-drift(ttl, l.driftFactor))/2), time.Millisecond)
-}
-
-// renewAt is when the watchdog should next renew a lease sent at t1.
-func (l *Lock) renewAt(t1 time.Time) time.Time { return t1.Add(l.renewEvery()) }
-
-func (l *Lock) held() bool {
+// is reports whether l is in state s.
+func (l *Lock) is(s lockState) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.state == stateHeld
-}
-
-func (l *Lock) isLost() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.state == stateLost
+	return l.state == s
 }
 
 // guardMillis is the least remaining lease, in ms, that extend.lua may still
@@ -527,7 +514,7 @@ func (l *Lock) guardMillis() int64 {
 // setGuard records the guard of the lease in force, confirmed now (l.mu
 // held): with c-t1 = ttl-drift-(Until-now), it is ttl-(Until-now)+lossLead.
 func (l *Lock) setGuard() {
-	l.guard = l.ttl - time.Until(l.until) + l.lossLead()
+	l.guard = l.ttl - time.Until(l.until) + lossLead(l.ttl, l.driftFactor)
 }
 
 // finish moves a held (or acquiring) lock to a final state.
@@ -599,4 +586,66 @@ func heldFor(l *Lock) time.Duration {
 		return l.ended.Sub(l.acquired)
 	}
 	return time.Since(l.acquired)
+}
+
+// Key returns the Redis key that holds the lock ("{<prefix><name>}"; for a
+// read hold or a permit, the sorted set that holds it; for a LockAll lock,
+// its first name's key), for tools and tests that inspect or break it (see
+// package redlocktest).
+func (l *Lock) Key() string {
+	if l == nil {
+		return ""
+	}
+	return l.keys[0]
+}
+
+// TTL asks the server for the lock's remaining lease, as bsm/redislock's
+// Lock.TTL does: the key's PTTL while it still holds this lock's owner
+// value. On a Redlock it is the lease that a quorum of masters still grants
+// (the quorum-th longest). It returns an error matching ErrNotHeld when the
+// key is gone or another owner's (on too many masters), and another error
+// when too few nodes answered within the node timeout. It does not look at
+// the local state: use [Lock.Err] or [Lock.Until] for that, which cost no
+// round trip and are the safer bound (they subtract drift).
+func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
+	if l == nil {
+		return 0, errNilLock
+	}
+	return l.eng.remaining(ctx, l)
+}
+
+// Valid reports whether the lock is still held: locally (Err is nil) and on
+// the server (a quorum of nodes still hold its owner value), as redsync's
+// Valid does, but never true after Until. An error means the server could
+// not be asked; false with a nil error means it is not held.
+func (l *Lock) Valid(ctx context.Context) (bool, error) {
+	if l.Err() != nil {
+		return false, nil
+	}
+	d, err := l.TTL(ctx)
+	switch {
+	case errors.Is(err, ErrNotHeld):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return d != 0 && l.Err() == nil, nil
+}
+
+// observedUnlock is Lock.Unlock with an observer: the release's node
+// errors and its outcome.
+func observedUnlock(ctx context.Context, l *Lock) error {
+	start := time.Now()
+	err := l.eng.unlock(ctx, l)
+	observeNodes(l.obs, l.name, opRelease, err)
+	l.obs.OnRelease(ReleaseEvent{Lock: l, Name: l.name, Held: heldFor(l), Duration: time.Since(start), Err: err})
+	return err
+}
+
+// observedExtend is Lock.Extend with an observer.
+func observedExtend(ctx context.Context, l *Lock, ttl time.Duration) error {
+	start := time.Now()
+	err := l.eng.extend(ctx, l, ttl)
+	observeRenew(l, true, ttl, start, err, err)
+	return err
 }

@@ -45,7 +45,7 @@ func NewLocker(client Client, opts ...Option) (*Locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.warnEviction()
+	warnEviction(c.pool.nodes, c.cfg.logger)
 	return &Locker{c: c}, nil
 }
 

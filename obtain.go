@@ -19,11 +19,14 @@ func (o *obtaining) run(ctx context.Context) (l *Lock, err error) {
 	// FIFO within this core: no attempt while others of ours wait or hold the
 	// name; queue behind them instead (see wait.go). An uncontended Lock
 	// never touches pub/sub: it subscribes only after a failed attempt.
-	o.try = !c.waits.busy(a.queue) && (a.held == "" || !c.holds(a.held))
+	o.try = !c.waits.busy(a.queue) && (a.held == "" || !c.names.has(a.held))
 	// A channel already confirmed subscribed before the first attempt (a
 	// name this process waits for often) hears any release after it: the
 	// first wait can trust messages instead of polling.
-	o.warm, o.heardSeq = c.waits.listening(channelOf(a.queue))
+	// The count first: a message between the two reads makes missed report
+	// it, never hides it.
+	o.heardSeq = c.waits.seq(channelOf(a.queue))
+	o.warm = c.waits.ps.listening(channelOf(a.queue))
 	defer o.leave(ctx)
 	for attempt := 0; ; attempt++ {
 		if o.try {
@@ -55,8 +58,11 @@ func (o *obtaining) run(ctx context.Context) (l *Lock, err error) {
 // refusedBy moves a multi-name lock's wait to the name that refused its
 // attempt.
 func (a *acquisition) refusedBy(err error) {
+	if a.kind != kindMulti || err == nil {
+		return // (te below would cost every attempt an allocation)
+	}
 	var te *TakenError
-	if a.kind == kindMulti && errors.As(err, &te) && te.Name != "" {
+	if errors.As(err, &te) && te.Name != "" {
 		a.queue = queueKey(releaseChannel(lockKey(a.cfg.prefix, te.Name)), queueMulti)
 	}
 }
@@ -135,7 +141,7 @@ func (o *obtaining) attemptOnce(ctx context.Context, attempt int) (l *Lock, err 
 			// holder's lease ended: the subscription did not hear that
 			// release (a failover moved the master, a connection that reads
 			// but hears nothing). Re-home it.
-			c.waits.suspect(channelOf(o.qk))
+			c.waits.ps.suspect(channelOf(o.qk))
 		}
 		return l, nil, true
 	}
@@ -166,7 +172,7 @@ func (o *obtaining) attemptOnce(ctx context.Context, attempt int) (l *Lock, err 
 	}
 	if redis.IsReadOnlyError(err) {
 		// A failover demoted the master: pub/sub may sit on it.
-		c.waits.suspect(channelOf(o.qk))
+		c.waits.ps.suspect(channelOf(o.qk))
 	}
 	return nil, nil, false
 }
@@ -211,7 +217,7 @@ func (o *obtaining) sleepFor(attempt int) (d time.Duration, trusted, ok bool) {
 	if d < 0 {
 		return 0, false, false
 	}
-	trusted = (attempt > 0 || o.warm) && o.c.waits.trusted()
+	trusted = (attempt > 0 || o.warm) && o.c.waits.ps.trusted()
 	switch {
 	case o.hint < 0:
 	case trusted:

@@ -38,7 +38,15 @@ type pool struct {
 	nodes  []*node
 	quorum int
 	life   *lifecycle
-	idMu   sync.Mutex // serialises the duplicate checks of node identities
+	ids    idents
+}
+
+// idents tells apart the servers behind the nodes: a Redlock node's vote
+// counts only once its server's run_id is known, and never when another
+// node of the pool reaches the same server.
+type idents struct {
+	mu    sync.Mutex // serialises the duplicate checks
+	nodes []*node    // the pool's
 }
 
 // node is one Redis deployment: the only one of a Locker, one of the N
@@ -487,6 +495,9 @@ func keyRouted(cl Client) bool {
 	return false
 }
 
+// ackTimeout is WAIT's timeout for this lock's writes (WithReplicaAcks).
+func ackTimeout(l *Lock) time.Duration { return time.Duration(l.ackMillis) * time.Millisecond }
+
 // scriptAcked runs script and then WAIT replicas timeout on the same
 // connection. It returns the script's command, and an error when the
 // script succeeded but WAIT failed or counted fewer than replicas
@@ -531,64 +542,6 @@ func ackError(wait *redis.Cmd, replicas int, timeout time.Duration) error {
 		return &ReplicaAcksError{Acked: int(n), Wanted: replicas, Timeout: timeout}
 	}
 	return nil
-}
-
-// batchAcks returns the replicas and timeout of the one WAIT a renewal batch
-// sends per node: the largest asked for by any of its locks, so that the
-// count answers every lock (each compares it with its own replicas).
-func batchAcks(locks []*Lock) (int, time.Duration) {
-	var replicas int
-	var timeout time.Duration
-	for _, l := range locks {
-		if l.replicas > 0 {
-			replicas = max(replicas, int(l.replicas))
-			timeout = max(timeout, l.ackTimeout())
-		}
-	}
-	return replicas, timeout
-}
-
-// renewAcked renews each lock on its own connection with its own WAIT: the
-// path of a Cluster or Ring client, whose pipelines span shards. Slower than
-// one pipeline, but only locks that asked for acks pay for it.
-func renewAcked(ctx context.Context, cl Client, locks []*Lock, ttls []time.Duration) ([]int8, error) {
-	codes := make([]int8, len(locks))
-	var firstErr error
-	for i, l := range locks {
-		var v int64
-		var err error
-		if l.replicas > 0 {
-			var cmd *redis.Cmd
-			var ackErr error
-			s, keys, args := kinds[l.kind].extend(l, 0, ttls[i])
-			cmd, ackErr = scriptAcked(ctx, cl, s, keys, int(l.replicas), l.ackTimeout(), args...)
-			v, err = cmd.Int64()
-			if err == nil && v == replyOK && ackErr != nil {
-				err = ackErr
-			}
-		} else {
-			v, err = runParts(ctx, cl, l, kinds[l.kind].extend, ttls[i], foldExtend)
-		}
-		codes[i] = extendCode(v, err)
-		if err != nil && firstErr == nil {
-			firstErr = err
-		}
-	}
-	return codes, firstErr
-}
-
-// extendCode is a renewal's per-lock code in a batch: 1 extended, replyTaken
-// another owner's, replyLate too near its end, 0 missing, -1 error.
-func extendCode(v int64, err error) int8 {
-	switch {
-	case err != nil:
-		return -1
-	case v == replyOK:
-		return 1
-	case v == replyTaken, v == replyLate:
-		return int8(v)
-	}
-	return 0
 }
 
 // fanOut calls every node in nodes concurrently. go-redis applies ctx
@@ -734,8 +687,8 @@ func (p *pool) nodeErr(i int, err error) error {
 
 // identify makes sure a Redlock node's server is known before its vote
 // counts, reading its run_id on first contact when the warm-up could not.
-func (p *pool) identify(ctx context.Context, n *node) error {
-	if len(p.nodes) < 2 || !identifiable(n.client) {
+func (ids *idents) identify(ctx context.Context, n *node) error {
+	if len(ids.nodes) < 2 || !identifiable(n.client) {
 		return nil
 	}
 	id, dup := n.identity()
@@ -750,9 +703,9 @@ func (p *pool) identify(ctx context.Context, n *node) error {
 		return err
 	}
 	n.setRunID(id)
-	p.idMu.Lock()
-	err = p.checkDuplicate(n)
-	p.idMu.Unlock()
+	ids.mu.Lock()
+	err = ids.checkDuplicate(n)
+	ids.mu.Unlock()
 	if n.isDup() {
 		return err
 	}
@@ -761,14 +714,14 @@ func (p *pool) identify(ctx context.Context, n *node) error {
 
 // checkDuplicate compares n's run_id with every other node's; of two nodes
 // with one run_id, the later in the client list is marked a duplicate of
-// the earlier. Call it under p.idMu, so two nodes identified at once see each
+// the earlier. Call it under ids.mu, so two nodes identified at once see each
 // other.
-func (p *pool) checkDuplicate(n *node) error {
+func (ids *idents) checkDuplicate(n *node) error {
 	id, _ := n.identity()
 	if id == "" || id == unidentified {
 		return nil
 	}
-	for _, o := range p.nodes {
+	for _, o := range ids.nodes {
 		if oid, _ := o.identity(); o == n || oid != id {
 			continue
 		}
@@ -783,15 +736,15 @@ func (p *pool) checkDuplicate(n *node) error {
 }
 
 // duplicates marks and reports nodes whose run_id another node has already.
-func (p *pool) duplicates() error {
-	p.idMu.Lock()
-	defer p.idMu.Unlock()
+func (ids *idents) duplicates() error {
+	ids.mu.Lock()
+	defer ids.mu.Unlock()
 	var errs []error
-	for _, n := range p.nodes {
+	for _, n := range ids.nodes {
 		if n.isDup() {
 			continue
 		}
-		if err := p.checkDuplicate(n); err != nil {
+		if err := ids.checkDuplicate(n); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -806,36 +759,74 @@ func (p *pool) duplicates() error {
 // is longer. Two nodes that turn out to be one server (127.0.0.1:P and
 // localhost:P, a DNS alias) make it fail: a quorum that one process can
 // satisfy is no quorum.
-func (p *pool) warmUp(timeout time.Duration) error {
-	identify := len(p.nodes) > 1
+func (ids *idents) warmUp(life *lifecycle, timeout time.Duration) error {
+	identify := len(ids.nodes) > 1
 	limit := max(warmUpLimit, timeout)
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
-	done := make(chan struct{}, len(p.nodes))
-	p.life.wg.Add(len(p.nodes))
-	for _, n := range p.nodes {
+	done := make(chan struct{}, len(ids.nodes))
+	life.wg.Add(len(ids.nodes))
+	for _, n := range ids.nodes {
 		go func() {
-			defer p.life.wg.Done()
+			defer life.wg.Done()
 			defer func() { done <- struct{}{} }()
 			if n.warmUp(ctx, identify && identifiable(n.client)) {
 				// Also when this answer comes after the constructor stopped
 				// waiting: the node's votes stop counting from then on.
-				p.idMu.Lock()
-				_ = p.checkDuplicate(n)
-				p.idMu.Unlock()
+				ids.mu.Lock()
+				_ = ids.checkDuplicate(n)
+				ids.mu.Unlock()
 			}
 		}()
 	}
 	t := time.NewTimer(limit)
 	defer t.Stop()
 	defer cancel()
-	for range p.nodes {
+	for range ids.nodes {
 		select {
 		case <-done:
 		case <-t.C:
-			return p.duplicates()
+			return ids.duplicates()
 		}
 	}
-	return p.duplicates()
+	return ids.duplicates()
+}
+
+// extend sends l's extend calls to every node, moving its lease to ttl, and
+// gathers the replies until the outcome is settled, deadline passes or ctx
+// ends (interrupted).
+func (p *pool) extend(ctx context.Context, l *Lock, ttl time.Duration, deadline time.Time) (rs []reply, interrupted bool, err error) {
+	ch, err := p.fanOut(context.WithoutCancel(ctx), p.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node) reply {
+		if l.replicas == 0 {
+			v, err := runParts(ctx, n.client, l, kinds[l.kind].extend, ttl, foldExtend)
+			return reply{ok: v == replyOK, code: v, err: err}
+		}
+		s, keys, args := kinds[l.kind].extend(l, 0, ttl) // one part: LockAll refuses acks over shards
+		cmd, ackErr := scriptAcked(ctx, n.client, s, keys, int(l.replicas), ackTimeout(l), args...)
+		v, err := cmd.Int64()
+		if err == nil && v == replyOK && ackErr != nil {
+			// Extended on the master only: a failed attempt, not a refusal.
+			return reply{code: v, err: ackErr}
+		}
+		return reply{ok: v == replyOK, code: v, err: err}
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	rs, interrupted = gather(ch, p.nodes, deadline, ctx.Done(), p.settled)
+	return rs, interrupted, nil
+}
+
+// released is the verdict of an Unlock's release round: nil once a quorum
+// released, ErrNotHeld when too many nodes no longer had our key.
+func (p *pool) released(rs []reply) error {
+	t := p.count(rs)
+	switch {
+	case t.ok >= p.quorum:
+		return nil
+	case p.impossible(t.no):
+		return fmt.Errorf("%w: the key was gone or another owner's on %d of %d nodes", ErrNotHeld, t.no, len(p.nodes))
+	}
+	return p.shortOf("release", t, "; the lock frees itself when its lease ends", nil)
 }
 
 // releaseOn sends the release script for l to nodes and waits for their

@@ -61,7 +61,7 @@ func NewRedlock(clients []Client, opts ...Option) (*Redlock, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.warnEviction()
+	warnEviction(c.pool.nodes, c.cfg.logger)
 	return &Redlock{c: c}, nil
 }
 

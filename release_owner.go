@@ -27,7 +27,7 @@ import (
 // when it reports the lock lost ([Lock.Done], [ErrLost]). It is safe for
 // concurrent use.
 func (lk *Locker) Release(ctx context.Context, name, owner string) error {
-	return lk.core().releaseOwner(ctx, name, owner)
+	return releaseOwner(ctx, lk.core(), name, owner)
 }
 
 // Release releases the lock name on every master where owner holds it, as
@@ -37,12 +37,12 @@ func (lk *Locker) Release(ctx context.Context, name, owner string) error {
 // that it was not held (keys of owner found on a minority are deleted all
 // the same).
 func (r *Redlock) Release(ctx context.Context, name, owner string) error {
-	return r.core().releaseOwner(ctx, name, owner)
+	return releaseOwner(ctx, r.core(), name, owner)
 }
 
 // releaseOwner is Release: release.lua for a lock this core may never have
 // held, known only by name and owner value.
-func (c *core) releaseOwner(ctx context.Context, name, owner string) error {
+func releaseOwner(ctx context.Context, c *core, name, owner string) error {
 	switch {
 	case c == nil:
 		return errNoCore
@@ -67,7 +67,7 @@ func (c *core) releaseOwner(ctx context.Context, name, owner string) error {
 	args := []any{owner, releaseChannel(key), 1}
 	timeout := c.cfg.timeout(c.cfg.ttl)
 	ch, err := c.pool.fanOut(context.WithoutCancel(ctx), c.pool.nodes, timeout, timeout, func(ctx context.Context, n *node) reply {
-		if err := c.pool.identify(ctx, n); err != nil {
+		if err := c.pool.ids.identify(ctx, n); err != nil {
 			return reply{err: err}
 		}
 		v, err := scriptRelease.Run(ctx, n.client, keys, args...).Int64()
@@ -88,7 +88,7 @@ func (c *core) releaseOwner(ctx context.Context, name, owner string) error {
 		return nil
 	case c.pool.impossible(t.no) && len(c.pool.nodes) == 1:
 		// Not the exclusive lock's owner: a read hold's or a permit's?
-		return c.releaseSetOwner(ctx, name, key, owner, timeout)
+		return releaseSetOwner(ctx, c, name, key, owner, timeout)
 	case c.pool.impossible(t.no):
 		return fmt.Errorf("%w: %q is not held by owner %q", ErrNotHeld, name, owner)
 	}
@@ -101,7 +101,7 @@ func (c *core) releaseOwner(ctx context.Context, name, owner string) error {
 // Owner values are random UUIDs, so at most one of them holds owner. As in
 // releaseOwner, the marker has a key of its own, so that the holder's own
 // Unlock still reports the hold as not held.
-func (c *core) releaseSetOwner(ctx context.Context, name, key, owner string, timeout time.Duration) error {
+func releaseSetOwner(ctx context.Context, c *core, name, key, owner string, timeout time.Duration) error {
 	sets := []struct {
 		key, channel, reads string
 		counted             bool // a permit count key lives with the set

@@ -31,7 +31,7 @@ import (
 // that holds a read hold and asks for the write lock on the same name waits
 // for itself, as with any read-write lock. Errors are those of Lock.
 func (lk *Locker) RLock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
-	return lk.core().rlock(ctx, name, opts, true)
+	return lk.rlock(ctx, name, opts, true)
 }
 
 // TryRLock makes one attempt to take a read hold on name, as RLock does.
@@ -39,10 +39,11 @@ func (lk *Locker) RLock(ctx context.Context, name string, opts ...Option) (*Lock
 // ErrNotObtained (a [*TakenError] whose Owner is the writer's owner value,
 // or "" for a writer that waits).
 func (lk *Locker) TryRLock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
-	return lk.core().rlock(ctx, name, opts, false)
+	return lk.rlock(ctx, name, opts, false)
 }
 
-func (c *core) rlock(ctx context.Context, name string, opts []Option, wait bool) (*Lock, error) {
+func (lk *Locker) rlock(ctx context.Context, name string, opts []Option, wait bool) (*Lock, error) {
+	c := lk.core()
 	a, err := c.named(name, opts)
 	if err != nil {
 		return nil, err

@@ -3,12 +3,9 @@ package redlock
 import (
 	"container/heap"
 	"context"
-	"errors"
 	"log/slog"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // watchdog renews every auto-renewed lock of one core from ONE goroutine. A
@@ -49,12 +46,28 @@ func newWatchdog(c *core) *watchdog {
 	return w
 }
 
+// renewEvery is the watchdog period for the current lease: the renew
+// interval (TTL/3 by default), but never more than half the lease's
+// validity, so that a renewal, and a retry of it, always fit before Until
+// even after an Extend to a TTL shorter than the configured interval.
+func renewEvery(l *Lock) time.Duration {
+	ttl := l.leaseTTL()
+	every := ttl / 3
+	if l.renewInterval > 0 {
+		every = l.renewInterval
+	}
+	return max(min(every, (ttl-drift(ttl, l.driftFactor))/2), time.Millisecond)
+}
+
+// renewAt is when the watchdog should next renew a lease sent at t1.
+func renewAt(l *Lock, t1 time.Time) time.Time { return t1.Add(renewEvery(l)) }
+
 // schedule (re)queues l for renewal at at, unless it is no longer held. The
 // held check runs under w.mu, and a lock leaves the held state before it
 // calls remove, so a released lock is never left in the queue.
 func (w *watchdog) schedule(l *Lock, at time.Time) {
 	w.mu.Lock()
-	if !l.held() {
+	if !l.is(stateHeld) {
 		w.mu.Unlock()
 		return
 	}
@@ -107,7 +120,7 @@ func (w *watchdog) due(now time.Time) []*Lock {
 	var out, busy []*Lock
 	for {
 		head, at, ok := w.queue.head()
-		if !ok || at.After(now.Add(head.renewEvery()/8)) {
+		if !ok || at.After(now.Add(renewEvery(head)/8)) {
 			break
 		}
 		w.queue.pop()
@@ -120,7 +133,7 @@ func (w *watchdog) due(now time.Time) []*Lock {
 	for _, l := range busy {
 		// Past the ride-along window, so the next pass does not pop it again
 		// at once while the Extend holding it is still on the wire.
-		w.queue.set(l, now.Add(l.renewEvery()/8+time.Millisecond))
+		w.queue.set(l, now.Add(renewEvery(l)/8+time.Millisecond))
 	}
 	_, at, queued := w.queue.head()
 	switch {
@@ -175,7 +188,7 @@ func (w *watchdog) renew(due []*Lock) {
 	moveOn := make(chan struct{})
 	go func() {
 		defer c.life.wg.Done()
-		c.batch(w.ctx, due, ttls, deadline, w.quit, settle, moveOn)
+		c.pool.batch(w.ctx, due, ttls, deadline, w.quit, settle, moveOn)
 	}()
 	select {
 	case <-moveOn:
@@ -191,7 +204,7 @@ func (w *watchdog) apply(l *Lock, ttl time.Duration, t1 time.Time, r batchResult
 	c := w.c
 	if r.ok > 0 {
 		defer func() {
-			if l.isLost() {
+			if l.is(stateLost) {
 				c.abandon(l)
 			}
 		}()
@@ -201,7 +214,7 @@ func (w *watchdog) apply(l *Lock, ttl time.Duration, t1 time.Time, r batchResult
 	switch {
 	case r.ok >= c.pool.quorum && now.Before(until):
 		if c.renewed(l, ttl, until) {
-			w.schedule(l, l.renewAt(t1))
+			w.schedule(l, renewAt(l, t1))
 		}
 		if l.obs != nil {
 			observeRenew(l, false, ttl, t1, l.Err(), r.err)
@@ -216,7 +229,7 @@ func (w *watchdog) apply(l *Lock, ttl time.Duration, t1 time.Time, r batchResult
 		if l.obs != nil {
 			observeRenew(l, false, ttl, t1, r.err, r.err)
 		}
-		if !l.held() {
+		if !l.is(stateHeld) {
 			return
 		}
 		l.renewFailed(r.err, r.no > 0)
@@ -227,381 +240,8 @@ func (w *watchdog) apply(l *Lock, ttl time.Duration, t1 time.Time, r batchResult
 			l.logger.Warn("redlock: renewal failed, retrying", "name", l.name, "extended", r.ok, "nodes", len(c.pool.nodes), "err", r.err)
 		}
 		// Retry soon; the loss clock fires at Until if this keeps failing.
-		w.schedule(l, now.Add(max(l.renewEvery()/4, time.Millisecond)))
+		w.schedule(l, now.Add(max(renewEvery(l)/4, time.Millisecond)))
 	}
-}
-
-// batchResult is the outcome of one pipelined script for one lock over all
-// nodes.
-type batchResult struct {
-	ok, no, failed int
-	taken          int // of no: another owner's value, not a missing key
-	late           int // of no: the lease was too near its end to move (extend.lua)
-	err            error
-	interrupted    bool // quit closed before the outcome was settled
-	partial        bool // not settled yet: what one node timeout brought
-}
-
-// batch runs the extend script (ttls != nil) or the release script (ttls ==
-// nil) for every lock on every node, one pipeline per node. settle, when
-// not nil, gets each lock's outcome once, as soon as a quorum of yes, or its
-// impossibility, decides it, or when the deadline passes or quit closes;
-// and, for a lock still open one node timeout after the send, a partial
-// outcome then.
-// moveOn, when not nil, is closed as soon as every lock is settled or a
-// quorum of nodes has answered: what is left waits for a slow minority. It
-// returns every lock's outcome from the replies gathered by the end. A
-// renewal skips a node whose previous renewal has not answered yet (counted
-// as failed), so a hung node ties up one goroutine, not one per period.
-func (c *core) batch(ctx context.Context, locks []*Lock, ttls []time.Duration, deadline time.Time, quit <-chan struct{}, settle func(int, batchResult), moveOn chan struct{}) []batchResult {
-	b := &batchRound{c: c, out: make([]batchResult, len(locks)), done: make([]bool, len(locks)), left: len(locks), settle: settle, moveOn: moveOn}
-	defer b.letGo()
-	if len(locks) == 0 {
-		return b.out
-	}
-	renew := ttls != nil
-	nodes := make([]*node, 0, len(c.pool.nodes))
-	for _, n := range c.pool.nodes {
-		if renew && !n.renewing.CompareAndSwap(false, true) {
-			b.rs = append(b.rs, reply{node: n.idx, err: errNodeBusy})
-			continue
-		}
-		nodes = append(nodes, n)
-	}
-	b.skipped, b.timeout = len(b.rs), locks[0].timeout
-	if len(nodes) == 0 {
-		b.decide(true, false)
-		return b.out
-	}
-	ch, err := c.pool.fanOut(ctx, nodes, time.Until(deadline), time.Until(deadline), func(ctx context.Context, n *node) reply {
-		if renew {
-			defer n.renewing.Store(false)
-		}
-		codes, err := pipelineScript(ctx, n.client, locks, ttls)
-		if renew {
-			c.releaseLate(ctx, n, locks, codes)
-		}
-		return reply{codes: codes, err: err}
-	})
-	if err != nil {
-		for _, n := range nodes {
-			if renew {
-				n.renewing.Store(false)
-			}
-			b.rs = append(b.rs, reply{node: n.idx, err: err})
-		}
-		b.decide(true, false)
-		return b.out
-	}
-	b.gather(ch, nodes, deadline, quit)
-	return b.out
-}
-
-// batchRound is one batch's tally: the replies so far and which locks are
-// settled.
-type batchRound struct {
-	c       *core
-	rs      []reply // replies so far; the first skipped are nodes left out
-	skipped int
-	out     []batchResult
-	done    []bool
-	left    int           // locks not settled yet
-	timeout time.Duration // the locks' node timeout: when partial outcomes are due
-	settle  func(int, batchResult)
-	moveOn  chan struct{}
-	moved   bool
-}
-
-// gather reads the nodes' replies, settling locks as they are decided,
-// until every lock is, the deadline passes or quit closes; one node timeout
-// in, locks still open get a partial outcome.
-func (b *batchRound) gather(ch <-chan reply, nodes []*node, deadline time.Time, quit <-chan struct{}) {
-	t := getTimer(time.Until(deadline))
-	defer putTimer(t)
-	var soft <-chan time.Time
-	if b.settle != nil && time.Until(deadline) > b.timeout {
-		st := getTimer(b.timeout)
-		defer putTimer(st)
-		soft = st.C
-	}
-	for got := 0; got < len(nodes) && b.left > 0; {
-		select {
-		case r := <-ch:
-			b.rs = append(b.rs, r)
-			got++
-			b.decide(false, false)
-			continue
-		case <-soft:
-			soft = nil
-			b.partial(nodes)
-			continue
-		case <-t.C:
-			for _, n := range nodes {
-				if _, ok := replyOf(b.rs, n.idx); !ok {
-					b.rs = append(b.rs, reply{node: n.idx, err: errNodeTimeout})
-				}
-			}
-		case <-quit:
-			b.decide(true, true)
-		}
-		break
-	}
-	b.decide(true, false)
-}
-
-// tally is lock i's outcome from the replies so far, with the nodes'
-// errors joined in when withErr (only for an outcome that is handed on: a
-// batch of thousands of locks is tallied at every reply).
-func (b *batchRound) tally(i int, withErr bool) batchResult {
-	var res batchResult
-	for _, r := range b.rs {
-		b.c.tallyBatch(&res, r, i, withErr)
-	}
-	return res
-}
-
-// decide settles every lock that the replies so far decide (all of them
-// when final), and lets the scheduler go once nothing is left to wait for
-// but a minority.
-func (b *batchRound) decide(final, interrupted bool) {
-	c := b.c
-	for i := range b.out {
-		if b.done[i] {
-			continue
-		}
-		if res := b.tally(i, false); !final && res.ok < c.pool.quorum && !c.pool.impossible(res.no+res.failed) {
-			continue
-		}
-		res := b.tally(i, true)
-		res.interrupted = interrupted
-		b.out[i], b.done[i] = res, true
-		b.left--
-		if b.settle != nil {
-			b.settle(i, res)
-		}
-	}
-	if answered := len(b.rs) - b.skipped; b.left == 0 || answered >= c.pool.quorum || final {
-		b.letGo()
-	}
-}
-
-// partial gives every lock still open what one node timeout brought, the
-// nodes that have not answered named in its error.
-func (b *batchRound) partial(nodes []*node) {
-	for i := range b.out {
-		if b.done[i] {
-			continue
-		}
-		res := b.tally(i, true)
-		res.partial = true
-		for _, n := range nodes {
-			if _, ok := replyOf(b.rs, n.idx); !ok {
-				res.err = errors.Join(res.err, b.c.pool.nodeErr(n.idx, errNodeTimeout))
-			}
-		}
-		b.settle(i, res)
-	}
-}
-
-func (b *batchRound) letGo() {
-	if !b.moved && b.moveOn != nil {
-		b.moved = true
-		close(b.moveOn)
-	}
-}
-
-// releaseLate releases, on node n, the locks whose lease n has just moved
-// although they stopped being held while the renewal was on the wire (a
-// server that answers after a pause runs the renewals queued in its
-// sockets): a lock declared lost must not keep its name once the server
-// answers again. extend.lua already refuses a lease too near its end, so
-// this is the rest: leases moved shortly before the loss was declared.
-func (c *core) releaseLate(ctx context.Context, n *node, locks []*Lock, codes []int8) {
-	var late []*Lock
-	for i, l := range locks {
-		if i < len(codes) && codes[i] == 1 && l.isLost() {
-			late = append(late, l)
-		}
-	}
-	if len(late) > 0 {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), late[0].timeout)
-		defer cancel()
-		_, _ = pipelineScript(ctx, n.client, late, nil)
-	}
-}
-
-// tallyBatch adds node reply r's answer for lock i to res, and, when
-// withErr, that node's error or refusal.
-func (c *core) tallyBatch(res *batchResult, r reply, i int, withErr bool) {
-	switch {
-	case r.codes == nil || r.codes[i] < 0 || c.pool.nodes[r.node].isDup():
-		res.failed++
-		if !withErr {
-			return
-		}
-		err := r.err
-		if err == nil {
-			err = errDuplicate
-		}
-		res.err = errors.Join(res.err, c.pool.nodeErr(r.node, err))
-	case r.codes[i] == 1:
-		res.ok++
-	default:
-		res.no++
-		switch r.codes[i] {
-		case replyTaken:
-			res.taken++
-		case replyLate:
-			res.late++
-		}
-		if withErr {
-			res.err = errors.Join(res.err, c.pool.nodeErr(r.node, refusalOf(int64(r.codes[i]))))
-		}
-	}
-}
-
-// pipelineScript sends one script call per lock in one pipeline and returns
-// per lock 1 (yes), 0 (not ours), replyTaken, replyLate or -1 (error).
-// go-redis's EVALSHA-to-EVAL fallback does not apply inside pipelines, so
-// calls that failed with NOSCRIPT (after SCRIPT FLUSH, a restart, a
-// failover) are sent again with EVAL: a missing script must never read as
-// "not held".
-func pipelineScript(ctx context.Context, cl Client, locks []*Lock, ttls []time.Duration) ([]int8, error) {
-	p := pipelined{locks: locks, ttls: ttls}
-	if p.renew() {
-		if p.replicas, p.ackTimeout = batchAcks(locks); p.replicas > 0 && keyRouted(cl) {
-			return renewAcked(ctx, cl, locks, ttls)
-		}
-	}
-	p.send(ctx, cl)
-	return p.codes()
-}
-
-// pipelined is one node's pipeline of a batch: one command per part of
-// each lock (one, except for a multi-name lock spread over shards).
-type pipelined struct {
-	locks      []*Lock
-	ttls       []time.Duration // nil: release
-	replicas   int             // WithReplicaAcks of the renewals, 0 without
-	ackTimeout time.Duration
-	cmds       []sentScript
-	// With replica acks, one WAIT ends each pipeline: it runs on the
-	// pipeline's connection, after its scripts (see replicaacks.go); wait
-	// for the first, waitAgain for the EVAL retries.
-	wait, waitAgain *redis.Cmd
-}
-
-type sentScript struct {
-	cmd     *redis.Cmd
-	lock    int
-	part    int
-	retried bool // sent again with EVAL after NOSCRIPT
-}
-
-func (p *pipelined) renew() bool { return p.ttls != nil }
-
-func (p *pipelined) call(i, part int) (*redis.Script, []string, []any) {
-	if p.renew() {
-		return kinds[p.locks[i].kind].extend(p.locks[i], part, p.ttls[i])
-	}
-	return kinds[p.locks[i].kind].release(p.locks[i], part, 0)
-}
-
-// send runs the pipeline, then again with EVAL the calls that found no
-// script; errors are read per command by codes.
-func (p *pipelined) send(ctx context.Context, cl Client) {
-	p.cmds = make([]sentScript, 0, len(p.locks))
-	pipe := cl.Pipeline()
-	for i, l := range p.locks {
-		for part := range parts(l) {
-			s, keys, args := p.call(i, part)
-			p.cmds = append(p.cmds, sentScript{cmd: s.EvalSha(ctx, pipe, keys, args...), lock: i, part: part})
-		}
-	}
-	if p.replicas > 0 {
-		p.wait = waitCmd(ctx, pipe, p.replicas, p.ackTimeout)
-	}
-	_, _ = pipe.Exec(ctx)
-	pipe = nil
-	for j := range p.cmds {
-		if !isNoScript(p.cmds[j].cmd.Err()) {
-			continue
-		}
-		if pipe == nil {
-			pipe = cl.Pipeline()
-		}
-		s, keys, args := p.call(p.cmds[j].lock, p.cmds[j].part)
-		p.cmds[j].cmd, p.cmds[j].retried = s.Eval(ctx, pipe, keys, args...), true
-	}
-	if pipe != nil {
-		if p.replicas > 0 {
-			p.waitAgain = waitCmd(ctx, pipe, p.replicas, p.ackTimeout)
-		}
-		_, _ = pipe.Exec(ctx)
-	}
-}
-
-// codes folds the replies of each lock's parts into its code, and returns
-// the first error.
-func (p *pipelined) codes() ([]int8, error) {
-	vals := make([]int64, len(p.locks))
-	errs := make([]error, len(p.locks))
-	retried := make([]bool, len(p.locks))
-	for _, c := range p.cmds {
-		i := c.lock
-		if errs[i] != nil {
-			continue
-		}
-		v, err := c.cmd.Int64()
-		if err != nil {
-			errs[i] = err
-			continue
-		}
-		retried[i] = retried[i] || c.retried
-		if p.renew() {
-			vals[i] = foldExtend(vals[i], v, c.part == 0)
-		} else {
-			vals[i] = foldRelease(vals[i], v, c.part == 0)
-		}
-	}
-	codes := make([]int8, len(p.locks))
-	var firstErr error
-	for i, l := range p.locks {
-		err := errs[i]
-		if err == nil {
-			codes[i], err = p.code(l, vals[i], retried[i])
-		} else {
-			codes[i] = -1
-		}
-		if err != nil && firstErr == nil {
-			firstErr = err
-		}
-	}
-	return codes, firstErr
-}
-
-// code is one lock's code from its folded reply v.
-func (p *pipelined) code(l *Lock, v int64, retried bool) (int8, error) {
-	switch {
-	case !p.renew():
-		if r := releaseReply(l, v, nil); r.ok {
-			return 1, nil
-		}
-	case v == replyOK && l.replicas > 0:
-		// Extended on the master; a vote only with the replicas' acks,
-		// counted by the WAIT of the connection this script ran on.
-		w := p.wait
-		if retried {
-			w = p.waitAgain
-		}
-		if err := ackError(w, int(l.replicas), p.ackTimeout); err != nil {
-			return -1, err
-		}
-		return 1, nil
-	case v == replyOK, v == replyTaken, v == replyLate:
-		return int8(v), nil
-	}
-	return 0, nil
 }
 
 // slot is a lock's place in one timeHeap: when it is due there, and at which
@@ -670,3 +310,189 @@ func (h *timeHeap) pop() *Lock { return heap.Pop(h).(*Lock) }
 // farFuture stands for "nothing planned": any earlier time wakes a loop
 // waiting on a timeHeap.
 var farFuture = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// expiry is a core's loss clock: ONE goroutine and one timer close the Done
+// channel of every held lock whose validity runs out without a renewal. A
+// runtime timer per lock would do the same, but with 20,000 locks on a hung
+// server their callbacks all fire at once and contend for the core's
+// mutexes, closing the last Done tens of milliseconds after its Until; this
+// loop closes every due lock's Done first and does the bookkeeping after.
+type expiry struct {
+	mu    sync.Mutex
+	queue timeHeap
+	quit  chan struct{}
+	done  chan struct{}
+	// next is when the loop's timer fires, zero while the loop is busy, and
+	// early how long before the head's mark that is. set moves the timer
+	// earlier for a lock due before next itself, under mu, without waking
+	// the loop: taking a lock costs no goroutine switch.
+	next  time.Time
+	early time.Duration
+	timer *time.Timer
+	// cost is what declaring one lock lost took, on average (owned by run):
+	// locks due together are declared lost that much earlier per lock, so
+	// the last of a batch of thousands (renewed together, due together)
+	// still closes Done by its Until.
+	cost time.Duration
+}
+
+func newExpiry() *expiry {
+	e := &expiry{timer: time.NewTimer(time.Hour), quit: make(chan struct{}), done: make(chan struct{}), cost: calibrate()}
+	e.queue.slot = func(l *Lock) *slot { return &l.loss }
+	go e.run()
+	return e
+}
+
+// calibrate measures what declaring a lock lost costs on this machine and
+// build (the race detector makes it ten times dearer), so that the first
+// batch of losses is not late for want of an estimate.
+func calibrate() time.Duration {
+	const n = 32
+	locks := make([]Lock, n)
+	past := time.Now().Add(-time.Second)
+	for i := range locks {
+		locks[i] = Lock{state: stateHeld, until: past, done: make(chan struct{})}
+	}
+	start := time.Now()
+	for i := range locks {
+		locks[i].expireLocked(0)
+	}
+	return max(time.Since(start)/n, 100*time.Nanosecond)
+}
+
+// set arms (or moves) l's loss to at.
+func (e *expiry) set(l *Lock, at time.Time) {
+	e.mu.Lock()
+	e.queue.set(l, at)
+	if mark := at.Add(-e.early); !e.next.IsZero() && mark.Before(e.next) {
+		e.next = mark
+		e.timer.Reset(time.Until(mark))
+	}
+	e.mu.Unlock()
+}
+
+func (e *expiry) remove(l *Lock) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.queue.remove(l)
+}
+
+func (e *expiry) stop() {
+	close(e.quit)
+	<-e.done
+}
+
+func (e *expiry) run() {
+	defer close(e.done)
+	defer e.timer.Stop()
+	var due, pending []*Lock // pending: lost, bookkeeping not done yet
+	var dueAt []time.Time    // the marks of due
+	var lead time.Duration   // how much earlier a batch starts, for its size
+	// slack is how much earlier still, learnt from batches that closed a
+	// Done after its mark: on a loaded machine the loop wakes late and runs
+	// slowly, and the next batch starts earlier by what the last one missed.
+	var slack time.Duration
+	for {
+		due, dueAt, lead = e.take(due[:0], dueAt[:0], lead, slack, len(pending) > 0)
+		if len(due) > 0 {
+			// Close every Done first: other owners may be granted the names
+			// soon.
+			var over time.Duration // the latest Done past its mark
+			pending, over = e.expire(due, dueAt, lead+slack, pending)
+			if over > 0 {
+				slack = min(slack+over, maxSlack)
+			} else {
+				slack -= slack / 16
+			}
+			continue
+		}
+		if len(pending) > 0 {
+			// The registry, the log and Do's callbacks, a slice at a time,
+			// looking for newly due locks in between: a batch's bookkeeping
+			// must not make the next batch late.
+			k := min(len(pending), 64)
+			for _, l := range pending[:k] {
+				l.eng.ended(l, stateLost)
+			}
+			pending = append(pending[:0], pending[k:]...)
+			continue
+		}
+		select {
+		case <-e.quit:
+			return
+		case <-e.timer.C:
+		}
+	}
+}
+
+// take pops the locks due within lead+slack into due (their marks into
+// dueAt). With none due and no bookkeeping pending (busy false), it sets the
+// timer for the next one, early by the time the locks due with it will
+// take to declare lost, and returns that new lead.
+func (e *expiry) take(due []*Lock, dueAt []time.Time, lead, slack time.Duration, busy bool) ([]*Lock, []time.Time, time.Duration) {
+	now := time.Now()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for {
+		_, at, ok := e.queue.head()
+		if !ok || at.After(now.Add(lead+slack)) {
+			break
+		}
+		due = append(due, e.queue.pop())
+		dueAt = append(dueAt, at)
+	}
+	if len(due) > 0 || busy {
+		e.next = time.Time{}
+		return due, dueAt, lead
+	}
+	lead = 2 * e.cost * time.Duration(e.dueWith())
+	e.early = lead + slack
+	e.next = farFuture
+	if _, at, ok := e.queue.head(); ok {
+		e.next = at.Add(-e.early)
+	}
+	e.timer.Reset(time.Until(e.next))
+	return due, dueAt, lead
+}
+
+// expire declares the due locks lost (those still held and due by extra),
+// closing their Done, and adds them to pending for the bookkeeping. It
+// returns how late the latest Done closed after its mark, and learns what
+// declaring one lock lost costs.
+func (e *expiry) expire(due []*Lock, dueAt []time.Time, extra time.Duration, pending []*Lock) ([]*Lock, time.Duration) {
+	start := time.Now()
+	var over time.Duration
+	for i, l := range due {
+		lost, rearm := l.expireLocked(extra)
+		if !rearm.IsZero() {
+			e.set(l, rearm)
+		}
+		if lost {
+			pending = append(pending, l)
+			over = max(over, time.Since(dueAt[i]))
+		}
+	}
+	e.cost = (e.cost*3 + time.Since(start)/time.Duration(len(due))) / 4
+	return pending, over
+}
+
+// maxSlack caps the loss clock's learnt slack. Each lock takes at most an
+// eighth of its TTL of it (see Lock.expireLocked).
+const maxSlack = 250 * time.Millisecond
+
+// dueWith counts the locks due within timerLead of the first one (e.mu
+// held). It scans the heap: this runs once per wake, not per lock.
+func (e *expiry) dueWith() int {
+	_, first, ok := e.queue.head()
+	if !ok {
+		return 0
+	}
+	horizon := first.Add(timerLead)
+	n := 0
+	for _, l := range e.queue.locks {
+		if !l.loss.at.After(horizon) {
+			n++
+		}
+	}
+	return n
+}

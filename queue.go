@@ -1,15 +1,9 @@
 package redlock
 
 import (
-	"context"
-	"maps"
-	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Waiting for a contended lock.
@@ -53,90 +47,65 @@ import (
 // connections (closes them and opens new ones, which go-redis dials to the
 // current master), at most once per rehomeGap.
 type waiters struct {
-	c      *core
+	ps     *pubsub // the transport that wakes them (pubsub.go)
 	mu     sync.Mutex
 	queues map[string]*waitQueue // by queue key (see queueKey)
-	subs   []*nodeSubs           // one per node, nil until the first waiter
-	closed bool                  // set by close: no connection may open after it
+	closed bool                  // set by close
 	sweep  *time.Timer           // unsubscribes idle channels; nil when none are idle
-	// down counts pub/sub connections whose last read failed or that are
-	// not confirmed yet; while it is 0, a head waiter trusts release
-	// messages and sleeps until the holder's lease ends (capped) instead of
-	// polling.
-	down atomic.Int32
-	// heard counts, per channel, the nodes that confirmed its SUBSCRIBE
-	// (reset when the channel is unsubscribed or the connections re-homed):
-	// a Lock call that sees a quorum of them before its first attempt
-	// cannot miss a release after that attempt, so its first wait trusts
-	// messages instead of polling.
-	heard map[string]int
-	// msgs counts, per confirmed channel, the release messages that woke
-	// every head, and unclaimed is the last id a passed name was for that
-	// no waiter here had: so that a Lock call can tell whether one for it
-	// came between its refused attempt and its joining the queue, when
-	// nobody was there to wake.
+	held   *heldNames            // the core's: a contended name stays subscribed while held
+	// msgs counts, per channel, the release messages that woke every head,
+	// and unclaimed is the last id a passed name was for that no waiter
+	// here had: so that a Lock call can tell whether one for it came between
+	// its refused attempt and its joining the queue, when nobody was there
+	// to wake.
 	msgs      map[string]uint64
 	unclaimed map[string]string
 }
 
-// rehomeGap is the least time between two re-homes of one node's pub/sub.
-const rehomeGap = time.Second
-
-// subTimeout bounds one SUBSCRIBE or UNSUBSCRIBE when the client applies
-// ctx deadlines (ContextTimeoutEnabled); otherwise the client's own timeouts
-// do.
-const subTimeout = 5 * time.Second
-
-// nodeSubs is one node's pub/sub connections and the SUBSCRIBE/UNSUBSCRIBE
-// calls waiting to be sent on them. A goroutine of its own (run) owns the
-// connections and sends the calls, in the order they were asked for: go-redis
-// holds the PubSub's mutex while it dials and handshakes, which on an
-// unresponsive node lasts the client's read timeout, and neither a Lock call,
-// ws.mu, nor Close may wait for that.
-type nodeSubs struct {
-	ws   *waiters
-	n    *node
-	mu   sync.Mutex
-	ops  []subOp
-	kick chan struct{} // buffered 1: ops were added
-
-	// Owned by run.
-	main     *subConn            // all channels, except on a Ring
-	perChan  map[string]*subConn // a Ring: one connection per channel
-	channels map[string]bool     // subscribed now
-	rehomed  time.Time
+func newWaiters(held *heldNames) *waiters {
+	return &waiters{queues: make(map[string]*waitQueue), held: held, msgs: make(map[string]uint64), unclaimed: make(map[string]string)}
 }
 
-// subConn is one pub/sub connection and the goroutine reading it.
-type subConn struct {
-	ps   *redis.PubSub
-	stop chan struct{} // closed when the connection is retired
-	up   bool          // owned by the reading goroutine
-}
-
-type subOpKind uint8
-
-const (
-	opSubscribe subOpKind = iota
-	opUnsubscribe
-	opRehome
-)
-
-type subOp struct {
-	kind    subOpKind
-	channel string
-	ack     chan<- struct{} // receives once sent (or failed); buffered to the node count
-}
-
-func (s *nodeSubs) push(op subOp) {
-	s.mu.Lock()
-	s.ops = append(s.ops, op)
-	s.mu.Unlock()
-	select {
-	case s.kick <- struct{}{}:
-	default:
+// idle is called when this core stops holding the lock of channel.
+func (ws *waiters) idle(channel string) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	for _, suffix := range queueSuffixes {
+		if q := ws.queueOf(channel, suffix); q != nil && len(q.list) == 0 {
+			ws.dropIfIdle(queueKey(channel, suffix), q)
+		}
 	}
 }
+
+// seq is how many release messages channel had so far (see missed).
+func (ws *waiters) seq(channel string) uint64 {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	return ws.msgs[channel]
+}
+
+// unsubscribed forgets channel's messages once a node confirmed its
+// UNSUBSCRIBE (listener).
+func (ws *waiters) unsubscribed(channel string) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	delete(ws.msgs, channel)
+	delete(ws.unclaimed, channel)
+}
+
+// missedAll forgets every channel's messages: the connections are
+// re-homed (listener).
+func (ws *waiters) missedAll() {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	clear(ws.msgs)
+	clear(ws.unclaimed)
+}
+
+// connDown wakes every head: a connection went down, and heads sleeping
+// until a lease ends, trusting messages that may now be lost, go back to
+// polling (listener).
+func (ws *waiters) connDown() { ws.wakeHeads() }
 
 type waitQueue struct {
 	list      []*waiter
@@ -235,33 +204,13 @@ func (ws *waiters) join(qk, name, wid string, cfg *config, gone <-chan struct{})
 	if q == nil {
 		q = &waitQueue{}
 		if !ws.otherQueues(qk) {
-			sent = ws.subscribe(channelOf(qk))
+			sent = ws.ps.subscribe(channelOf(qk))
 		}
 		ws.queues[qk] = q
 	}
 	q.idleSince = time.Time{}
 	q.list = append(q.list, w)
 	return w, sent
-}
-
-// subscribed waits until need nodes acknowledged on ack that their
-// SUBSCRIBE was sent, timeout passes or ctx ends. A release reaches a quorum
-// of nodes, so it is seen once a quorum of them has the subscription.
-func subscribed(ctx context.Context, ack <-chan struct{}, need int, timeout time.Duration) {
-	if ack == nil {
-		return
-	}
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	for range need {
-		select {
-		case <-ack:
-		case <-t.C:
-			return
-		case <-ctx.Done():
-			return
-		}
-	}
 }
 
 // leave removes w. A waiter that leaves without the lock (ctx ended) hands a
@@ -392,20 +341,6 @@ func (ws *waiters) unreserve(channel string, w *waiter, wake bool) {
 	}
 }
 
-// idle is called when this core stops holding the lock of channel.
-func (ws *waiters) idle(channel string) {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	if len(ws.queues) == 0 {
-		return
-	}
-	for _, suffix := range queueSuffixes {
-		if q := ws.queueOf(channel, suffix); q != nil && len(q.list) == 0 {
-			ws.dropIfIdle(queueKey(channel, suffix), q)
-		}
-	}
-}
-
 // idleGrace is how long a channel stays subscribed after nobody of this core
 // waits for or holds its name. A process that takes the same lock again soon
 // (a worker loop) would otherwise pay an UNSUBSCRIBE and a SUBSCRIBE per
@@ -414,10 +349,9 @@ const idleGrace = 2 * time.Second
 
 // dropIfIdle marks a channel nobody waits on as idle, unless this core holds
 // the name (a goroutine of ours is likely to want it next); the sweep
-// unsubscribes it once idle for idleGrace. Called under ws.mu (lock order:
-// ws.mu, then c.mu).
+// unsubscribes it once idle for idleGrace. Called under ws.mu.
 func (ws *waiters) dropIfIdle(qk string, q *waitQueue) {
-	if ws.c.holds(heldKey(channelOf(qk))) {
+	if ws.held.has(heldKey(channelOf(qk))) {
 		return
 	}
 	q.idleSince = time.Now()
@@ -447,13 +381,13 @@ func (ws *waiters) sweepIdle() {
 			}
 			continue
 		}
-		if ws.c.holds(heldKey(channelOf(qk))) {
+		if ws.held.has(heldKey(channelOf(qk))) {
 			q.idleSince = time.Time{}
 			continue
 		}
 		delete(ws.queues, qk)
 		if !ws.otherQueues(qk) {
-			ws.unsubscribe(channelOf(qk))
+			ws.ps.unsubscribe(channelOf(qk))
 		}
 	}
 	if next > 0 {
@@ -516,14 +450,12 @@ func (ws *waiters) dispatch(channel, owner string) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	if id, ok := strings.CutPrefix(owner, passedPrefix); ok {
-		if !ws.notifyID(channel, id) && ws.unclaimed != nil {
+		if !ws.notifyID(channel, id) {
 			ws.unclaimed[channel] = id
 		}
 		return
 	}
-	if ws.msgs != nil {
-		ws.msgs[channel]++
-	}
+	ws.msgs[channel]++
 	for _, suffix := range queueSuffixes {
 		q := ws.queueOf(channel, suffix)
 		if q == nil || len(q.list) == 0 || owner == q.lastOwner {
@@ -580,246 +512,6 @@ func notify(w *waiter) {
 	}
 }
 
-// subscribe runs under ws.mu, so SUBSCRIBE and UNSUBSCRIBE of one channel
-// are queued for each connection in the order the queue was created and
-// emptied. It sends nothing itself (see nodeSubs).
-func (ws *waiters) subscribe(channel string) <-chan struct{} {
-	if ws.closed {
-		return nil // waiters give up on their own: Close closed c.life.closing first
-	}
-	if ws.subs == nil {
-		if !ws.c.life.goCount(len(ws.c.pool.nodes)) {
-			return nil
-		}
-		ws.subs = make([]*nodeSubs, len(ws.c.pool.nodes))
-		for i, n := range ws.c.pool.nodes {
-			s := &nodeSubs{ws: ws, n: n, kick: make(chan struct{}, 1), perChan: map[string]*subConn{}, channels: map[string]bool{}}
-			ws.subs[i] = s
-			go s.run()
-		}
-	}
-	ack := make(chan struct{}, len(ws.subs))
-	for _, s := range ws.subs {
-		s.push(subOp{kind: opSubscribe, channel: channel, ack: ack})
-	}
-	return ack
-}
-
-func (ws *waiters) unsubscribe(channel string) {
-	for _, s := range ws.subs {
-		s.push(subOp{kind: opUnsubscribe, channel: channel})
-	}
-}
-
-// suspect reports that a release on channel went unheard: every node's
-// pub/sub connections are re-homed (rate-limited per node).
-func (ws *waiters) suspect(channel string) {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	if ws.closed {
-		return
-	}
-	clear(ws.heard) // re-confirmed by the new connections
-	clear(ws.msgs)
-	clear(ws.unclaimed)
-	for _, s := range ws.subs {
-		s.push(subOp{kind: opRehome, channel: channel})
-	}
-}
-
-// run sends one node's queued calls until Close, then closes its
-// connections.
-func (s *nodeSubs) run() {
-	defer s.ws.c.life.wg.Done()
-	defer s.closeAll()
-	for {
-		select {
-		case <-s.ws.c.life.closing:
-			return
-		case <-s.kick:
-		}
-		for {
-			s.mu.Lock()
-			if len(s.ops) == 0 {
-				s.mu.Unlock()
-				break
-			}
-			op := s.ops[0]
-			s.ops = s.ops[1:]
-			s.mu.Unlock()
-			if s.ws.c.life.isClosing() {
-				return
-			}
-			s.do(op)
-			if op.ack != nil {
-				op.ack <- struct{}{}
-			}
-		}
-	}
-}
-
-// do carries out one call. An error means the connection is down; go-redis
-// resubscribes every channel when it reconnects, and waiters have their
-// timers meanwhile.
-func (s *nodeSubs) do(op subOp) {
-	ctx, cancel := context.WithTimeout(context.Background(), subTimeout)
-	defer cancel()
-	switch op.kind {
-	case opSubscribe:
-		s.channels[op.channel] = true
-		if s.n.ring {
-			if s.perChan[op.channel] == nil {
-				s.perChan[op.channel] = s.open(ctx, op.channel)
-			}
-			return
-		}
-		if s.main == nil {
-			s.main = s.open(ctx)
-		}
-		if s.main != nil {
-			_ = s.main.ps.Subscribe(ctx, op.channel)
-		}
-	case opUnsubscribe:
-		delete(s.channels, op.channel)
-		if sc := s.perChan[op.channel]; sc != nil {
-			delete(s.perChan, op.channel)
-			s.retire(sc)
-		}
-		if s.main != nil {
-			_ = s.main.ps.Unsubscribe(ctx, op.channel)
-		}
-	case opRehome:
-		if time.Since(s.rehomed) < rehomeGap {
-			return
-		}
-		s.rehomed = time.Now()
-		s.ws.c.cfg.logger.Info("redlock: a release went unheard; re-opening pub/sub", "node", s.n.idx, "channel", op.channel)
-		if s.main != nil {
-			s.retire(s.main)
-			s.main = nil
-			if len(s.channels) > 0 {
-				s.main = s.open(ctx, slices.Collect(maps.Keys(s.channels))...)
-			}
-		}
-		for ch, sc := range s.perChan {
-			s.retire(sc)
-			s.perChan[ch] = s.open(ctx, ch)
-		}
-	}
-}
-
-// open opens a pub/sub connection subscribed to channels and starts its
-// reader; nil once Close has stopped the core's goroutines.
-func (s *nodeSubs) open(ctx context.Context, channels ...string) *subConn {
-	if !s.ws.c.life.goCount(1) {
-		return nil
-	}
-	sc := &subConn{ps: s.n.client.Subscribe(ctx, channels...), stop: make(chan struct{})}
-	s.ws.down.Add(1) // until its first confirmed read
-	go s.ws.receive(sc)
-	return sc
-}
-
-// retire closes a connection and ends its reader.
-func (s *nodeSubs) retire(sc *subConn) {
-	if sc == nil {
-		return
-	}
-	close(sc.stop)
-	_ = sc.ps.Close()
-}
-
-func (s *nodeSubs) closeAll() {
-	s.retire(s.main)
-	s.main = nil
-	for ch, sc := range s.perChan {
-		s.retire(sc)
-		delete(s.perChan, ch)
-	}
-}
-
-// receive reads one pub/sub connection until it is retired or Close.
-func (ws *waiters) receive(sc *subConn) {
-	defer ws.c.life.wg.Done()
-	setUp := func(v bool) {
-		if v != sc.up {
-			sc.up = v
-			if v {
-				ws.down.Add(-1)
-			} else {
-				ws.down.Add(1)
-				// Heads sleeping until a lease ends, trusting messages that
-				// may now be lost, go back to polling.
-				ws.wakeHeads()
-			}
-		}
-	}
-	defer func() {
-		if sc.up {
-			setUp(false)
-		}
-		ws.down.Add(-1) // this connection no longer counts at all
-	}()
-	for {
-		msg, err := sc.ps.Receive(context.Background())
-		if err != nil {
-			setUp(false)
-			// go-redis reconnects (and resubscribes) on the next call. Pause
-			// briefly so a node that refuses connections is not dialled in a
-			// tight loop.
-			t := time.NewTimer(50 * time.Millisecond)
-			select {
-			case <-sc.stop:
-				t.Stop()
-				return
-			case <-ws.c.life.closing:
-				t.Stop()
-				return
-			case <-t.C:
-			}
-			continue
-		}
-		switch m := msg.(type) {
-		case *redis.Subscription:
-			setUp(true)
-			ws.confirmed(m.Channel, m.Kind == "subscribe")
-		case *redis.Message:
-			setUp(true)
-			ws.dispatch(m.Channel, m.Payload)
-		}
-	}
-}
-
-// confirmed records a node's confirmation of a SUBSCRIBE (on) or an
-// UNSUBSCRIBE of channel.
-func (ws *waiters) confirmed(channel string, on bool) {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	if !on {
-		delete(ws.heard, channel)
-		delete(ws.msgs, channel)
-		delete(ws.unclaimed, channel)
-		return
-	}
-	if ws.heard == nil {
-		ws.heard, ws.msgs, ws.unclaimed = make(map[string]int), make(map[string]uint64), make(map[string]string)
-	}
-	ws.heard[channel]++
-}
-
-// listening reports whether a quorum of nodes confirmed that channel is
-// subscribed and every connection is up, so that a release published from
-// now on is heard, and how many release messages channel had so far (see
-// missed).
-func (ws *waiters) listening(channel string) (bool, uint64) {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	if ws.subs == nil {
-		return false, 0 // no pub/sub yet: every uncontended Lock asks
-	}
-	return ws.heard[channel] >= ws.c.pool.quorum && ws.down.Load() == 0, ws.msgs[channel]
-}
-
 // missed reports whether, since listening returned seq, a release message
 // for channel woke every head, or one passed the name to id: one that came
 // while the caller, just refused, was not in the queue yet, so nobody woke
@@ -834,15 +526,6 @@ func (ws *waiters) missed(channel string, seq uint64, id string) bool {
 	return ws.msgs[channel] != seq
 }
 
-// trusted reports whether release messages can be relied on: every pub/sub
-// connection is up.
-func (ws *waiters) trusted() bool {
-	ws.mu.Lock()
-	opened := ws.subs != nil
-	ws.mu.Unlock()
-	return opened && ws.down.Load() == 0
-}
-
 // close ends the connections' goroutines, which close the connections; it
 // waits for none of them (Close bounds its wait).
 func (ws *waiters) close() {
@@ -853,4 +536,5 @@ func (ws *waiters) close() {
 		ws.sweep.Stop()
 		ws.sweep = nil
 	}
+	ws.ps.close()
 }
