@@ -179,20 +179,33 @@ func newScript(name string) *redis.Script {
 // libFunc finds the names of _lib.lua's functions.
 var libFunc = regexp.MustCompile(`(?m)^local function (\w+)\(`)
 
-// withCodes writes the values of the reply codes into src, the script
-// name: a name not in replyCodes is a build defect.
+// schemaStrings are the key suffixes and value prefixes of the schema
+// (kinds.go) by the names the scripts use, so that each is written once.
+var schemaStrings = map[string]string{
+	"SUFFIX_WRITERS":  writersSuffix,
+	"SUFFIX_READERS":  readersSuffix,
+	"SUFFIX_FENCE":    fenceSuffix,
+	"PREFIX_RESERVED": reservedPrefix,
+	"PREFIX_PASSED":   passedPrefix,
+}
+
+// withCodes writes the values of the reply codes and the schema's strings
+// into src, the script name: a name not in replyCodes or schemaStrings is
+// a build defect.
 func withCodes(name, src string) string {
-	return replyName.ReplaceAllStringFunc(src, func(code string) string {
-		v, ok := replyCodes[code]
-		if !ok {
-			panic("redlock: unknown reply code " + code + " in script " + name)
+	return constName.ReplaceAllStringFunc(src, func(c string) string {
+		if v, ok := replyCodes[c]; ok {
+			return strconv.FormatInt(v, 10)
 		}
-		return strconv.FormatInt(v, 10)
+		if v, ok := schemaStrings[c]; ok {
+			return strconv.Quote(v)
+		}
+		panic("redlock: unknown constant " + c + " in script " + name)
 	})
 }
 
-// replyName finds the reply codes a script names.
-var replyName = regexp.MustCompile(`\bREPLY_[A-Z_]+\b`)
+// constName finds the constants a script names.
+var constName = regexp.MustCompile(`\b(?:REPLY|SUFFIX|PREFIX)_[A-Z_]+\b`)
 
 func embedded(name string) []byte {
 	src, err := scriptFS.ReadFile("scripts/" + name)

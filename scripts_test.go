@@ -50,14 +50,21 @@ func TestReplyCodes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, name := range replyName.FindAllString(string(src), -1) {
-			if _, ok := replyCodes[name]; !ok {
-				t.Errorf("%s names %s, which is not in replyCodes", f, name)
+		for _, name := range constName.FindAllString(string(src), -1) {
+			_, code := replyCodes[name]
+			_, str := schemaStrings[name]
+			if !code && !str {
+				t.Errorf("%s names %s, which is neither in replyCodes nor in schemaStrings", f, name)
 			}
 			used[name] = true
 		}
 	}
 	for name := range replyCodes {
+		if !used[name] {
+			t.Errorf("no script names %s", name)
+		}
+	}
+	for name := range schemaStrings {
 		if !used[name] {
 			t.Errorf("no script names %s", name)
 		}

@@ -86,14 +86,14 @@ end
 -- alive key "<lock key>:writers:<id>" that its Lock call renews at every
 -- refused attempt (lapsing 5s after the last one), so a
 -- crashed waiter never blocks the queue. The list expires with its last
--- renewal. The strings mirror keys.go: ':writers' writersSuffix, an alive
+-- renewal. The strings mirror kinds.go: ':writers' writersSuffix, an alive
 -- key's "<queue>:<id>" ownerKey's shape, 'queued:' reservedPrefix and 'w:'
--- passedPrefix; they never change (see keys.go).
+-- passedPrefix; they never change (see kinds.go).
 
 -- enqueue enters or renews writer id in the queue of lock: a new id (or one
 -- whose turn came and went) goes to the tail.
 local function enqueue(lock, id)
-  local q = lock .. ':writers'
+  local q = lock .. SUFFIX_WRITERS
   if not redis.call('SET', q .. ':' .. id, '1', 'PX', 5000, 'GET') then
     redis.call('RPUSH', q, id)
   end
@@ -103,7 +103,7 @@ end
 -- firstwaiter returns the id of the first live waiting writer of lock,
 -- dropping dead ones from the head (at most 16), or nil.
 local function firstwaiter(lock)
-  local q = lock .. ':writers'
+  local q = lock .. SUFFIX_WRITERS
   for _ = 1, 16 do
     local id = redis.call('LINDEX', q, 0)
     if not id then return nil end
@@ -121,13 +121,13 @@ end
 -- write (LPOP) is one a full server accepts, so it frees the name at
 -- maxmemory too, and writes after it in the script pass (see scripts.go).
 local function pass(lock, channel, released, reserve)
-  local q = lock .. ':writers'
+  local q = lock .. SUFFIX_WRITERS
   for _ = 1, 16 do
     local id = redis.call('LPOP', q)
     if not id then break end
     if redis.call('DEL', q .. ':' .. id) == 1 then
-      redis.call('SET', lock, 'queued:' .. id, 'PX', reserve)
-      return redis.pcall('PUBLISH', channel, 'w:' .. id)
+      redis.call('SET', lock, PREFIX_RESERVED .. id, 'PX', reserve)
+      return redis.pcall('PUBLISH', channel, PREFIX_PASSED .. id)
     end
   end
   redis.call('DEL', lock)

@@ -24,7 +24,7 @@
 -- NOAUTH): the read holds "<KEYS[1]>:readers" (rlock.lua) and the queue of
 -- waiting writers "<KEYS[1]>:writers" with its alive keys. They follow the
 -- lock key's hash tag, so they live on its slot. Their suffixes and
--- 'queued:' mirror keys.go's readersSuffix, writersSuffix and
+-- 'queued:' mirror kinds.go's readersSuffix, writersSuffix and
 -- reservedPrefix.
 --
 -- Returns {REPLY_OK, token} when the lock is ours (token 0 with fencing
@@ -46,14 +46,14 @@ if cur == ARGV[1] then
 end
 local wid = ARGV[5] or ''
 local claimed = false
-if cur and wid ~= '' and cur == 'queued:' .. wid then
+if cur and wid ~= '' and cur == PREFIX_RESERVED .. wid then
   cur, claimed = nil, true -- our turn: pass took us off the queue
 end
 if cur then
   if wid ~= '' then enqueue(KEYS[1], wid) end
   return {REPLY_TAKEN, redis.call('PTTL', KEYS[1]), cur}
 end
-local readers = KEYS[1] .. ':readers'
+local readers = KEYS[1] .. SUFFIX_READERS
 -- A reserved name had a key all along, which kept new read holds out.
 if not claimed and redis.call('EXISTS', readers) == 1 then
   local now = nowms()
@@ -70,7 +70,7 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 if ARGV[6] then redis.call('SET', KEYS[3], ARGV[6], 'PX', ARGV[2]) end
 if wid ~= '' and wid ~= ARGV[1] and not claimed then
   -- Entered by an earlier refusal, and the name was free: leave the queue.
-  local q = KEYS[1] .. ':writers'
+  local q = KEYS[1] .. SUFFIX_WRITERS
   redis.call('LREM', q, 1, wid)
   redis.call('DEL', q .. ':' .. wid)
 end

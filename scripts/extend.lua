@@ -15,7 +15,7 @@
 -- codes: the table in scripts.go. It never creates a key: an expired lock
 -- stays expired.
 --
--- The fence counter "<KEYS[1]>:fence" (same hash tag; keys.go's
+-- The fence counter "<KEYS[1]>:fence" (same hash tag; kinds.go's
 -- fenceSuffix) is kept at least as long as the new lease (keepcounter,
 -- _lib.lua): a lock held for longer than the counter's retention still has
 -- its token on the server.
@@ -24,7 +24,7 @@ if cur == ARGV[1] then
   if ARGV[3] and redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then return REPLY_LATE end
   if KEYS[2] then redis.call('PEXPIRE', KEYS[2], ARGV[2]) end
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  keepcounter(KEYS[1] .. ':fence', ARGV[2])
+  keepcounter(KEYS[1] .. SUFFIX_FENCE, ARGV[2])
   return REPLY_OK
 end
 if cur then return REPLY_TAKEN end

@@ -30,7 +30,7 @@
 -- Nothing is published: the name stays held, so no other waiter needs to
 -- wake. No read hold can exist while the current owner holds the name. All
 -- keys share one hash tag. The queue's keys, "<KEYS[1]>:writers" and
--- "<KEYS[1]>:writers:<id>", mirror keys.go's writersSuffix and ownerKey.
+-- "<KEYS[1]>:writers:<id>", mirror kinds.go's writersSuffix and ownerKey.
 local cur = redis.call('GET', KEYS[1])
 if cur == ARGV[2] then
   return {REPLY_OK, minted(ARGV[4], KEYS[2])}
@@ -49,7 +49,7 @@ if redis.pcall('SET', KEYS[1], ARGV[1], 'XX', 'KEEPTTL').err then return {REPLY_
 local first = firstwaiter(KEYS[1])
 if first and first ~= ARGV[6] then return {REPLY_WRITER_FIRST, 0} end
 if first then
-  local q = KEYS[1] .. ':writers'
+  local q = KEYS[1] .. SUFFIX_WRITERS
   redis.call('LPOP', q)
   redis.call('DEL', q .. ':' .. first)
 end

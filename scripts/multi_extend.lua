@@ -13,7 +13,7 @@
 -- gone, REPLY_TAKEN when some key belongs to another owner, REPLY_LATE when
 -- some lease is too near its end (ARGV[3]); then nothing was moved (reply
 -- codes: the table in scripts.go). Each name's fence counter
--- "<lock key>:fence" (keys.go's fenceSuffix) is kept at least as long as
+-- "<lock key>:fence" (kinds.go's fenceSuffix) is kept at least as long as
 -- the new lease (keepcounter, _lib.lua).
 local late = false
 for i = 1, #KEYS do
@@ -27,6 +27,6 @@ end
 if late then return REPLY_LATE end
 for i = 1, #KEYS do
   redis.call('PEXPIRE', KEYS[i], ARGV[2])
-  keepcounter(KEYS[i] .. ':fence', ARGV[2])
+  keepcounter(KEYS[i] .. SUFFIX_FENCE, ARGV[2])
 end
 return REPLY_OK

@@ -7,7 +7,7 @@
 --                          (server time in ms), the key itself expiring with
 --                          the longest lease
 -- KEYS[3]  the queue of waiting writers "{<prefix><name>}:writers" (_lib.lua),
---          whose alive keys "<KEYS[3]>:<id>" have the shape of keys.go's
+--          whose alive keys "<KEYS[3]>:<id>" have the shape of kinds.go's
 --          ownerKey
 -- ARGV[1]  owner value of this read hold (a fresh UUID per attempt)
 -- ARGV[2]  TTL in milliseconds

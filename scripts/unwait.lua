@@ -3,21 +3,21 @@
 -- nor the writers behind it wait for its entry to lapse.
 --
 -- KEYS[1]  the queue "{<prefix><name>}:writers", whose alive keys
---          "<KEYS[1]>:<id>" have the shape of keys.go's ownerKey
+--          "<KEYS[1]>:<id>" have the shape of kinds.go's ownerKey
 -- KEYS[2]  lock key
 -- ARGV[1]  the writer's id
 -- ARGV[2]  release channel of the name
 -- ARGV[3]  how long a reservation for the next writer lasts, in ms (see
 --          release.lua); absent: 1000
 --
--- A name reserved for it ('queued:' .. id, keys.go's reservedPrefix) passes
+-- A name reserved for it ('queued:' .. id, kinds.go's reservedPrefix) passes
 -- on to the next writer in the queue, or is freed. When no writer is left
 -- waiting and the name is free, it publishes ARGV[1] on ARGV[2], waking the
 -- readers that waited for it. Returns REPLY_OK (reply codes: the table in
 -- scripts.go).
 redis.call('LREM', KEYS[1], 0, ARGV[1])
 redis.call('DEL', KEYS[1] .. ':' .. ARGV[1])
-if redis.call('GET', KEYS[2]) == 'queued:' .. ARGV[1] then
+if redis.call('GET', KEYS[2]) == PREFIX_RESERVED .. ARGV[1] then
   pass(KEYS[2], ARGV[2], ARGV[1], tonumber(ARGV[3] or 1000))
 elseif redis.call('EXISTS', KEYS[1]) == 0 and redis.call('EXISTS', KEYS[2]) == 0 then
   redis.pcall('PUBLISH', ARGV[2], ARGV[1])

@@ -4,7 +4,7 @@
 -- KEYS[2]  (not used: the hold's released marker, passed along with KEYS[3])
 -- KEYS[3]  a permit's count key "<set key>:permits" (sem_acquire.lua), kept
 --          alive as long as the set; absent for a read hold. With it, the
---          permits' fence counter "<set key>:fence" (keys.go's
+--          permits' fence counter "<set key>:fence" (kinds.go's
 --          fenceSuffix) is kept alive at least as long as the new lease
 --          (keepcounter, _lib.lua)
 -- ARGV[1]  owner value
@@ -35,6 +35,6 @@ redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
 if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
 if KEYS[3] then
   redis.call('PEXPIRE', KEYS[3], redis.call('PTTL', KEYS[1]))
-  keepcounter(KEYS[1] .. ':fence', ttl)
+  keepcounter(KEYS[1] .. SUFFIX_FENCE, ttl)
 end
 return REPLY_OK
