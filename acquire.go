@@ -211,11 +211,11 @@ func acquireOn(ctx context.Context, p *pool, n *node, l *Lock, cfg *config, scri
 	case res[0] == replyTaken:
 		return reply{val: res[1], holder: holder, code: refusing}, taken
 	case res[0] == replyExhausted:
-		return reply{err: fmt.Errorf("%w (counter %s at %d)", errTokenSpace, l.keys[1], res[1])}, taken
+		return reply{err: fmt.Errorf("%w (counter %s at %d)", errTokenSpace, fenceKey(l), res[1])}, taken
 	case res[0] == replyPermits:
 		return reply{err: fmt.Errorf("%w: the semaphore %q is held under %d permits, this Semaphore has %d", errPermits, l.name, res[1], l.permits)}, taken
 	case res[0] == replyBadFence:
-		return reply{err: fmt.Errorf("%w: fence key %s does not hold a number", errTokenSpace, l.keys[1])}, taken
+		return reply{err: fmt.Errorf("%w: fence key %s does not hold a number", errTokenSpace, fenceKey(l))}, taken
 	}
 	return reply{err: fmt.Errorf("%w: %v", errBadReply, res)}, failed
 }
@@ -292,7 +292,7 @@ type acquisition struct {
 	cfg     *config
 	permits int        // a semaphore's
 	multi   *multiKeys // a LockAll's
-	// queue is the key of the local queue to wait in (wait.go); an attempt
+	// queue is the key of the local queue to wait in (queue.go); an attempt
 	// may move it (a multi-name lock waits for the name that refused it).
 	queue string
 	// held is a lock key that, held by this core, makes a first attempt

@@ -9,9 +9,12 @@ import (
 )
 
 // core is the engine shared by Locker (one node) and Redlock (N nodes): the
-// nodes, the registry of held locks, the watchdog, the loss clock and the
-// waiters. A Locker is simply a core with a quorum of 1. The operations live
-// in their own files: acquire.go, release.go, watchdog.go, wait.go.
+// registry of held locks, its lifecycle, and the engine side of the seam
+// with Lock (engine). It owns the parts it drives: the pool of nodes and
+// its quorum round (pool.go), the watchdog and the loss clock
+// (watchdog.go), and the local queue of waiters with its pub/sub
+// transport (queue.go, pubsub.go). A Locker is a core with a quorum of 1.
+// See "Architecture" in doc.go.
 type core struct {
 	pool  *pool
 	life  *lifecycle

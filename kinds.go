@@ -180,6 +180,14 @@ func handOffArgs(l, nl *Lock, cfg *config, wid string) ([]string, []any) {
 	return keys, args
 }
 
+// fenceKey names l's fence counter in error messages.
+func fenceKey(l *Lock) string {
+	if l.kind == kindPermit {
+		return l.keys[3]
+	}
+	return l.keys[1]
+}
+
 // releaseKeys are release.lua's KEYS: the lock key and its released marker.
 func releaseKeys(l *Lock) []string { return l.keys[2:4] }
 

@@ -49,7 +49,7 @@ type Lock struct {
 	name      string
 	owner     string
 	keys      []string // one hash tag; the layout depends on kind (ownerAndKeys, kinds.go)
-	channel   string   // where releases are published (wait.go)
+	channel   string   // where releases are published (pubsub.go)
 	fencing   bool
 	autoRenew bool
 	kind      lockKind   // what it holds: the scripts that release and extend it (kinds.go)

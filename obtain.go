@@ -17,7 +17,7 @@ func (o *obtaining) run(ctx context.Context) (l *Lock, err error) {
 	o.tr = newAcquireTrace(ctx, a.cfg, a.name, true)
 	defer func() { o.tr.done(l, err) }()
 	// FIFO within this core: no attempt while others of ours wait or hold the
-	// name; queue behind them instead (see wait.go). An uncontended Lock
+	// name; queue behind them instead (see queue.go). An uncontended Lock
 	// never touches pub/sub: it subscribes only after a failed attempt.
 	o.try = !c.waits.busy(a.queue) && (a.held == "" || !c.names.has(a.held))
 	// A channel already confirmed subscribed before the first attempt (a

@@ -273,7 +273,7 @@ type pipelined struct {
 	ackTimeout time.Duration
 	cmds       []sentScript
 	// With replica acks, one WAIT ends each pipeline: it runs on the
-	// pipeline's connection, after its scripts (see replicaacks.go); wait
+	// pipeline's connection, after its scripts (see scriptAcked); wait
 	// for the first, waitAgain for the EVAL retries.
 	wait, waitAgain *redis.Cmd
 }

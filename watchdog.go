@@ -12,7 +12,7 @@ import (
 // held lock costs a heap entry and a timer, not a goroutine: locks that come
 // due together are renewed together, through one pipeline per node (go-redis
 // splits a Cluster pipeline per shard). Loss is not the watchdog's job: the
-// loss clock (expiry.go) closes Done at Until whatever a hung renewal is
+// loss clock (expiry, below) closes Done at Until whatever a hung renewal is
 // doing.
 type watchdog struct {
 	c     *core
