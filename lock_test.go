@@ -109,15 +109,6 @@ func TestLockerBasics(t *testing.T) {
 	})
 }
 
-// deadlineClient is a client with ContextTimeoutEnabled: the library then
-// calls it inline, relying on the client to cut calls at the deadline.
-func deadlineClient(t testing.TB, srv *redistest.Server) *redis.Client {
-	t.Helper()
-	cl := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
-	t.Cleanup(func() { cl.Close() })
-	return cl
-}
-
 func testLockerBasics(t *testing.T, cl *redis.Client) {
 	ctx := context.Background()
 	lk := newLocker(t, cl, WithAutoRenew(false))
@@ -543,23 +534,6 @@ func testPausedServer(t *testing.T, srv *redistest.Server, cl *redis.Client) {
 	if err := l.Unlock(ctx); err != nil {
 		t.Errorf("Unlock() = %v", err)
 	}
-}
-
-// eventually polls cond every few ms until it holds or d passes. It waits on
-// an external process (redis-server resuming work), not on our own code.
-func eventually(d time.Duration, cond func() bool) bool {
-	return eventuallyEvery(d, 5*time.Millisecond, cond)
-}
-
-func eventuallyEvery(d, every time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return true
-		}
-		time.Sleep(every)
-	}
-	return cond()
 }
 
 // TestLockerOnCluster: lock and counter keys share a hash tag whatever braces

@@ -12,32 +12,6 @@ import (
 	"github.com/redlockgo/redlock/internal/redistest"
 )
 
-// waitDone waits for l's Done, failing the test after within.
-func waitDone(t *testing.T, l *Lock, within time.Duration) {
-	t.Helper()
-	select {
-	case <-l.Done():
-	case <-time.After(within):
-		t.Fatalf("Done of %q not closed within %v", l.Name(), within)
-	}
-}
-
-// requireLoss checks that err is a loss for reason and for no other one.
-func requireLoss(t *testing.T, err error, reason LossReason) *LostError {
-	t.Helper()
-	require.ErrorIs(t, err, ErrLost)
-	require.ErrorIs(t, err, reason)
-	var le *LostError
-	require.ErrorAs(t, err, &le)
-	assert.Equal(t, reason, le.Reason, "LostError.Reason of %v", err)
-	for r := LossExpired; r <= LossMaxHold; r++ {
-		if r != reason {
-			assert.NotErrorIs(t, err, r)
-		}
-	}
-	return le
-}
-
 // TestLossReasons: each way a lock is lost on a real server says so.
 func TestLossReasons(t *testing.T) {
 	srv := redistest.Start(t)

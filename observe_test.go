@@ -3,9 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,98 +12,6 @@ import (
 
 	"github.com/redlockgo/redlock/internal/redistest"
 )
-
-// eventLog is an Observer that keeps every event, in order.
-type eventLog struct {
-	mu       sync.Mutex
-	acquires []AcquireEvent
-	renews   []RenewEvent
-	releases []ReleaseEvent
-	losses   []LossEvent
-	nodes    []NodeErrorEvent
-	seq      []string // "acquire:<name>:<outcome>", "renew:<name>:ok|err", "release:<name>", "loss:<name>:<reason>"
-}
-
-func (r *eventLog) OnAcquire(e AcquireEvent) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.acquires = append(r.acquires, e)
-	r.seq = append(r.seq, fmt.Sprintf("acquire:%s:%s", e.Name, e.Outcome))
-}
-
-func (r *eventLog) OnRenew(e RenewEvent) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.renews = append(r.renews, e)
-	res := "ok"
-	if e.Err != nil {
-		res = "err"
-	}
-	r.seq = append(r.seq, fmt.Sprintf("renew:%s:%s", e.Name, res))
-}
-
-func (r *eventLog) OnRelease(e ReleaseEvent) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.releases = append(r.releases, e)
-	r.seq = append(r.seq, "release:"+e.Name)
-}
-
-func (r *eventLog) OnLoss(e LossEvent) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.losses = append(r.losses, e)
-	r.seq = append(r.seq, fmt.Sprintf("loss:%s:%s", e.Name, e.Err.Reason.String()))
-}
-
-func (r *eventLog) OnNodeError(e NodeErrorEvent) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.nodes = append(r.nodes, e)
-}
-
-func (r *eventLog) nodeEvents() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []string
-	for _, e := range r.nodes {
-		out = append(out, fmt.Sprintf("%s %s %v", e.Name, e.Op, e.Err))
-	}
-	return out
-}
-
-// events returns the sequence recorded for name, consecutive duplicates
-// (renewals) collapsed.
-func (r *eventLog) events(name string) []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []string
-	for _, s := range r.seq {
-		var n string
-		for i, part := range splitN(s) {
-			if i == 1 {
-				n = part
-			}
-		}
-		if n != name || (len(out) > 0 && out[len(out)-1] == s) {
-			continue
-		}
-		out = append(out, s)
-	}
-	return out
-}
-
-func splitN(s string) []string {
-	var parts []string
-	start := 0
-	for i := range len(s) {
-		if s[i] == ':' {
-			parts = append(parts, s[start:i])
-			start = i + 1
-		}
-	}
-	return append(parts, s[start:])
-}
 
 // TestObserverSequence: on a real server, one lock's life reaches the
 // observer in order with the right outcomes: acquired, renewed, taken by

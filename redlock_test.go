@@ -16,109 +16,6 @@ import (
 	"github.com/redlockgo/redlock/internal/redistest"
 )
 
-// rlNode is one master of a test Redlock on a real redis-server.
-type rlNode struct {
-	srv    *redistest.Server
-	proxy  *redistest.Proxy // nil when the Redlock talks to srv directly
-	admin  *redis.Client    // direct to srv, for assertions and skew
-	client *redis.Client    // what the Redlock uses: through proxy when there is one
-}
-
-// startRLNodes starts n redis-servers. With proxied, the Redlock's clients
-// go through a fault proxy per node. readTimeout is the go-redis read
-// timeout of the Redlock's clients: how long a call to a paused or
-// blackholed node stays in flight (the library gives up on it at the node
-// timeout, go-redis only at this one).
-func startRLNodes(t *testing.T, n int, proxied bool, readTimeout time.Duration) []*rlNode {
-	t.Helper()
-	nodes := make([]*rlNode, n)
-	for i, srv := range redistest.StartN(t, n) {
-		nd := &rlNode{srv: srv, admin: srv.Client(t)}
-		addr := srv.Addr()
-		if proxied {
-			nd.proxy = redistest.NewProxy(t, addr)
-			addr = nd.proxy.Addr()
-		}
-		nd.client = redis.NewClient(&redis.Options{
-			Addr:         addr,
-			DialTimeout:  time.Second,
-			ReadTimeout:  readTimeout,
-			WriteTimeout: time.Second,
-			MaxRetries:   -1, // a hidden retry could run a script twice
-		})
-		t.Cleanup(func() { nd.client.Close() })
-		nodes[i] = nd
-	}
-	return nodes
-}
-
-// newRL returns a Redlock over nodes, closed when the test ends. The
-// proxies are closed before it, so that calls stuck on a blackholed node
-// end at once instead of at the client's read timeout.
-func newRL(t *testing.T, nodes []*rlNode, opts ...Option) *Redlock {
-	t.Helper()
-	clients := make([]Client, len(nodes))
-	for i, nd := range nodes {
-		clients[i] = nd.client
-	}
-	r, err := NewRedlock(clients, opts...)
-	if err != nil {
-		t.Fatalf("NewRedlock() = %v", err)
-	}
-	t.Cleanup(func() { r.Close() })
-	t.Cleanup(func() {
-		for _, nd := range nodes {
-			if nd.proxy != nil {
-				nd.proxy.Close()
-			}
-		}
-	})
-	return r
-}
-
-// warmUp takes and releases a lock on every node, so that connections are
-// open and the scripts cached before anything is measured or broken.
-func warmUp(t *testing.T, r *Redlock) {
-	t.Helper()
-	ctx := context.Background()
-	for range 3 {
-		l, err := r.TryLock(ctx, "warm-up", WithAutoRenew(false))
-		if err != nil {
-			t.Fatalf("warm-up TryLock() = %v", err)
-		}
-		if err := l.Unlock(ctx); err != nil {
-			t.Fatalf("warm-up Unlock() = %v", err)
-		}
-	}
-}
-
-func rlKey(name string) string { return "{redlock:" + name + "}" }
-
-// holding returns the indices, among idx, of the nodes where the lock key
-// of name exists (whoever owns it).
-func holding(t *testing.T, nodes []*rlNode, name string, idx ...int) []int {
-	t.Helper()
-	var out []int
-	for _, i := range idx {
-		if get(t, nodes[i].admin, rlKey(name)) != "" {
-			out = append(out, i)
-		}
-	}
-	return out
-}
-
-// ownedBy counts the nodes among idx whose lock key holds owner.
-func ownedBy(t *testing.T, nodes []*rlNode, name, owner string, idx ...int) int {
-	t.Helper()
-	n := 0
-	for _, i := range idx {
-		if get(t, nodes[i].admin, rlKey(name)) == owner {
-			n++
-		}
-	}
-	return n
-}
-
 // expiryWatch records the keys a server expires, from its keyspace
 // notifications: a key removed by a release is not among them, one left to
 // its TTL is. (INFO's expired_keys counter could not tell the lock key from
@@ -175,27 +72,6 @@ func (w *expiryWatch) expired(t *testing.T, key string) bool {
 	return false
 }
 
-// nodeErrors collects every NodeError in err's tree by node index. errors.As
-// finds only the first; a Redlock error joins one per failed node.
-func nodeErrors(err error) map[int]*NodeError {
-	out := make(map[int]*NodeError)
-	var walk func(error)
-	walk = func(err error) {
-		switch e := err.(type) {
-		case *NodeError:
-			out[e.Node] = e
-		case interface{ Unwrap() []error }:
-			for _, x := range e.Unwrap() {
-				walk(x)
-			}
-		case interface{ Unwrap() error }:
-			walk(e.Unwrap())
-		}
-	}
-	walk(err)
-	return out
-}
-
 func indices(mask, n int) []int {
 	var out []int
 	for i := range n {
@@ -210,21 +86,6 @@ func median(ds []time.Duration) time.Duration {
 	s := slices.Clone(ds)
 	slices.Sort(s)
 	return s[len(s)/2]
-}
-
-func pause(t *testing.T, nodes []*rlNode, idx ...int) (resume func()) {
-	t.Helper()
-	for _, i := range idx {
-		nodes[i].srv.Pause(t)
-	}
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			for _, i := range idx {
-				nodes[i].srv.Resume(t)
-			}
-		})
-	}
 }
 
 func TestNewRedlockGuards(t *testing.T) {

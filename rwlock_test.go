@@ -14,27 +14,6 @@ import (
 	"github.com/redlockgo/redlock/internal/redistest"
 )
 
-// twoLockers returns two Lockers on srv, each with a client of its own, as
-// two processes would have.
-func twoLockers(t *testing.T, srv *redistest.Server, opts ...Option) [2]*Locker {
-	return [2]*Locker{newLocker(t, srv.Client(t), opts...), newLocker(t, srv.Client(t), opts...)}
-}
-
-// subscribed waits until n connections listen on channel: a waiter whose
-// SUBSCRIBE the server has not seen yet would miss a release sent now.
-func waitSubscribers(t *testing.T, srv *redistest.Server, channel string, n int64) {
-	t.Helper()
-	cl := srv.Client(t)
-	require.True(t, eventually(5*time.Second, func() bool {
-		return cl.PubSubNumSub(context.Background(), channel).Val()[channel] >= n
-	}), "%d subscribers on %s", n, channel)
-}
-
-// hourRetry makes a waiting call sleep until the blocking lease would end
-// (long, in these tests) unless a release message wakes it: a call that
-// returns in time proves the message.
-func hourRetry(int) time.Duration { return time.Hour }
-
 // TestRWLockExclusion: 8 goroutines over two Lockers mix read holds and
 // writes on one name. A writer is never inside with anyone, readers are
 // inside together, and every call gets its turn.

@@ -31,16 +31,6 @@ func TestValidUntil(t *testing.T) {
 	}
 }
 
-func containsMonotonic(t time.Time) bool {
-	s := t.String()
-	for i := 0; i+2 < len(s); i++ {
-		if s[i:i+3] == "m=+" {
-			return true
-		}
-	}
-	return false
-}
-
 func TestExponentialRetry(t *testing.T) {
 	ms := time.Millisecond
 	tests := []struct {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -18,19 +17,6 @@ func pubsubClients(t testing.TB, srv *redistest.Server) int {
 	t.Helper()
 	list, _ := srv.Do(t, "CLIENT", "LIST", "TYPE", "pubsub").(string)
 	return strings.Count(list, "\n")
-}
-
-// commandCalls reads how often the server ran cmd (INFO commandstats).
-func commandCalls(t testing.TB, srv *redistest.Server, cmd string) int {
-	t.Helper()
-	info, _ := srv.Do(t, "INFO", "commandstats").(string)
-	for _, line := range strings.Split(info, "\n") {
-		if rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls="); ok {
-			n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
-			return n
-		}
-	}
-	return 0
 }
 
 // TestUncontendedLockSkipsPubSub: a Lock that gets the lock at once opens no
@@ -50,29 +36,6 @@ func TestUncontendedLockSkipsPubSub(t *testing.T) {
 	}
 	if n := commandCalls(t, srv, "subscribe"); n != 0 {
 		t.Errorf("%d SUBSCRIBE calls for 100 uncontended Lock calls, want 0", n)
-	}
-}
-
-// waiting blocks until a Lock call of c is queued on name.
-func waiting(t testing.TB, c *core, name string) {
-	t.Helper()
-	ch := releaseChannel(lockKey(c.cfg.prefix, name))
-	if !eventually(2*time.Second, func() bool { return c.waits.busy(ch) }) {
-		t.Fatalf("no waiter queued on %q", name)
-	}
-}
-
-// writersQueued waits until the server-side queue of waiting writers of
-// name (default prefix) holds n entries.
-func writersQueued(t testing.TB, srv *redistest.Server, name string, n int64) {
-	t.Helper()
-	cl := srv.Client(t)
-	key := rlKey(name) + writersSuffix
-	if !eventually(5*time.Second, func() bool {
-		got, err := cl.LLen(context.Background(), key).Result()
-		return err == nil && got == n
-	}) {
-		t.Fatalf("queue %s never held %d waiting writers", key, n)
 	}
 }
 

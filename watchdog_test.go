@@ -7,7 +7,6 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,10 +14,6 @@ import (
 
 	"github.com/redlockgo/redlock/internal/redistest"
 )
-
-// timerSlack is how late a Go timer may fire on a loaded 2-core machine
-// under -race; Done must close by Until + timerSlack.
-const timerSlack = 50 * time.Millisecond
 
 func TestWatchdogKeepsLockHeld(t *testing.T) {
 	srv := redistest.Start(t)
@@ -201,29 +196,6 @@ func TestDoPanicReleases(t *testing.T) {
 		}
 	}()
 	_ = lk.Do(context.Background(), "panics", func(context.Context) error { panic("boom") })
-}
-
-// countingHook counts what a client sends: single commands and pipelines,
-// each one round trip, the commands inside pipelines, and script calls
-// (EVAL/EVALSHA) sent on their own.
-type countingHook struct{ single, scripts, pipelines, piped atomic.Int64 }
-
-func (h *countingHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *countingHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.single.Add(1)
-		if n := cmd.Name(); n == "evalsha" || n == "eval" {
-			h.scripts.Add(1)
-		}
-		return next(ctx, cmd)
-	}
-}
-func (h *countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.pipelines.Add(1)
-		h.piped.Add(int64(len(cmds)))
-		return next(ctx, cmds)
-	}
 }
 
 // TestWatchdogScale holds 10,000 locks under auto-renew for several renewal
