@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -416,37 +417,6 @@ func TestWaitingLockPausedServer(t *testing.T) {
 	assert.Less(t, r.took, wait+nodeTimeout+time.Second, "Lock() returned %v after its start (ctx %v, node timeout %v)", r.took, wait, nodeTimeout)
 }
 
-// TestClosedWaiterLeavesQueue: a Lock waiting for a held name when its
-// Locker is closed returns ErrClosed and, before it returns, withdraws its
-// entry from the name's queue of waiting writers, although the closed core
-// may start no goroutine: otherwise the holder's release would reserve the
-// name for a waiter that is gone.
-func TestClosedWaiterLeavesQueue(t *testing.T) {
-	srv := redistest.Start(t)
-	admin := srv.Client(t)
-	holder := newLocker(t, srv.Client(t))
-	waiter, err := NewLocker(defaultClient(t, srv))
-	require.NoError(t, err)
-	ctx := context.Background()
-	l, err := holder.TryLock(ctx, "closed-waiter")
-	require.NoError(t, err)
-
-	done := make(chan error, 1)
-	go func() {
-		_, err := waiter.Lock(ctx, "closed-waiter")
-		done <- err
-	}()
-	writersQueued(t, srv, "closed-waiter", 1)
-	require.NoError(t, waiter.Close())
-	require.ErrorIs(t, <-done, ErrClosed)
-
-	n, err := admin.LLen(ctx, "{redlock:closed-waiter}:writers").Result()
-	require.NoError(t, err)
-	assert.Zero(t, n, "the closed waiter's entry is still queued")
-	require.NoError(t, l.Unlock(ctx))
-	assert.Empty(t, get(t, admin, rlKey("closed-waiter")), "the release reserved the name for the closed waiter")
-}
-
 // TestPausedServer: every call is bounded by the library, not by go-redis's
 // read timeout, and the late grant of a paused server is cleaned up.
 func TestPausedServer(t *testing.T) {
@@ -629,5 +599,107 @@ func TestUnlockServerPaused(t *testing.T) {
 	lk.Close()
 	if n := cl.Exists(ctx, "{redlock:unlock-paused}").Val(); n != 0 {
 		t.Errorf("key after the resumed server ran the release = %d, want 0", n)
+	}
+}
+
+// TestNilLock: the methods of a nil *Lock report "not held" instead of
+// panicking.
+func TestNilLock(t *testing.T) {
+	var l *Lock
+	ctx := context.Background()
+	assert.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
+	assert.ErrorIs(t, l.Extend(ctx, time.Second), ErrNotHeld)
+	assert.ErrorIs(t, l.Err(), ErrNotHeld)
+	assert.Equal(t, "", l.Name())
+	assert.Equal(t, "", l.Owner())
+	assert.Equal(t, int64(0), l.Token())
+	assert.True(t, l.Until().IsZero())
+	select {
+	case <-l.Done():
+	default:
+		t.Error("nil Lock's Done() is open, want closed")
+	}
+}
+
+// TestLockTTLAndValid: the server's view of a held, extended, stolen lock.
+func TestLockTTLAndValid(t *testing.T) {
+	srv := redistest.Start(t)
+	cl := srv.Client(t)
+	ctx := context.Background()
+	lk := newLocker(t, cl, WithAutoRenew(false), WithTTL(5*time.Second))
+	l, err := lk.TryLock(ctx, "ttl")
+	require.NoError(t, err)
+	assert.Equal(t, "{redlock:ttl}", l.Key())
+	d, err := l.TTL(ctx)
+	require.NoError(t, err)
+	assert.Greater(t, d, 3*time.Second)
+	assert.LessOrEqual(t, d, 5*time.Second)
+	ok, err := l.Valid(ctx)
+	require.NoError(t, err)
+	assert.True(t, ok)
+
+	require.NoError(t, l.Extend(ctx, 20*time.Second))
+	d, err = l.TTL(ctx)
+	require.NoError(t, err)
+	assert.Greater(t, d, 15*time.Second)
+
+	require.NoError(t, cl.Set(ctx, l.Key(), "thief", time.Minute).Err())
+	_, err = l.TTL(ctx)
+	require.ErrorIs(t, err, ErrNotHeld)
+	ok, err = l.Valid(ctx)
+	require.NoError(t, err)
+	assert.False(t, ok)
+
+	var nl *Lock
+	_, err = nl.TTL(ctx)
+	assert.ErrorIs(t, err, ErrNotHeld)
+	ok, _ = nl.Valid(ctx)
+	assert.False(t, ok)
+}
+
+// TestErrExactAtUntil: Err reports the loss the moment Until passes, with
+// or without the loss clock having fired, and Done closes with it.
+func TestErrExactAtUntil(t *testing.T) {
+	srv := redistest.Start(t)
+	lk := newLocker(t, srv.Client(t), WithTTL(300*time.Millisecond), WithNodeTimeout(50*time.Millisecond))
+	ctx := context.Background()
+	const n = 200
+	locks := make([]*Lock, n)
+	for i := range locks {
+		l, err := lk.TryLock(ctx, fmt.Sprintf("exact-%d", i))
+		require.NoError(t, err)
+		locks[i] = l
+	}
+	srv.Pause(t)
+	defer srv.Resume(t)
+	// Read Err just after each Until: it must already say lost.
+	for _, l := range locks {
+		for time.Now().Before(l.Until()) {
+			time.Sleep(time.Until(l.Until()))
+		}
+		require.ErrorIs(t, l.Err(), ErrLost, "Err() after Until")
+		select {
+		case <-l.Done():
+		default:
+			t.Fatalf("Done() open after Err() reported the loss")
+		}
+	}
+}
+
+// TestExtendBelowRenewInterval: Extend to a TTL shorter than the renew
+// interval keeps the lock held on a healthy server.
+func TestExtendBelowRenewInterval(t *testing.T) {
+	srv := redistest.Start(t)
+	lk := newLocker(t, srv.Client(t), WithTTL(3*time.Second), WithRenewInterval(time.Second))
+	ctx := context.Background()
+	// 300ms: below the interval; 1005ms: above it, but with a validity
+	// (993ms) below it.
+	for _, ttl := range []time.Duration{300 * time.Millisecond, 1005 * time.Millisecond} {
+		l, err := lk.TryLock(ctx, "short-extend")
+		require.NoError(t, err)
+		require.NoError(t, l.Extend(ctx, ttl))
+		time.Sleep(4 * ttl) // the duration under test: four of the extended TTLs
+		assert.NoError(t, l.Err(), "Err() after Extend(%v) with a renew interval of 1s", ttl)
+		require.NoError(t, l.Unlock(ctx))
 	}
 }

@@ -207,9 +207,3 @@ func TestLossReasonText(t *testing.T) {
 	assert.NotErrorIs(t, err, ErrClosed)
 	assert.ErrorIs(t, &LostError{Reason: LossClosed}, ErrClosed)
 }
-
-func TestWithMaxHoldRejectsNegative(t *testing.T) {
-	cl, _ := miniClient(t)
-	_, err := NewLocker(cl, WithMaxHold(-time.Second))
-	require.Error(t, err)
-}

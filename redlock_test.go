@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/redlockgo/redlock/internal/redistest"
 )
@@ -715,4 +718,140 @@ func TestRedlockUnlockTwoPaused(t *testing.T) {
 		t.Errorf("lock key left on resumed nodes %v, want released", holding(t, nodes, "unlock-paused", 3, 4))
 	}
 	t.Logf("Unlock with 2 of 5 paused: %v (node timeout %v)", took, nodeTimeout)
+}
+
+// TestNewRedlockSameServerTwice: one server given under two spellings is
+// one vote, never two.
+func TestNewRedlockSameServerTwice(t *testing.T) {
+	srvs := redistest.StartN(t, 2)
+	client := func(addr string) *redis.Client {
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	port := strings.TrimPrefix(srvs[1].Addr(), "127.0.0.1:")
+	_, err := NewRedlock([]Client{client(srvs[0].Addr()), client(srvs[1].Addr()), client("localhost:" + port)})
+	require.Error(t, err, "NewRedlock() with 127.0.0.1:P and localhost:P")
+	assert.Contains(t, err.Error(), "one server")
+
+	t.Run("identified on first contact", func(t *testing.T) {
+		// The shared server is paused while the Redlock is built, so its
+		// identity is learnt only on first use: its second spelling must
+		// then lose its vote.
+		a, b := client(srvs[0].Addr()), client(srvs[1].Addr())
+		alias := client("localhost:" + port)
+		srvs[1].Pause(t)
+		r, err := NewRedlock([]Client{a, b, alias}, WithNodeTimeout(200*time.Millisecond))
+		srvs[1].Resume(t)
+		require.NoError(t, err, "NewRedlock() with an unreachable master")
+		t.Cleanup(func() { r.Close() })
+		ctx := context.Background()
+		l, err := r.TryLock(ctx, "alias")
+		require.NoError(t, err, "TryLock() with 2 distinct masters up")
+		require.NoError(t, l.Unlock(ctx))
+
+		srvs[0].Pause(t)
+		defer srvs[0].Resume(t)
+		_, err = r.TryLock(ctx, "alias")
+		assert.ErrorIs(t, err, ErrNotObtained, "TryLock() with only the aliased server up must not get a quorum from it")
+		assert.ErrorIs(t, err, errDuplicate)
+	})
+}
+
+// TestRedlockMinorityHungKeepsLocks: a Redlock exists to tolerate a hung
+// minority. With one master paused (or answering slower than the TTL),
+// auto-renewed locks stay held, Do returns nil, and Extend and Unlock settle
+// as soon as the quorum answered.
+func TestRedlockMinorityHungKeepsLocks(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		n     int
+		delay bool // a proxy delays replies instead of pausing the server
+	}{
+		{"5 masters, 1 paused", 5, false},
+		{"3 masters, 1 paused", 3, false},
+		{"3 masters, 1 slower than the TTL", 3, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// A node timeout close to the TTL, so that "settled at the
+			// quorum" (milliseconds) and "waited for the hung node" (the
+			// node timeout) stay far apart even on a loaded machine.
+			const ttl, nodeTimeout = 400 * time.Millisecond, 300 * time.Millisecond
+			nodes := startRLNodes(t, tc.n, tc.delay, 3*time.Second)
+			r := newRL(t, nodes, WithTTL(ttl), WithNodeTimeout(nodeTimeout))
+			warmUp(t, r)
+			ctx := context.Background()
+			if tc.delay {
+				nodes[0].proxy.SetDelay(2 * ttl)
+			} else {
+				defer pause(t, nodes, 0)()
+			}
+
+			l, err := r.TryLock(ctx, "minority")
+			require.NoError(t, err, "TryLock() with a hung minority")
+			err = r.Do(ctx, "minority-do", func(ctx context.Context) error {
+				select {
+				case <-ctx.Done():
+					return context.Cause(ctx)
+				case <-time.After(4 * ttl): // the work under test: held across several renewals
+					return nil
+				}
+			})
+			assert.NoError(t, err, "Do() held for 4 TTLs with a hung minority")
+			assert.NoError(t, l.Err(), "Err() after 4 TTLs with a hung minority")
+			select {
+			case <-l.Done():
+				t.Errorf("Done() closed with a hung minority, want held")
+			default:
+			}
+
+			start := time.Now()
+			require.NoError(t, l.Extend(ctx, ttl), "Extend() with a hung minority")
+			assert.Less(t, time.Since(start), nodeTimeout-50*time.Millisecond, "Extend() waited for the hung node")
+			start = time.Now()
+			require.NoError(t, l.Unlock(ctx), "Unlock() with a hung minority")
+			assert.Less(t, time.Since(start), nodeTimeout-50*time.Millisecond, "Unlock() waited for the hung node")
+		})
+	}
+}
+
+// TestRedlockTTLAndTaken: a Redlock's TTL is what a quorum grants; a
+// refusal names the holder and the refusing masters.
+func TestRedlockTTLAndTaken(t *testing.T) {
+	nodes := startRLNodes(t, 3, false, time.Second)
+	r := newRL(t, nodes, WithAutoRenew(false), WithTTL(10*time.Second))
+	ctx := context.Background()
+	l, err := r.TryLock(ctx, "rl-ttl")
+	require.NoError(t, err)
+	// TryLock returns once a quorum granted: the third grant may still be
+	// on its way (on a loaded machine, behind the calls below).
+	for _, n := range nodes {
+		require.True(t, eventually(5*time.Second, func() bool {
+			return n.admin.Get(ctx, rlKey("rl-ttl")).Val() == l.Owner()
+		}), "every master holds the key")
+	}
+	// Shorten the lease on one master: the quorum's lease is the other two's
+	// shorter one, not the shortest.
+	require.NoError(t, nodes[0].admin.PExpire(ctx, rlKey("rl-ttl"), time.Second).Err())
+	require.NoError(t, nodes[1].admin.PExpire(ctx, rlKey("rl-ttl"), 30*time.Second).Err())
+	d, err := l.TTL(ctx)
+	require.NoError(t, err)
+	assert.Greater(t, d, 5*time.Second)
+	assert.LessOrEqual(t, d, 10*time.Second)
+
+	_, err = r.TryLock(ctx, "rl-ttl")
+	var te *TakenError
+	require.ErrorAs(t, err, &te)
+	require.ErrorIs(t, err, ErrNotObtained)
+	assert.Equal(t, l.Owner(), te.Owner)
+	// The attempt settles once a majority refused.
+	assert.GreaterOrEqual(t, len(te.Nodes), 2, "refusing masters %v", te.Nodes)
+	assert.Subset(t, []int{0, 1, 2}, te.Nodes)
+	assert.Positive(t, te.TTL)
+	assert.LessOrEqual(t, te.TTL, 10*time.Second, "the shortest lease among the refusing masters")
+
+	require.NoError(t, nodes[2].admin.Del(ctx, rlKey("rl-ttl")).Err())
+	require.NoError(t, nodes[1].admin.Del(ctx, rlKey("rl-ttl")).Err())
+	_, err = l.TTL(ctx)
+	require.ErrorIs(t, err, ErrNotHeld)
 }

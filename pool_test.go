@@ -2,10 +2,13 @@ package redlock
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -13,52 +16,163 @@ import (
 	"github.com/redlockgo/redlock/internal/redistest"
 )
 
-func TestReplicaAcksOptionValidation(t *testing.T) {
-	mr := miniredis.RunT(t)
-	cl := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { _ = cl.Close() })
+func TestValidUntil(t *testing.T) {
+	t1 := time.Now()
 	tests := []struct {
-		name    string
-		opts    []Option
-		wantErr string
+		ttl    time.Duration
+		factor float64
+		want   time.Duration // Until - t1
 	}{
-		{"off", []Option{WithReplicaAcks(0, 0)}, ""},
-		{"one", []Option{WithReplicaAcks(1, 200*time.Millisecond)}, ""},
-		{"negative replicas", []Option{WithReplicaAcks(-1, time.Second)}, "replica acks must be in [0, 1024], got -1"},
-		{"absurd replicas", []Option{WithReplicaAcks(100000, time.Second)}, "replica acks must be in [0, 1024], got 100000"},
-		{"no timeout", []Option{WithReplicaAcks(1, 0)}, "replica ack timeout must be at least 1ms"},
-		{"sub-millisecond timeout", []Option{WithReplicaAcks(1, 500*time.Microsecond)}, "replica ack timeout must be at least 1ms"},
-		{"negative timeout", []Option{WithReplicaAcks(0, -time.Second)}, "replica ack timeout must be in [0, 1m0s], got -1s"},
-		{"absurd timeout", []Option{WithTTL(time.Hour), WithReplicaAcks(1, 2*time.Minute)}, "replica ack timeout must be in [0, 1m0s], got 2m0s"},
-		{"timeout not below TTL", []Option{WithTTL(time.Second), WithReplicaAcks(1, time.Second)}, "replica ack timeout 1s must be shorter than TTL 1s"},
+		{10 * time.Second, 0.01, 10*time.Second - 100*time.Millisecond - 2*time.Millisecond},
+		{time.Second, 0.01, time.Second - 10*time.Millisecond - 2*time.Millisecond},
+		{300 * time.Millisecond, 0.01, 300*time.Millisecond - 3*time.Millisecond - 2*time.Millisecond},
+		{time.Second, 0, time.Second - 2*time.Millisecond},
+		{100 * time.Millisecond, 0.1, 100*time.Millisecond - 10*time.Millisecond - 2*time.Millisecond},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			lk, err := NewLocker(cl, tt.opts...)
-			if tt.wantErr == "" {
-				require.NoError(t, err)
-				require.NoError(t, lk.Close())
-				return
-			}
-			require.Error(t, err, "NewLocker")
-			assert.Contains(t, err.Error(), tt.wantErr)
-			// The same per call.
-			lk, err = NewLocker(cl)
-			require.NoError(t, err)
-			defer func() { require.NoError(t, lk.Close()) }()
-			l, err := lk.TryLock(context.Background(), "acks-"+tt.name, tt.opts...)
-			require.Error(t, err, "TryLock")
-			assert.Nil(t, l)
-			assert.Contains(t, err.Error(), tt.wantErr)
-		})
+		got := validUntil(t1, tt.ttl, tt.factor).Sub(t1)
+		if got != tt.want {
+			t.Errorf("validUntil(t1, %v, %v) - t1 = %v, want %v", tt.ttl, tt.factor, got, tt.want)
+		}
+	}
+	// Validity is measured on the monotonic clock: a wall-clock step between
+	// t1 and the check cannot move it.
+	if u := validUntil(t1, time.Second, 0.01); !containsMonotonic(u) {
+		t.Errorf("validUntil() = %v, want a monotonic reading (m=)", u)
 	}
 }
 
-func TestReplicaAcksTimeoutBudget(t *testing.T) {
-	c := defaultConfig()
-	base := c.timeout(c.ttl)
-	c.replicas, c.ackTimeout = 1, 250*time.Millisecond
-	assert.Equal(t, base+250*time.Millisecond+waitLateness, c.timeout(c.ttl), "per-node bound with acks")
+// TestValidityUsesWholeMilliseconds: a TTL that is not a whole number of
+// milliseconds claims no more validity than the server was given.
+func TestValidityUsesWholeMilliseconds(t *testing.T) {
+	t0 := time.Now()
+	assert.Equal(t, validUntil(t0, 10*time.Millisecond, 0), validUntil(t0, 10*time.Millisecond+999*time.Microsecond, 0))
+}
+
+// TestQuorumEveryOutcome: for 1 to 7 nodes and every way each node can
+// answer (yes, no, error, no reply yet), the tally counts them, a round is
+// settled exactly when a majority said yes or a majority can no longer say
+// yes, and shortOf names the count it reached. Pure: no server.
+func TestQuorumEveryOutcome(t *testing.T) {
+	const (
+		yes = iota
+		no
+		failed
+		silent
+	)
+	for n := 1; n <= 7; n++ {
+		c := &pool{quorum: n/2 + 1}
+		for i := range n {
+			c.nodes = append(c.nodes, newNode(i, nil))
+		}
+		outcomes := 1
+		for range n {
+			outcomes *= 4
+		}
+		for code := range outcomes {
+			var rs []reply
+			var ok, refused, errs int
+			for i, x := 0, code; i < n; i, x = i+1, x/4 {
+				switch x % 4 {
+				case yes:
+					rs = append(rs, reply{node: i, ok: true})
+					ok++
+				case no:
+					rs = append(rs, reply{node: i})
+					refused++
+				case failed:
+					rs = append(rs, reply{node: i, err: errNodeTimeout})
+					errs++
+				}
+			}
+			name := fmt.Sprintf("n=%d/yes=%d,no=%d,err=%d", n, ok, refused, errs)
+			tl := c.count(rs)
+			if tl.ok != ok || tl.no != refused || tl.failed != errs || len(tl.errs) != errs {
+				t.Fatalf("%s: count() = %+v", name, tl)
+			}
+			majority := n/2 + 1
+			wantSettled := ok >= majority || refused+errs > n-majority
+			if got := c.settled(rs); got != wantSettled {
+				t.Fatalf("%s: settled() = %v, want %v", name, got, wantSettled)
+			}
+			if got, want := c.impossible(refused+errs), refused+errs > n-majority; got != want {
+				t.Fatalf("%s: impossible(%d) = %v, want %v", name, refused+errs, got, want)
+			}
+			if ok < majority {
+				want := fmt.Sprintf("redlock: op reached %d of %d nodes, need %d", ok, n, majority)
+				if got := c.shortOf("op", tl, "", nil).Error(); len(got) < len(want) || got[:len(want)] != want {
+					t.Fatalf("%s: shortOf() = %q, want it to start with %q", name, got, want)
+				}
+			}
+		}
+	}
+}
+
+// TestTinyTTLFirstCall: a Locker warms its client up, so a first TryLock
+// with a 5ms TTL is not judged by a budget a dial or a script load already
+// spent: the first call dials nothing and sends no EVAL or SCRIPT LOAD, only
+// the EVALSHA of the acquire script.
+func TestTinyTTLFirstCall(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	for i := range 5 {
+		cl := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+		lk, err := NewLocker(cl, WithTTL(5*time.Millisecond), WithAutoRenew(false))
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, cl.PoolStats().IdleConns, uint32(1), "no connection dialled ahead")
+		h := &firstCallHook{}
+		cl.AddHook(h)
+		l, err := lk.TryLock(ctx, fmt.Sprintf("tiny-%d", i))
+		h.mu.Lock()
+		dials, cmds := h.dials, slices.Clone(h.cmds)
+		h.mu.Unlock()
+		// Whether a 5ms lease (2.95ms of validity) is obtained depends on the
+		// machine's load, not on the warm-up: not asserted.
+		if err != nil {
+			t.Logf("TryLock(5ms) = %v", err)
+		} else {
+			_ = l.Unlock(ctx)
+		}
+		assert.Zero(t, dials, "first TryLock dialled")
+		require.NotEmpty(t, cmds, "first TryLock sent nothing")
+		assert.Equal(t, "evalsha", cmds[0], "first TryLock's first command (all: %v)", cmds)
+		assert.NotContains(t, cmds, "eval", "first TryLock fell back to EVAL: script not loaded by the warm-up")
+		assert.NotContains(t, cmds, "script", "first TryLock loaded a script")
+		lk.Close()
+		cl.Close()
+	}
+	exists, err := srv.Client(t).ScriptExists(ctx, scriptAcquire.Hash(), scriptRelease.Hash()).Result()
+	require.NoError(t, err)
+	assert.Equal(t, []bool{true, true}, exists, "scripts not loaded by the warm-up")
+}
+
+// firstCallHook records the dials and the command names of a client.
+type firstCallHook struct {
+	mu    sync.Mutex
+	dials int
+	cmds  []string
+}
+
+func (h *firstCallHook) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		h.mu.Lock()
+		h.dials++
+		h.mu.Unlock()
+		return next(ctx, network, addr)
+	}
+}
+
+func (h *firstCallHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.mu.Lock()
+		h.cmds = append(h.cmds, cmd.Name())
+		h.mu.Unlock()
+		return next(ctx, cmd)
+	}
+}
+
+func (h *firstCallHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 // ackClient is a client of addr whose reads wait long enough for the

@@ -248,12 +248,3 @@ func TestFenceCounterLife(t *testing.T) {
 	require.NoError(t, scriptRaise.Run(ctx, admin, []string{"{redlock:raised2}:fence"}, "7", fmt.Sprint(time.Hour.Milliseconds())).Err())
 	assert.InDelta(t, float64(time.Hour), float64(pttl("{redlock:raised2}:fence")), float64(time.Minute), "raise.lua with a retention")
 }
-
-// TestFenceRetentionBadInput: a retention below 1s is refused.
-func TestFenceRetentionBadInput(t *testing.T) {
-	cl, _ := miniClient(t)
-	for _, d := range []time.Duration{0, -time.Hour, time.Second - 1} {
-		_, err := NewLocker(cl, WithFenceRetention(d))
-		assert.Error(t, err, "NewLocker(WithFenceRetention(%v))", d)
-	}
-}

@@ -3,11 +3,15 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/redlockgo/redlock/internal/redistest"
 )
@@ -17,26 +21,6 @@ func pubsubClients(t testing.TB, srv *redistest.Server) int {
 	t.Helper()
 	list, _ := srv.Do(t, "CLIENT", "LIST", "TYPE", "pubsub").(string)
 	return strings.Count(list, "\n")
-}
-
-// TestUncontendedLockSkipsPubSub: a Lock that gets the lock at once opens no
-// pub/sub connection and subscribes nothing.
-func TestUncontendedLockSkipsPubSub(t *testing.T) {
-	srv := redistest.Start(t)
-	lk := newLocker(t, srv.Client(t))
-	ctx := context.Background()
-	for range 100 {
-		l, err := lk.Lock(ctx, "alone")
-		if err != nil {
-			t.Fatalf("Lock() = %v", err)
-		}
-		if err := l.Unlock(ctx); err != nil {
-			t.Fatalf("Unlock() = %v", err)
-		}
-	}
-	if n := commandCalls(t, srv, "subscribe"); n != 0 {
-		t.Errorf("%d SUBSCRIBE calls for 100 uncontended Lock calls, want 0", n)
-	}
 }
 
 // TestWaitContention: 8 goroutines x 200 critical sections on one name. The
@@ -96,78 +80,6 @@ func TestWaitContention(t *testing.T) {
 	}
 	t.Logf("%d sections: median wait %v, p99 %v, max %v; %.2f script calls per section",
 		len(waits), waits[len(waits)/2], waits[len(waits)*99/100], waits[len(waits)-1], calls)
-}
-
-// TestWaitCrashedHolder: the holder dies without releasing, so no message
-// comes; the waiter acquires when the lease runs out, not a backoff step later.
-func TestWaitCrashedHolder(t *testing.T) {
-	srv := redistest.Start(t)
-	cl := srv.Client(t)
-	lk := newLocker(t, cl)
-	ctx := context.Background()
-	const lease = 500 * time.Millisecond
-	if err := cl.Set(ctx, "{redlock:crashed}", "dead-process", lease).Err(); err != nil {
-		t.Fatalf("SET = %v", err)
-	}
-	setAt := time.Now()
-	l, err := lk.Lock(ctx, "crashed")
-	if err != nil {
-		t.Fatalf("Lock() = %v", err)
-	}
-	after := time.Since(setAt)
-	// The next backoff step would come ~500ms after the lease; a loaded
-	// machine adds scheduling delay (128ms seen under busy-test).
-	if after < lease-5*time.Millisecond || after > lease+250*time.Millisecond {
-		t.Errorf("acquired %v after the dead holder's SET, want ~%v (+ scheduling delay, well before a backoff step)", after, lease)
-	}
-	t.Logf("acquired %v after the crashed holder's %v lease began", after, lease)
-	if err := l.Unlock(ctx); err != nil {
-		t.Errorf("Unlock() = %v", err)
-	}
-}
-
-// TestWaitWakesOnRelease: a waiter sleeps through a long hold without
-// polling, then gets the lock right after the release.
-func TestWaitWakesOnRelease(t *testing.T) {
-	srv := redistest.Start(t)
-	holderLk := newLocker(t, srv.Client(t))
-	wcl := srv.Client(t)
-	hook := &countingHook{}
-	wcl.AddHook(hook)
-	waiterLk := newLocker(t, wcl)
-	ctx := context.Background()
-
-	h, err := holderLk.TryLock(ctx, "wake")
-	if err != nil {
-		t.Fatalf("TryLock() = %v", err)
-	}
-	got := make(chan time.Time, 1)
-	go func() {
-		l, err := waiterLk.Lock(ctx, "wake")
-		got <- time.Now()
-		if err != nil {
-			t.Errorf("waiter Lock() = %v", err)
-			return
-		}
-		l.Unlock(ctx)
-	}()
-	waiting(t, waiterLk.c, "wake")
-	time.Sleep(500 * time.Millisecond) // the hold being measured, not a synchronisation
-	attempts := hook.scripts.Load()
-	if err := h.Unlock(ctx); err != nil {
-		t.Fatalf("Unlock() = %v", err)
-	}
-	released := time.Now()
-	acquiredAt := <-got
-	if gap := acquiredAt.Sub(released); gap > 100*time.Millisecond {
-		t.Errorf("waiter acquired %v after the release, want within a few round trips", gap)
-	}
-	// Polling every 4..512ms would take ~7 attempts in 500ms; waiting on
-	// pub/sub takes the first try and one poll that covers the SUBSCRIBE race.
-	if attempts > 3 {
-		t.Errorf("waiter made %d attempts during a 500ms hold, want <= 3", attempts)
-	}
-	t.Logf("hand-off %v after release; %d attempts during the hold", acquiredAt.Sub(released), attempts)
 }
 
 func TestWaitCancel(t *testing.T) {
@@ -256,76 +168,6 @@ func TestWaitFIFO(t *testing.T) {
 	}
 }
 
-// TestWaitPubSubDropped: the pub/sub connection is killed while a goroutine
-// waits; the waiter still gets the lock after the release (reconnect or
-// polling fallback).
-func TestWaitPubSubDropped(t *testing.T) {
-	srv := redistest.Start(t)
-	lk := newLocker(t, srv.Client(t))
-	other := newLocker(t, srv.Client(t))
-	ctx := context.Background()
-	h, err := other.TryLock(ctx, "dropped")
-	if err != nil {
-		t.Fatalf("TryLock() = %v", err)
-	}
-	got := make(chan error, 1)
-	go func() {
-		l, err := lk.Lock(ctx, "dropped")
-		if err == nil {
-			l.Unlock(ctx)
-		}
-		got <- err
-	}()
-	waiting(t, lk.c, "dropped")
-	srv.Do(t, "CLIENT", "KILL", "TYPE", "pubsub")
-	if err := h.Unlock(ctx); err != nil {
-		t.Fatalf("Unlock() = %v", err)
-	}
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Errorf("waiter Lock() = %v", err)
-		}
-	case <-time.After(3 * time.Second):
-		t.Fatalf("waiter did not get the lock within 3s of the release after its pub/sub connection died")
-	}
-}
-
-// TestCloseWhileWaiting: Close with goroutines waiting (and some about to
-// wait) returns, the waiters fail with ErrClosed, and no goroutine is left.
-func TestCloseWhileWaiting(t *testing.T) {
-	cl, _ := miniClient(t)
-	lk, err := NewLocker(cl)
-	if err != nil {
-		t.Fatalf("NewLocker() = %v", err)
-	}
-	other := newLocker(t, cl)
-	ctx := context.Background()
-	if _, err := other.TryLock(ctx, "busy"); err != nil {
-		t.Fatalf("TryLock() = %v", err)
-	}
-	errs := make(chan error, 20)
-	for range 20 {
-		go func() {
-			_, err := lk.Lock(ctx, "busy")
-			errs <- err
-		}()
-	}
-	waiting(t, lk.c, "busy")
-	closed := make(chan struct{})
-	go func() { lk.Close(); close(closed) }()
-	select {
-	case <-closed:
-	case <-time.After(5 * time.Second):
-		t.Fatalf("Close() did not return within 5s with waiters")
-	}
-	for range 20 {
-		if err := <-errs; !errors.Is(err, ErrClosed) && !errors.Is(err, ErrNotObtained) {
-			t.Errorf("waiter Lock() after Close = %v, want ErrClosed or ErrNotObtained", err)
-		}
-	}
-}
-
 // TestWaitTwoProcesses: two Lockers (two processes) trade one lock in a
 // loop. The channel stays subscribed across hand-offs (idleGrace), so
 // SUBSCRIBE is not paid per critical section.
@@ -359,4 +201,177 @@ func TestWaitTwoProcesses(t *testing.T) {
 	if n := commandCalls(t, srv, "subscribe"); n > 10 {
 		t.Errorf("%d SUBSCRIBE calls for %d critical sections by two processes, want a handful", n, 2*iters)
 	}
+}
+
+// TestHandOffLetsOtherProcessesIn: a process whose goroutines keep its local
+// queue full hands the name on among themselves at most maxHandOffs times in
+// a row, so a waiter of another process still gets the lock.
+func TestHandOffLetsOtherProcessesIn(t *testing.T) {
+	srv := redistest.Start(t)
+	busy := newLocker(t, srv.Client(t))
+	other := newLocker(t, srv.Client(t))
+	ctx := context.Background()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				l, err := busy.Lock(ctx, "hog")
+				if err != nil {
+					return
+				}
+				time.Sleep(time.Millisecond) // the critical section
+				_ = l.Unlock(ctx)
+			}
+		})
+	}
+	defer func() {
+		close(stop)
+		wg.Wait()
+	}()
+	waiting(t, busy.c, "hog")
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	l, err := other.Lock(lctx, "hog")
+	require.NoError(t, err, "another process's waiter starved by hand-offs")
+	require.NoError(t, l.Unlock(ctx))
+}
+
+// TestReservedWaiterWokenByHead: a release passed the name to a waiter of
+// this Locker that is not the head of its queue, and its wake-up message was
+// lost (it came before the subscription). The head, refused by the
+// reservation, wakes it, instead of the name staying reserved for nobody
+// until the reservation lapses.
+func TestReservedWaiterWokenByHead(t *testing.T) {
+	srv := redistest.Start(t)
+	cl := srv.Client(t)
+	lk := newLocker(t, cl, WithRetry(func(int) time.Duration { return 50 * time.Millisecond }))
+	ctx := context.Background()
+	const key = "{redlock:resv}"
+	require.NoError(t, cl.Set(ctx, key, "external", 300*time.Millisecond).Err())
+	got := make(chan *Lock, 2)
+	lock := func() {
+		c, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		l, err := lk.Lock(c, "resv")
+		assert.NoError(t, err)
+		got <- l
+	}
+	go lock()
+	waiting(t, lk.c, "resv")
+	go lock()
+	var second string
+	require.True(t, eventually(5*time.Second, func() bool {
+		lk.c.waits.mu.Lock()
+		defer lk.c.waits.mu.Unlock()
+		q := lk.c.waits.queues[releaseChannel(key)]
+		if q == nil || len(q.list) < 2 {
+			return false
+		}
+		second = q.list[1].wid
+		return true
+	}))
+	// Passed to the second waiter, whose message never came; the
+	// reservation outlasts both calls' deadlines.
+	require.NoError(t, cl.Set(ctx, key, reservedPrefix+second, 10*time.Second).Err())
+	l := <-got
+	require.NotNil(t, l, "the reserved waiter took the name")
+	require.NoError(t, l.Unlock(ctx))
+	l = <-got
+	require.NotNil(t, l, "and the head after it")
+	require.NoError(t, l.Unlock(ctx))
+}
+
+// TestHandOffSkipsWaitersThatGaveUp (the rueidislock suite's MissingPeers
+// case): 100 waiters whose ctx was cancelled before the holder's Unlock
+// are never handed the lock, and none returns one; the name is free for
+// another Locker as soon as they have all returned. 20 rounds.
+func TestHandOffSkipsWaitersThatGaveUp(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	lk := newLocker(t, srv.Client(t), WithRetry(ConstantRetry(time.Hour)))
+	other := newLocker(t, srv.Client(t))
+	ctx := context.Background()
+	const waiters = 100
+	ch := releaseChannel(lockKey(lk.c.cfg.prefix, "gave-up"))
+	queued := func() int {
+		lk.c.waits.mu.Lock()
+		defer lk.c.waits.mu.Unlock()
+		if q := lk.c.waits.queues[ch]; q != nil {
+			return len(q.list)
+		}
+		return 0
+	}
+	for round := range 20 {
+		holder, err := lk.TryLock(ctx, "gave-up")
+		require.NoError(t, err)
+		wctx, cancel := context.WithCancel(ctx)
+		errs := make(chan error, waiters)
+		for range waiters {
+			go func() {
+				w, err := lk.Lock(wctx, "gave-up")
+				if err == nil {
+					err = fmt.Errorf("Lock() = %v with a cancelled ctx, want an error", w.Owner())
+					_ = w.Unlock(ctx)
+				}
+				errs <- err
+			}()
+		}
+		require.True(t, eventually(5*time.Second, func() bool { return queued() == waiters }), "round %d: %d of %d waiters queued", round, queued(), waiters)
+		cancel()
+		require.NoError(t, holder.Unlock(ctx))
+		for range waiters {
+			err := <-errs
+			require.ErrorIs(t, err, ErrNotObtained, "round %d", round)
+			require.ErrorIs(t, err, context.Canceled, "round %d", round)
+		}
+		require.True(t, eventually(time.Second, func() bool { return get(t, admin, "{redlock:gave-up}") == "" }),
+			"round %d: the name is still held by %q after every waiter gave up", round, get(t, admin, "{redlock:gave-up}"))
+		l, err := other.TryLock(ctx, "gave-up")
+		require.NoError(t, err, "round %d: TryLock after every waiter gave up", round)
+		require.NoError(t, l.Unlock(ctx))
+	}
+}
+
+// TestHandOffPassesOverGivenUpHead: a waiter whose ctx ended but which has
+// not left the queue yet (its Lock call is still on its way out) is passed
+// over: the Unlock hands the lock to the live waiter behind it, and the one
+// that gave up is handed nothing.
+func TestHandOffPassesOverGivenUpHead(t *testing.T) {
+	srv := redistest.Start(t)
+	lk := newLocker(t, srv.Client(t), WithRetry(ConstantRetry(time.Hour)))
+	ctx := context.Background()
+	holder, err := lk.TryLock(ctx, "dead-head")
+	require.NoError(t, err)
+	ch := releaseChannel(lockKey(lk.c.cfg.prefix, "dead-head"))
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	dead, _ := lk.c.waits.join(ch, "dead-head", "", &lk.c.cfg, gone.Done())
+	got := make(chan *Lock, 1)
+	go func() {
+		l, err := lk.Lock(ctx, "dead-head")
+		assert.NoError(t, err)
+		got <- l
+	}()
+	require.True(t, eventually(5*time.Second, func() bool {
+		lk.c.waits.mu.Lock()
+		defer lk.c.waits.mu.Unlock()
+		return len(lk.c.waits.queues[ch].list) == 2
+	}), "the live waiter never queued behind the one that gave up")
+	require.NoError(t, holder.Unlock(ctx))
+	select {
+	case l := <-got:
+		require.NotNil(t, l)
+		assert.Greater(t, l.Token(), holder.Token())
+		require.NoError(t, l.Unlock(ctx))
+	case <-time.After(2 * time.Second):
+		t.Fatal("the live waiter was not handed the lock within 2s; the hand-off went to the waiter that gave up")
+	}
+	assert.Empty(t, dead.handed, "a waiter that gave up was handed a lock")
+	lk.c.waits.leave(ch, dead, false)
 }

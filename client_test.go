@@ -1,0 +1,161 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlockgo/redlock/internal/redistest"
+)
+
+// wrappedClient is what a user's own wrapper around go-redis looks like: a
+// struct embedding only what it chooses to expose.
+type wrappedClient struct {
+	redis.Scripter
+	inner *redis.Client
+}
+
+func (w wrappedClient) Pipeline() redis.Pipeliner { return w.inner.Pipeline() }
+
+func (w wrappedClient) Subscribe(ctx context.Context, channels ...string) *redis.PubSub {
+	return w.inner.Subscribe(ctx, channels...)
+}
+
+// Client asks only for what the package calls: a UniversalClient and a
+// user's wrapper pass.
+var (
+	_ Client = redis.UniversalClient(nil)
+	_ Client = wrappedClient{}
+)
+
+func TestWrappedClientLocks(t *testing.T) {
+	cl, _ := miniClient(t)
+	lk := newLocker(t, wrappedClient{Scripter: cl, inner: cl})
+	ctx := context.Background()
+	l, err := lk.TryLock(ctx, "wrapped")
+	require.NoError(t, err)
+	require.NoError(t, l.Unlock(ctx))
+}
+
+// TestRingWaits: a 2-shard Ring supports everything, waiting included.
+func TestRingWaits(t *testing.T) {
+	srvs := redistest.StartN(t, 2)
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": srvs[0].Addr(), "b": srvs[1].Addr()}})
+	t.Cleanup(func() { ring.Close() })
+	lk := newLocker(t, ring, WithTTL(5*time.Second))
+	ctx := context.Background()
+	for i := range 6 { // names on both shards
+		name := fmt.Sprintf("ring-%d", i)
+		l, err := lk.TryLock(ctx, name)
+		require.NoError(t, err)
+		got := make(chan *Lock, 1)
+		go func() {
+			w, err := lk.Lock(ctx, name)
+			assert.NoError(t, err, "Lock() on a Ring")
+			got <- w
+		}()
+		waiting(t, lk.c, name)
+		released := time.Now()
+		require.NoError(t, l.Unlock(ctx))
+		w := <-got
+		require.NotNil(t, w)
+		// Woken by the release message, not the 5s lease or a 1s timer.
+		assert.Less(t, time.Since(released), 500*time.Millisecond, "hand-off on a Ring")
+		require.NoError(t, w.Unlock(ctx))
+	}
+	keys := 0
+	for _, s := range srvs {
+		keys += int(s.Client(t).DBSize(ctx).Val())
+	}
+	assert.Positive(t, keys)
+}
+
+// wrapHook wraps every error a command or pipeline returns, as a tracing
+// or metrics hook might.
+type wrapHook struct{}
+
+func (wrapHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (wrapHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if err := next(ctx, cmd); err != nil {
+			err = fmt.Errorf("traced: %w", err)
+			cmd.SetErr(err)
+			return err
+		}
+		return nil
+	}
+}
+
+func (wrapHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			if e := cmd.Err(); e != nil {
+				cmd.SetErr(fmt.Errorf("traced: %w", e))
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("traced: %w", err)
+		}
+		return nil
+	}
+}
+
+// TestNoScriptThroughWrappingHook: after SCRIPT FLUSH, a hook that wraps
+// errors must not turn NOSCRIPT into a failure or into "not held".
+func TestNoScriptThroughWrappingHook(t *testing.T) {
+	srv := redistest.Start(t)
+	cl := srv.Client(t)
+	cl.AddHook(wrapHook{})
+	// Renewals every 100ms, but a 1s lease: a loaded machine that delays one
+	// renewal must not lose the lock, only a renewal that fails must.
+	lk := newLocker(t, cl, WithTTL(time.Second), WithRenewInterval(100*time.Millisecond))
+	ctx := context.Background()
+	l, err := lk.TryLock(ctx, "flush")
+	require.NoError(t, err)
+	for range 3 {
+		srv.Do(t, "SCRIPT", "FLUSH")
+		time.Sleep(150 * time.Millisecond) // the duration under test: a renewal falls in it
+		require.NoError(t, l.Err(), "renewal after SCRIPT FLUSH through a wrapping hook")
+	}
+	srv.Do(t, "SCRIPT", "FLUSH")
+	require.NoError(t, l.Extend(ctx, time.Second))
+	srv.Do(t, "SCRIPT", "FLUSH")
+	require.NoError(t, l.Unlock(ctx))
+	srv.Do(t, "SCRIPT", "FLUSH")
+	_, err = lk.TryLock(ctx, "flush")
+	require.NoError(t, err)
+	require.NoError(t, lk.Close(), "Close() releases through pipelines")
+	assert.Zero(t, srv.Client(t).Exists(ctx, "{redlock:flush}").Val())
+}
+
+// TestClientHooksSeeLockCommands: the user's hooks (tracing, metrics) see
+// every lock command, on the inline and the goroutine call paths alike.
+func TestClientHooksSeeLockCommands(t *testing.T) {
+	srv := redistest.Start(t)
+	for name, opt := range map[string]*redis.Options{
+		"defaults (goroutine path)": {Addr: srv.Addr()},
+		"ContextTimeoutEnabled":     {Addr: srv.Addr(), ContextTimeoutEnabled: true},
+		"socket timeouts under 1s":  {Addr: srv.Addr(), DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second},
+	} {
+		t.Run(name, func(t *testing.T) {
+			hook := &countingHook{}
+			cl := redis.NewClient(opt)
+			t.Cleanup(func() { cl.Close() })
+			cl.AddHook(hook)
+			lk := newLocker(t, cl)
+			ctx := context.Background()
+			before := hook.scripts.Load()
+			l, err := lk.TryLock(ctx, "hooked")
+			require.NoError(t, err)
+			require.NoError(t, l.Unlock(ctx))
+			assert.Equal(t, int64(2), hook.scripts.Load()-before, "scripts seen by the client's hook for TryLock+Unlock")
+		})
+	}
+}

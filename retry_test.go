@@ -1,0 +1,101 @@
+package redlock
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlockgo/redlock/internal/redistest"
+)
+
+func TestRetryHelpers(t *testing.T) {
+	assert.Negative(t, NoRetry()(0))
+	lim := LimitRetry(ConstantRetry(time.Second), 3)
+	assert.Equal(t, []time.Duration{time.Second, time.Second, -1, -1}, []time.Duration{lim(0), lim(1), lim(2), lim(3)})
+	assert.Negative(t, LimitRetry(ConstantRetry(time.Second), 0)(0))
+	assert.Equal(t, 7*time.Millisecond, LinearBackoff(7*time.Millisecond)(5))
+	assert.Zero(t, ConstantRetry(-time.Second)(0))
+}
+
+func TestExponentialRetry(t *testing.T) {
+	ms := time.Millisecond
+	tests := []struct {
+		lo, hi  time.Duration
+		attempt int
+		min     time.Duration // the draw is in [min, max]
+		max     time.Duration
+	}{
+		{8 * ms, 100 * ms, 0, 8 * ms, 16 * ms},
+		{8 * ms, 100 * ms, 1, 16 * ms, 32 * ms},
+		{8 * ms, 100 * ms, 2, 32 * ms, 64 * ms},
+		{8 * ms, 100 * ms, 3, 50 * ms, 100 * ms},
+		{8 * ms, 100 * ms, 4, 50 * ms, 100 * ms},
+		{8 * ms, 100 * ms, 1000, 50 * ms, 100 * ms},
+		// bsm/redislock's reading: the first bound is a minimum.
+		{100 * ms, 120 * ms, 0, 100 * ms, 120 * ms},
+		{100 * ms, 120 * ms, 5, 100 * ms, 120 * ms},
+		{10 * ms, 10 * ms, 3, 10 * ms, 10 * ms},
+		{10 * ms, 5 * ms, 3, 10 * ms, 10 * ms},
+		{0, 0, 2, 0, 0},
+	}
+	for _, tt := range tests {
+		f := ExponentialRetry(tt.lo, tt.hi)
+		for range 300 {
+			if d := f(tt.attempt); d < tt.min || d > tt.max {
+				t.Fatalf("ExponentialRetry(%v, %v)(%d) = %v, want in [%v, %v]", tt.lo, tt.hi, tt.attempt, d, tt.min, tt.max)
+			}
+		}
+	}
+	// Every wait of a long run stays in [lo, hi] (redislock's suite draws
+	// 1,800 of them).
+	f := ExponentialRetry(20*ms, 200*ms)
+	for attempt := range 1800 {
+		if d := f(attempt % 12); d < 20*ms || d > 200*ms {
+			t.Fatalf("ExponentialRetry(20ms, 200ms)(%d) = %v, want in [20ms, 200ms]", attempt%12, d)
+		}
+	}
+	if d := ConstantRetry(7 * time.Millisecond)(9); d != 7*time.Millisecond {
+		t.Errorf("ConstantRetry(7ms)(9) = %v, want 7ms", d)
+	}
+}
+
+// TestLimitRetryGivesUp: on a real server, Lock with LimitRetry makes n
+// attempts and returns ErrNotObtained with the holder, long before its ctx
+// ends; NoRetry makes one.
+func TestLimitRetryGivesUp(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	holderLk := newLocker(t, srv.Client(t))
+	held, err := holderLk.TryLock(ctx, "limited")
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name  string
+		retry RetryFunc
+		n     int
+	}{
+		{"NoRetry", NoRetry(), 1},
+		{"LimitRetry", LimitRetry(ConstantRetry(10*time.Millisecond), 3), 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &eventLog{}
+			lk := newLocker(t, srv.Client(t), WithRetry(tc.retry), WithObserver(rec))
+			lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			_, err := lk.Lock(lctx, "limited")
+			require.ErrorIs(t, err, ErrNotObtained)
+			require.NoError(t, lctx.Err(), "gave up before the ctx ended")
+			var te *TakenError
+			require.ErrorAs(t, err, &te)
+			assert.Equal(t, held.Owner(), te.Owner)
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			require.Len(t, rec.acquires, 1)
+			assert.Equal(t, tc.n, rec.acquires[0].Attempts)
+			assert.Equal(t, Contended, rec.acquires[0].Outcome)
+		})
+	}
+	require.NoError(t, held.Unlock(ctx))
+}
