@@ -101,7 +101,8 @@ func (at *attempt) refusals(rs []reply) time.Duration {
 	hint := time.Duration(-1)
 	for _, r := range rs {
 		if r.err == nil && !r.ok {
-			at.t.errs = append(at.t.errs, at.p.nodeErr(r.node, errTaken))
+			// Quiet: the TakenError below names the holder.
+			at.t.errs = append(at.t.errs, quietError{at.p.nodeErr(r.node, errTaken)})
 			if d := time.Duration(r.val) * time.Millisecond; r.val >= 0 && (hint < 0 || d < hint) {
 				hint = d
 			}
@@ -122,11 +123,11 @@ func (at *attempt) fail(ctx context.Context) (permanent bool, err error) {
 	grantedOn, unknownOn := at.l.fail(at.p.nodes)
 	at.p.releaseOn(ctx, at.l, grantedOn, at.timeout, never)
 	at.p.releaseInBackground(ctx, unknownOn, at.l)
-	errs := append([]error{ErrNotObtained}, at.t.errs...)
+	errs := append([]error{notObtained(at.l.name)}, at.t.errs...)
 	if at.interrupted {
 		errs = append(errs, ctx.Err())
 	}
-	return at.t.permanent > len(at.p.nodes)-at.p.quorum, errors.Join(errs...)
+	return at.t.permanent > len(at.p.nodes)-at.p.quorum, join(errs...)
 }
 
 // settleToken picks the fencing token of a granted attempt: the largest
@@ -177,7 +178,7 @@ func (at *attempt) settleToken(ctx context.Context, rs []reply, fence any) (int6
 		return p.count(rs).ok >= need
 	})
 	if t := p.count(got); t.ok < need {
-		return 0, errors.Join(append([]error{fmt.Errorf("redlock: fencing token %d reached %d of %d nodes, need a majority", token, atToken+t.ok, len(p.nodes))}, t.errs...)...)
+		return 0, join(append([]error{fmt.Errorf("redlock: fencing token %d reached %d of %d nodes, need a majority", token, atToken+t.ok, len(p.nodes))}, t.errs...)...)
 	}
 	return token, nil
 }

@@ -334,7 +334,7 @@ func (c *core) obtain(ctx context.Context, a *acquisition, wait bool) (*Lock, er
 	if err := c.acquirable(ctx); err != nil {
 		return nil, err
 	}
-	o := &obtaining{c: c, a: a, qk: a.queue, lastErr: ErrNotObtained, hint: -1}
+	o := &obtaining{c: c, a: a, qk: a.queue, lastErr: notObtained(a.name), hint: -1}
 	return o.run(ctx)
 }
 
@@ -344,7 +344,7 @@ func (c *core) try(ctx context.Context, a *acquisition) (l *Lock, err error) {
 		return nil, err
 	}
 	tr := newAcquireTrace(ctx, a.cfg, a.name, false)
-	l, _, _, err = c.attempt(ctx, a)
+	l, _, err = c.attempt(ctx, a)
 	tr.attempted(err)
 	tr.done(l, err)
 	return l, err
@@ -353,27 +353,26 @@ func (c *core) try(ctx context.Context, a *acquisition) (l *Lock, err error) {
 // acquirable refuses an acquire call whose ctx has ended, or after Close.
 func (c *core) acquirable(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
-		return errors.Join(ErrNotObtained, err)
+		return join(ErrNotObtained, err)
 	}
 	if c.life.isClosing() {
-		return errors.Join(ErrNotObtained, ErrClosed)
+		return join(ErrNotObtained, ErrClosed)
 	}
 	return nil
 }
 
 // attempt makes one attempt of a (acquire.go) and makes a granted lock
-// held: the lock, or an error matching ErrNotObtained with the holder's
-// remaining lease (negative when unknown) and whether retrying is
-// pointless.
-func (c *core) attempt(ctx context.Context, a *acquisition) (*Lock, time.Duration, bool, error) {
+// held: the lock, or an error matching ErrNotObtained with what the attempt
+// found out (see verdict).
+func (c *core) attempt(ctx context.Context, a *acquisition) (*Lock, verdict, error) {
 	if c.life.isClosing() {
-		return nil, -1, true, errors.Join(ErrNotObtained, ErrClosed)
+		return nil, verdict{hint: -1, permanent: true}, join(notObtained(a.name), ErrClosed)
 	}
 	l := a.newLock(c, len(c.pool.nodes))
 	at := attempt{p: c.pool, l: l, cfg: a.cfg, timeout: a.cfg.timeout(a.cfg.ttl)}
 	granted, err := at.run(ctx, a.cfg.ttlArg(), a.waitID(l))
 	if err != nil {
-		return nil, -1, true, errors.Join(ErrNotObtained, err)
+		return nil, verdict{hint: -1, permanent: true}, join(notObtained(a.name), err)
 	}
 	if granted {
 		if c.hooks.beforeFinalCheck != nil {
@@ -383,14 +382,23 @@ func (c *core) attempt(ctx context.Context, a *acquisition) (*Lock, time.Duratio
 		// after every round trip, so any pause before this line is caught.
 		if time.Now().Before(at.until) {
 			if err := c.activate(l, at.token, at.until); err != nil {
-				return nil, -1, true, errors.Join(ErrNotObtained, err)
+				return nil, verdict{hint: -1, permanent: true}, join(notObtained(a.name), err)
 			}
-			return l, -1, false, nil
+			return l, verdict{hint: -1, answered: true}, nil
 		}
 		at.t.errs = append(at.t.errs, fmt.Errorf("redlock: validity of %v used up before the grant completed", a.cfg.ttl))
 	}
 	permanent, err := at.fail(ctx)
-	return nil, at.hint, permanent, err
+	return nil, verdict{hint: at.hint, permanent: permanent, answered: at.t.ok+at.t.no >= c.pool.quorum}, err
+}
+
+// verdict is what a failed attempt found out: the holder's remaining lease
+// (negative when unknown), whether retrying is pointless, and whether a
+// quorum of nodes answered at all (granted or refused): an attempt that
+// could not get an answer is not contention (WithUnansweredLimit).
+type verdict struct {
+	hint                time.Duration
+	permanent, answered bool
 }
 
 // unlock releases l on every node where it is still ours (engine: see
@@ -419,9 +427,9 @@ func (c *core) unlock(ctx context.Context, l *Lock) error {
 	if !changed {
 		// A lost lock may still have our key on some node; the release above
 		// cleared it, but the lock was not held.
-		return fmt.Errorf("%w: %w", ErrNotHeld, ErrLost)
+		return notHeld("unlock", l.name, l.Err())
 	}
-	return c.pool.released(rs)
+	return c.pool.released(l, rs)
 }
 
 // extend moves l's lease to ttl on every node (engine: see Lock.Extend).
@@ -429,7 +437,7 @@ func (c *core) extend(ctx context.Context, l *Lock, ttl time.Duration) error {
 	l.io.Lock()
 	defer l.io.Unlock()
 	if err := l.Err(); err != nil {
-		return fmt.Errorf("%w: %w", ErrNotHeld, err)
+		return notHeld("extend", l.name, err)
 	}
 	t1 := time.Now()
 	until := validUntil(t1, ttl, l.driftFactor)
@@ -443,7 +451,7 @@ func (c *core) extend(ctx context.Context, l *Lock, ttl time.Duration) error {
 			if l.is(stateLost) {
 				c.abandon(l) // lost meanwhile: the moved lease must not keep the name
 			}
-			return fmt.Errorf("%w: %w", ErrNotHeld, l.Err())
+			return notHeld("extend", l.name, l.Err())
 		}
 		if l.autoRenew {
 			c.wd.schedule(l, renewAt(l, t1))
@@ -455,9 +463,9 @@ func (c *core) extend(ctx context.Context, l *Lock, ttl time.Duration) error {
 		if t.ok > 0 {
 			c.abandon(l) // the masters that moved it must not keep the name
 		}
-		return fmt.Errorf("%w: %w", ErrNotHeld, l.Err())
+		return notHeld("extend", l.name, l.Err())
 	default:
-		return c.pool.shortOf("extend", t, " within validity; the lock stays held until its current Until", ctxErrIf(ctx, interrupted))
+		return c.pool.shortOf("extend", l.name, t, " within validity; the lock stays held until its current Until", ctxErrIf(ctx, interrupted))
 	}
 }
 

@@ -46,13 +46,13 @@ func (h handOff) run(ctx context.Context) (done bool, err error) {
 		nl.finish(stateFailed, "")
 		c.pool.releaseInBackground(ctx, c.pool.nodes, l, nl)
 		c.waits.unreserve(l.channel, w, true)
-		return true, errors.Join(fmt.Errorf("redlock: hand-off outcome unknown; the lock frees itself when its lease ends"), c.pool.nodeErr(r.node, r.err))
+		return true, join(fmt.Errorf("redlock: unlock %q: hand-off outcome unknown; the lock frees itself when its lease ends", l.name), c.pool.nodeErr(r.node, r.err))
 	case r.code == replyAlready:
 		c.waits.unreserve(l.channel, w, true)
 		return true, nil
 	case r.code == replyNotOurs:
 		c.waits.unreserve(l.channel, w, true) // the key is gone: the name may be free
-		return true, fmt.Errorf("%w: the key was gone or another owner's", ErrNotHeld)
+		return true, notHeld("unlock", l.name, errors.New("the key is gone or another owner's"))
 	case !r.ok:
 		// No token, or replyOOM (a full server refused its first
 		// write): the ordinary release runs and reports it.

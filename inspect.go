@@ -121,7 +121,7 @@ func inspect(ctx context.Context, c *core, name string) (Holder, error) {
 		return h, nil
 	}
 	t := c.pool.count(rs)
-	return Holder{}, c.pool.shortOf("inspect", t, "", ctxErrIf(ctx, interrupted))
+	return Holder{}, c.pool.shortOf("inspect", name, t, "", ctxErrIf(ctx, interrupted))
 }
 
 // inspectOn runs inspect.lua on one node.

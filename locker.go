@@ -101,6 +101,18 @@ func (lk *Locker) Do(ctx context.Context, name string, fn func(ctx context.Conte
 // returns nil; a concurrent second Close returns when the first does.
 func (lk *Locker) Close() error { return lk.core().close() }
 
+// Ping checks, before any lock is needed, that the Redis deployment answers
+// and accepts writes: a wrong address, a replica, a wrong password or a
+// server that is not Redis fail here with the cause, instead of in the
+// first Lock. Bounded by the node timeout (and ctx).
+func (lk *Locker) Ping(ctx context.Context) error {
+	c := lk.core()
+	if c == nil {
+		return errNoCore
+	}
+	return ping(ctx, c.pool, c.cfg.timeout(c.cfg.ttl))
+}
+
 // core is the engine, or nil for a nil or zero Locker, whose methods then
 // return an error instead of panicking.
 func (lk *Locker) core() *core {
@@ -138,17 +150,30 @@ func do(ctx context.Context, c *core, fn func(context.Context) error, take func(
 		case errors.Is(lerr, ErrLost):
 			// Lost, or Close released it while fn still ran (a LostError
 			// with reason closed, which also matches ErrClosed).
-			err = errors.Join(err, lerr)
+			err = withLoss(fctx, err, lerr)
 		case errors.Is(uerr, errAlreadyReleased):
 			// fn released the lock itself, through FromContext.
 		case errors.Is(uerr, ErrNotHeld):
 			// The nodes no longer had our key: lost while fn ran.
-			err = errors.Join(err, fmt.Errorf("%w: %w", ErrLost, uerr))
+			err = join(err, &opError{msg: fmt.Sprintf("redlock: lock %q lost while the function ran", l.name), sentinel: ErrLost}, uerr)
 		case uerr != nil:
-			err = errors.Join(err, uerr)
+			err = join(err, uerr)
 		}
 	}()
 	return fn(fctx)
+}
+
+// withLoss is Do's error for a lock lost while fn ran: the loss, after fn's
+// own error, or alone when fn only returned the cancellation that the loss
+// caused (still matched by errors.Is, not printed twice).
+func withLoss(fctx context.Context, err, lerr error) error {
+	switch {
+	case err == nil:
+		return lerr
+	case errors.Is(err, context.Canceled) && context.Cause(fctx) == lerr && err.Error() == context.Canceled.Error():
+		return join(lerr, quietError{err})
+	}
+	return join(err, lerr)
 }
 
 type lockKeyCtx struct{}

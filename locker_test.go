@@ -3,9 +3,11 @@ package redlock
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -110,4 +112,43 @@ func TestNilLocker(t *testing.T) {
 			assert.NoError(t, a.Close())
 		})
 	}
+}
+
+// TestPing: Ping passes on a writable master and names the cause on a
+// replica, a closed port and a port that is not Redis; a Redlock passes with
+// a quorum of masters and fails without one.
+func TestPing(t *testing.T) {
+	ctx := context.Background()
+	master := redistest.Start(t)
+	require.NoError(t, newLocker(t, master.Client(t)).Ping(ctx))
+
+	host, port, _ := strings.Cut(master.Addr(), ":")
+	replica := redistest.Start(t, "--replicaof", host, port)
+	err := newLocker(t, replica.Client(t)).Ping(ctx)
+	assert.True(t, redis.IsReadOnlyError(err), "Ping() on a replica = %v", err)
+
+	closed := redis.NewClient(&redis.Options{Addr: closedAddr(t)})
+	t.Cleanup(func() { closed.Close() })
+	err = newLocker(t, closed, WithNodeTimeout(2*time.Second)).Ping(ctx)
+	var ne *NodeError
+	require.ErrorAs(t, err, &ne)
+	assert.Contains(t, err.Error(), "refused")
+
+	http := redis.NewClient(&redis.Options{Addr: httpAddr(t)})
+	t.Cleanup(func() { http.Close() })
+	err = newLocker(t, http).Ping(ctx)
+	assert.ErrorContains(t, err, "can't parse")
+
+	nodes := redistest.StartN(t, 3)
+	rl, err := NewRedlock([]Client{nodes[0].Client(t), nodes[1].Client(t), nodes[2].Client(t)}, WithNodeTimeout(200*time.Millisecond))
+	require.NoError(t, err)
+	t.Cleanup(func() { rl.Close() })
+	nodes[2].Kill(t)
+	require.NoError(t, rl.Ping(ctx), "a quorum of masters is enough")
+	nodes[1].Kill(t)
+	err = rl.Ping(ctx)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "1 of 3 nodes")
+	var nilLocker *Locker
+	assert.Error(t, nilLocker.Ping(ctx))
 }

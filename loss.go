@@ -3,6 +3,7 @@ package redlock
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // LossReason says why a held lock stopped being held without an Unlock. It
@@ -91,9 +92,29 @@ type LostError struct {
 }
 
 func (e *LostError) Error() string {
-	s := fmt.Sprintf("redlock: lock %q lost: %s", e.Name, e.Reason.text())
-	if e.Err != nil {
-		s += ": " + e.Err.Error()
+	return fmt.Sprintf("redlock: lock %q %s", e.Name, e.clause())
+}
+
+// clause is the loss without the name, and with only the node errors that
+// add to the reason: a node's "key gone" under "key deleted or expired on
+// the server" would say it twice; under "quorum of nodes lost" each node's
+// answer says which way it was lost.
+func (e *LostError) clause() string {
+	s, sep := "lost: "+e.Reason.text(), ": "
+	var parts []error
+	if j, ok := e.Err.(*joinedError); ok {
+		parts = j.errs
+	} else if e.Err != nil {
+		parts = []error{e.Err}
+	}
+	for _, p := range parts {
+		if e.Reason != LossQuorum && (errors.Is(p, errKeyGone) || errors.Is(p, errTaken) || errors.Is(p, errExpLate)) {
+			continue
+		}
+		if d := strings.TrimPrefix(clauseOf(p), "redlock: "); d != "" && !strings.Contains(s, d) {
+			s += sep + d
+			sep = "; "
+		}
 	}
 	return s
 }
@@ -149,7 +170,7 @@ func refusalOf(code int64) error {
 
 // errNoRenewal is what a loss by time heard when the renewal in flight had
 // not answered by then.
-var errNoRenewal = errors.New("no renewal answered before the validity ran out")
+var errNoRenewal = errors.New("the renewal in flight had not answered")
 
 // refusalsIn counts the replies of an Extend round that found another
 // owner's value, and those that found the lease too near its end.

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -43,7 +44,7 @@ func (o *obtaining) run(ctx context.Context) (l *Lock, err error) {
 		woke, handed, err := o.await(ctx, d)
 		switch {
 		case err != nil:
-			return nil, errors.Join(o.lastErr, err)
+			return nil, join(o.lastErr, err)
 		case handed != nil:
 			o.acquired = true
 			return handed, nil
@@ -119,6 +120,7 @@ type obtaining struct {
 
 	try, warm, acquired bool
 	heardSeq            uint64
+	silentSince, warned time.Time // see unanswered
 	lastErr             error
 	hint                time.Duration // the holder's remaining lease, negative when unknown
 	woke                wokeBy
@@ -128,7 +130,7 @@ type obtaining struct {
 // and err (got it, or gave up for good).
 func (o *obtaining) attemptOnce(ctx context.Context, attempt int) (l *Lock, err error, done bool) {
 	c, a := o.c, o.a
-	l, h, permanent, err := c.attempt(ctx, a)
+	l, v, err := c.attempt(ctx, a)
 	a.refusedBy(err)
 	if o.w != nil {
 		c.waits.doneAttempting(o.w)
@@ -149,7 +151,7 @@ func (o *obtaining) attemptOnce(ctx context.Context, attempt int) (l *Lock, err 
 		// Refused, or unknown: the script may have entered us.
 		a.ww.entered = true
 	}
-	if permanent {
+	if v.permanent {
 		return nil, err, true
 	}
 	if cerr := ctx.Err(); cerr != nil {
@@ -159,11 +161,14 @@ func (o *obtaining) attemptOnce(ctx context.Context, attempt int) (l *Lock, err 
 			err = o.lastErr
 		}
 		if !errors.Is(err, cerr) {
-			err = errors.Join(err, cerr)
+			err = join(err, cerr)
 		}
 		return nil, err, true
 	}
-	o.lastErr, o.hint = err, h
+	o.lastErr, o.hint = err, v.hint
+	if err := o.unanswered(v.answered, err); err != nil {
+		return nil, err, true
+	}
 	if a.writer {
 		var te *TakenError
 		if errors.As(err, &te) {
@@ -175,6 +180,40 @@ func (o *obtaining) attemptOnce(ctx context.Context, attempt int) (l *Lock, err 
 		c.waits.ps.suspect(channelOf(o.qk))
 	}
 	return nil, nil, false
+}
+
+// unansweredWarnGap is the least time between two WARN lines of one call
+// about attempts that got no answer.
+const unansweredWarnGap = 5 * time.Second
+
+// unanswered keeps the count of attempts in a row that no quorum of nodes
+// answered (err is the latest's error): it logs them at WARN, rate
+// limited, and once they have lasted WithUnansweredLimit returns the error
+// that ends the wait. An answered attempt (contention) resets it.
+func (o *obtaining) unanswered(answered bool, err error) error {
+	if answered {
+		o.silentSince = time.Time{}
+		return nil
+	}
+	now := time.Now()
+	if o.silentSince.IsZero() {
+		o.silentSince = now
+	}
+	silent := now.Sub(o.silentSince)
+	if lim := o.a.cfg.unanswered; lim > 0 && silent >= lim {
+		causes := []error{notObtained(o.a.name), fmt.Errorf("%w for %v", ErrUnreachable, silent.Round(time.Millisecond))}
+		if j, ok := err.(*joinedError); ok {
+			causes = append(causes, j.errs[1:]...) // after its head, which says "not obtained" again
+		} else {
+			causes = append(causes, err)
+		}
+		return join(causes...)
+	}
+	if o.warned.IsZero() || now.Sub(o.warned) >= unansweredWarnGap {
+		o.warned = now
+		o.a.cfg.logger.Warn("redlock: no answer from Redis; still trying", "name", o.a.name, "for", silent.Round(time.Millisecond), "limit", o.a.cfg.unanswered, "err", err)
+	}
+	return nil
 }
 
 // queue puts the acquisition in its local queue, unless it is there
@@ -217,7 +256,9 @@ func (o *obtaining) sleepFor(attempt int) (d time.Duration, trusted, ok bool) {
 	if d < 0 {
 		return 0, false, false
 	}
-	trusted = (attempt > 0 || o.warm) && o.c.waits.ps.trusted()
+	// A policy the caller chose bounds every wait; messages only wake the
+	// waiter earlier. Only the default one gives way to trusted messages.
+	trusted = !o.a.cfg.retrySet && (attempt > 0 || o.warm) && o.c.waits.ps.trusted()
 	switch {
 	case o.hint < 0:
 	case trusted:

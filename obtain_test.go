@@ -1,9 +1,20 @@
 package redlock
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/redlockgo/redlock/internal/redistest"
 )
@@ -34,4 +45,123 @@ func TestWaitCrashedHolder(t *testing.T) {
 	if err := l.Unlock(ctx); err != nil {
 		t.Errorf("Unlock() = %v", err)
 	}
+}
+
+// syncBuffer is a bytes.Buffer a logger may write from several goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// httpAddr serves HTTP on a loopback port: a port that is not Redis.
+func httpAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	hs := &http.Server{Handler: http.NotFoundHandler(), ReadHeaderTimeout: time.Second}
+	go func() { _ = hs.Serve(ln) }()
+	t.Cleanup(func() { hs.Close() })
+	return ln.Addr().String()
+}
+
+// closedAddr is a loopback port nobody listens on.
+func closedAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return addr
+}
+
+// TestLockEndsWhenNotContention: a Lock under a ctx without deadline ends
+// on its own when the trouble is not contention, with an error that names
+// the cause: at once for what no retry fixes (a replica behind a plain
+// client, a port that is not Redis, a wrong password), after
+// WithUnansweredLimit for a server that does not answer (the attempts are
+// logged at WARN meanwhile). Contention never counts toward that limit.
+func TestLockEndsWhenNotContention(t *testing.T) {
+	master := redistest.Start(t)
+	host, port, _ := strings.Cut(master.Addr(), ":")
+	replica := redistest.Start(t, "--replicaof", host, port)
+	master.ACLUser(t, "app", "right", "~*", "&*", "+@all")
+	const limit = time.Second
+	for _, tc := range []struct {
+		name        string
+		client      func() *redis.Client
+		unreachable bool
+		cause       func(error) bool
+	}{
+		{"unreachable port", func() *redis.Client { return redis.NewClient(&redis.Options{Addr: closedAddr(t)}) }, true,
+			func(err error) bool { var ne net.Error; return errors.As(err, &ne) || strings.Contains(err.Error(), "connection refused") }},
+		{"replica", func() *redis.Client { return redis.NewClient(&redis.Options{Addr: replica.Addr()}) }, false, redis.IsReadOnlyError},
+		{"not Redis", func() *redis.Client { return redis.NewClient(&redis.Options{Addr: httpAddr(t)}) }, false,
+			func(err error) bool { return strings.Contains(err.Error(), "can't parse") }},
+		{"wrong password", func() *redis.Client {
+			return redis.NewClient(&redis.Options{Addr: master.Addr(), Username: "app", Password: "wrong"})
+		}, false, redis.IsAuthError},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := tc.client()
+			t.Cleanup(func() { cl.Close() })
+			var logs syncBuffer
+			lk := newLocker(t, cl, WithUnansweredLimit(limit), WithTTL(time.Second),
+				WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+			got := make(chan error, 1)
+			start := time.Now()
+			go func() { _, err := lk.Lock(context.Background(), "x"); got <- err }()
+			var err error
+			select {
+			case err = <-got:
+			case <-time.After(30 * time.Second):
+				t.Fatal("Lock under a Background ctx did not return")
+			}
+			elapsed := time.Since(start)
+			t.Logf("after %v: %v", elapsed, err)
+			require.ErrorIs(t, err, ErrNotObtained)
+			assert.True(t, tc.cause(err), "the error does not name the cause: %v", err)
+			requireOneLine(t, err)
+			if tc.unreachable {
+				require.ErrorIs(t, err, ErrUnreachable)
+				assert.GreaterOrEqual(t, elapsed, limit)
+				assert.Contains(t, logs.String(), "no answer from Redis")
+				assert.Contains(t, logs.String(), "level=WARN")
+			} else {
+				assert.NotErrorIs(t, err, ErrUnreachable)
+				assert.Less(t, elapsed, limit, "a permanent refusal waited for the limit")
+			}
+		})
+	}
+
+	t.Run("contention is not unanswered", func(t *testing.T) {
+		held, err := newLocker(t, master.Client(t)).TryLock(context.Background(), "busy")
+		require.NoError(t, err)
+		lk := newLocker(t, master.Client(t), WithUnansweredLimit(50*time.Millisecond))
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		_, err = lk.Lock(ctx, "busy")
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.NotErrorIs(t, err, ErrUnreachable)
+		require.NoError(t, held.Unlock(context.Background()))
+	})
+}
+
+// TestUnansweredLimitDefault: the documented default, and 0 turning it off.
+func TestUnansweredLimitDefault(t *testing.T) {
+	assert.Equal(t, 10*time.Second, defaultConfig().unanswered)
+	cfg, err := defaultConfig().with([]Option{WithUnansweredLimit(0)})
+	require.NoError(t, err)
+	assert.Zero(t, cfg.unanswered)
+	_, err = defaultConfig().with([]Option{WithUnansweredLimit(-time.Second)})
+	assert.ErrorContains(t, err, "unanswered limit")
 }

@@ -23,6 +23,8 @@ type config struct {
 	prefix        string
 	fencing       bool
 	retry         RetryFunc
+	retrySet      bool          // WithRetry was given: its delays bound every wait
+	unanswered    time.Duration // WithUnansweredLimit; 0: no limit
 	logger        *slog.Logger
 	maxHold       time.Duration // 0: no cap
 	observer      Observer      // nil: none
@@ -41,6 +43,7 @@ func defaultConfig() config {
 		prefix:      "redlock:",
 		fencing:     true,
 		retention:   defaultFenceRetention,
+		unanswered:  defaultUnansweredLimit,
 		retry:       ExponentialRetry(8*time.Millisecond, 512*time.Millisecond),
 		logger:      slog.New(slog.DiscardHandler),
 	}
@@ -134,13 +137,39 @@ func WithFenceRetention(d time.Duration) Option { return func(c *config) { c.ret
 // scripts as well (newScript), for the callers that do not send it.
 const defaultFenceRetention = 24 * time.Hour
 
-// WithRetry sets how long Lock waits between attempts on a contended lock
-// when it cannot rely on release messages: before its subscription is
-// confirmed and while the pub/sub connection is down; and, with [LimitRetry]
-// or [NoRetry], after how many attempts Lock gives up. Default
-// ExponentialRetry(8ms, 512ms), never giving up before ctx ends. Whatever the policy says, a waiter never
-// sleeps past the moment the holder's lease would expire.
-func WithRetry(f RetryFunc) Option { return func(c *config) { c.retry = f } }
+// WithRetry sets the policy of a waiting Lock: how long it waits between
+// attempts on a contended lock and, with [LimitRetry], [MaxRetries] or
+// [NoRetry], after how many attempts it gives up. A policy given here bounds
+// every wait: a release message may wake the waiter earlier, never later,
+// and no wait lasts past the moment the holder's lease would expire.
+//
+// Without WithRetry, Lock uses ExponentialRetry(8ms, 512ms) and never gives
+// up before ctx ends (or [WithUnansweredLimit] runs out), but while its
+// release messages can be trusted (pub/sub confirmed on a quorum of nodes)
+// it sleeps until the holder's lease would end, at most 1s, instead of
+// polling: a release wakes it at once.
+func WithRetry(f RetryFunc) Option { return func(c *config) { c.retry, c.retrySet = f, true } }
+
+// WithUnansweredLimit bounds how long a waiting Lock (and Do, RLock,
+// Semaphore.Acquire, LockAll) keeps trying while no quorum of nodes
+// answers at all: connections refused, calls timing out, a server loading
+// its data or a failover client's master in the middle of a failover. Once
+// the attempts of one call have gone unanswered for d in a row, it gives up,
+// even under a ctx without deadline, with an error matching
+// [ErrNotObtained] and [ErrUnreachable] that names the last cause. Every
+// such attempt is logged at WARN through [WithLogger]'s logger, at most
+// once per 5s per call. Contention never counts: a node that answers "held
+// by another owner" has answered. Errors that no retry can fix (a reply
+// that is not Redis's protocol, a wrong password, a missing permission,
+// READONLY from a client that cannot follow a failover, out of memory)
+// end the wait at the first attempt whatever d says.
+//
+// Default 10s: several node timeouts. 0 turns the limit off: Lock then
+// waits until ctx ends. Negative values are refused.
+func WithUnansweredLimit(d time.Duration) Option { return func(c *config) { c.unanswered = d } }
+
+// defaultUnansweredLimit is WithUnansweredLimit's default.
+const defaultUnansweredLimit = 10 * time.Second
 
 // WithMaxHold caps how long a lock is held: d after it was acquired, the
 // watchdog stops renewing it, the lock is reported lost ([Lock.Done]
@@ -271,6 +300,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("redlock: metadata of %d bytes, at most %d", len(c.metadata), maxMetadata)
 	case c.retention < time.Second:
 		return fmt.Errorf("redlock: fence retention must be at least 1s, got %v", c.retention)
+	case c.unanswered < 0:
+		return fmt.Errorf("redlock: unanswered limit must not be negative, got %v", c.unanswered)
 	case c.maxHold < 0:
 		return fmt.Errorf("redlock: max hold must not be negative, got %v", c.maxHold)
 	case c.replicas < 0 || c.replicas > maxReplicaAcks:

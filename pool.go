@@ -75,6 +75,36 @@ type node struct {
 	dup atomic.Int32
 	// evict is the server's maxmemory-policy, read by the warm-up (evict.go).
 	evict evictionProbe
+	// fixed: the client talks to one address and cannot follow a failover
+	// (a plain *redis.Client, a Ring), so READONLY from it is for good.
+	fixed bool
+	// lastErr is the error of the node's latest call that failed other than
+	// by our deadline, nil after a success: the likely cause that a call
+	// with no reply in time names.
+	lastErr atomic.Pointer[error]
+}
+
+// note records how a call on the node ended (see lastErr).
+func (n *node) note(err error) {
+	switch {
+	case err == nil:
+		if n.lastErr.Load() != nil {
+			n.lastErr.Store(nil)
+		}
+	case errors.Is(err, errNodeTimeout), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+	default:
+		n.lastErr.Store(&err)
+	}
+}
+
+// timedOut is the error of a call on the node that did not answer in time,
+// naming the node's last error when there is one (a refused connection
+// that go-redis retried past the deadline, say).
+func (n *node) timedOut() error {
+	if p := n.lastErr.Load(); p != nil {
+		return fmt.Errorf("%w; last error: %w", errNodeTimeout, *p)
+	}
+	return errNodeTimeout
 }
 
 func newNode(idx int, cl Client) *node {
@@ -84,6 +114,11 @@ func newNode(idx int, cl Client) *node {
 		n.addr = s.String()
 	}
 	_, n.ring = cl.(*redis.Ring)
+	if c, ok := cl.(*redis.Client); ok {
+		// NewFailoverClient's options carry this placeholder address.
+		n.fixed = c.Options().Addr != "FailoverClient"
+	}
+	n.fixed = n.fixed || n.ring
 	return n
 }
 
@@ -186,7 +221,9 @@ func (n *node) warmUp(ctx context.Context, identify bool) (identified bool) {
 		}
 	}
 	for _, s := range allScripts {
-		if err := s.Load(ctx, n.client).Err(); err != nil {
+		err := s.Load(ctx, n.client).Err()
+		n.note(err) // a refused dial is what the first call's timeout will name
+		if err != nil {
 			break
 		}
 	}
@@ -276,6 +313,7 @@ func (f *fan) run() {
 	defer f.life.wg.Done()
 	n := f.nodes[f.next.Add(1)-1]
 	r := f.call(f.ctx, n)
+	n.note(r.err)
 	if f.left.Add(-1) == 0 {
 		f.cancel()
 	}
@@ -321,7 +359,7 @@ func isPermanent(err error) bool {
 		return false
 	}
 	if !isServerError(err) {
-		return false
+		return isProtocolError(err)
 	}
 	if _, moved := redis.IsMovedError(err); moved {
 		return false
@@ -333,6 +371,15 @@ func isPermanent(err error) bool {
 		redis.IsTryAgainError(err) || redis.IsMasterDownError(err) || redis.IsMaxClientsError(err) ||
 		redis.IsNoReplicasError(err) || redis.HasErrorPrefix(err, "BUSY")
 	return !transient
+}
+
+// isProtocolError reports a reply that is not Redis's protocol: the port
+// belongs to another server (an HTTP server answers HELLO with a status
+// line). go-redis has no classifier for its reader's errors; these are its
+// texts.
+func isProtocolError(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "redis: can't parse") || strings.Contains(s, "redis: invalid reply")
 }
 
 // isNoScript reports that a script is not in the server's cache, however a
@@ -362,7 +409,7 @@ func gather(ch <-chan reply, nodes []*node, deadline time.Time, done <-chan stru
 		case <-t.C:
 			for _, n := range nodes {
 				if _, ok := replyOf(got, n.idx); !ok {
-					got = append(got, reply{node: n.idx, err: errNodeTimeout})
+					got = append(got, reply{node: n.idx, err: n.timedOut()})
 				}
 			}
 			return got, false
@@ -578,6 +625,7 @@ func (p *pool) fanOut(ctx context.Context, nodes []*node, timeout, callLimit tim
 			cctx, cancel := context.WithTimeout(ctx, limit)
 			r := call(cctx, n)
 			cancel()
+			n.note(r.err)
 			r.node = n.idx
 			ch <- r
 		}()
@@ -623,6 +671,7 @@ func (p *pool) callInline(ctx context.Context, n *node, withDeadline bool, timeo
 		defer cancel()
 	}
 	r := call(ctx, n)
+	n.note(r.err)
 	if r.err != nil && time.Since(start) >= timeout && !isServerError(r.err) {
 		// The socket deadline fired: same error as the goroutine path.
 		r.err = fmt.Errorf("%w (%w)", errNodeTimeout, r.err)
@@ -643,7 +692,7 @@ func (p *pool) count(rs []reply) tally {
 		switch {
 		case err != nil:
 			t.failed++
-			if isPermanent(err) {
+			if isPermanent(err) || (p.nodes[r.node].fixed && redis.IsReadOnlyError(err)) {
 				t.permanent++
 			}
 			t.errs = append(t.errs, p.nodeErr(r.node, err))
@@ -660,14 +709,23 @@ func (p *pool) count(rs []reply) tally {
 // reached, then, joined, every node's error and, when the caller's ctx
 // ended the wait (ctxErr not nil), that. after is said behind the count
 // ("; the lock frees itself when its lease ends").
-func (p *pool) shortOf(op string, t tally, after string, ctxErr error) error {
+func (p *pool) shortOf(op, name string, t tally, after string, ctxErr error) error {
 	errs := make([]error, 0, len(t.errs)+2)
-	errs = append(errs, fmt.Errorf("redlock: %s reached %d of %d nodes, need %d%s", op, t.ok, len(p.nodes), p.quorum, after))
+	errs = append(errs, fmt.Errorf("redlock: %s %q reached %d of %d nodes, need %d%s", op, name, t.ok, len(p.nodes), p.quorum, after))
 	errs = append(errs, t.errs...)
 	if ctxErr != nil {
 		errs = append(errs, ctxErr)
 	}
-	return errors.Join(errs...)
+	return join(errs...)
+}
+
+// notOurs says on how many nodes a round found the key gone or another
+// owner's.
+func (p *pool) notOurs(t tally) error {
+	if len(p.nodes) == 1 {
+		return errors.New("the key is gone or another owner's")
+	}
+	return fmt.Errorf("the key is gone or another owner's on %d of %d nodes", t.no, len(p.nodes))
 }
 
 // settled reports that the outcome of a round is decided: a quorum said yes,
@@ -749,7 +807,7 @@ func (ids *idents) duplicates() error {
 		}
 	}
 	if len(errs) > 0 {
-		return errors.Join(append([]error{errors.New("redlock: Redlock needs independent masters")}, errs...)...)
+		return join(append([]error{errors.New("redlock: Redlock needs independent masters")}, errs...)...)
 	}
 	return nil
 }
@@ -818,15 +876,15 @@ func (p *pool) extend(ctx context.Context, l *Lock, ttl time.Duration, deadline 
 
 // released is the verdict of an Unlock's release round: nil once a quorum
 // released, ErrNotHeld when too many nodes no longer had our key.
-func (p *pool) released(rs []reply) error {
+func (p *pool) released(l *Lock, rs []reply) error {
 	t := p.count(rs)
 	switch {
 	case t.ok >= p.quorum:
 		return nil
 	case p.impossible(t.no):
-		return fmt.Errorf("%w: the key was gone or another owner's on %d of %d nodes", ErrNotHeld, t.no, len(p.nodes))
+		return notHeld("unlock", l.name, p.notOurs(t))
 	}
-	return p.shortOf("release", t, "; the lock frees itself when its lease ends", nil)
+	return p.shortOf("unlock", l.name, t, "; the lock frees itself when its lease ends", nil)
 }
 
 // releaseOn sends the release script for l to nodes and waits for their
@@ -955,9 +1013,9 @@ func (p *pool) remaining(ctx context.Context, l *Lock) (time.Duration, error) {
 		return ttls[p.quorum-1], nil
 	}
 	if p.impossible(t.no) {
-		return 0, fmt.Errorf("%w: the key is gone or another owner's on %d of %d nodes", ErrNotHeld, t.no, len(p.nodes))
+		return 0, notHeld("TTL of", l.name, p.notOurs(t))
 	}
-	return 0, p.shortOf("TTL", t, "", ctxErrIf(ctx, interrupted))
+	return 0, p.shortOf("TTL of", l.name, t, "", ctxErrIf(ctx, interrupted))
 }
 
 // releaseCall runs the release script of l, with args from releaseArgs
@@ -1008,4 +1066,36 @@ func eachNodeError(err error, f func(*NodeError)) {
 	case interface{ Unwrap() error }:
 		eachNodeError(e.Unwrap(), f)
 	}
+}
+
+// scriptPing answers 1 on a writable master only: Redis 7 refuses a script
+// with a shebang and without the no-writes flag on a replica (READONLY)
+// before running it. A script, since Client has no other way to send a
+// command to a Cluster's or Ring's node that holds keys.
+var scriptPing = redis.NewScript("#!lua\nreturn 1")
+
+// ping checks that a quorum of p's nodes answer and accept writes; the
+// error names every node that does not, with its cause.
+func ping(ctx context.Context, p *pool, timeout time.Duration) error {
+	if p == nil {
+		return errNoCore
+	}
+	call := func(ctx context.Context, n *node) reply {
+		if err := p.ids.identify(ctx, n); err != nil {
+			return reply{err: err}
+		}
+		err := scriptPing.Run(ctx, n.client, nil).Err()
+		return reply{ok: err == nil, err: err}
+	}
+	rs, interrupted, err := p.round(detached(ctx), p.nodes, timeout, timeout, call, time.Now().Add(timeout), ctx.Done(), func(rs []reply) bool {
+		return len(rs) == len(p.nodes)
+	})
+	if err != nil {
+		return err
+	}
+	t := p.count(rs)
+	if t.ok >= p.quorum && !interrupted {
+		return nil
+	}
+	return join(append(append([]error{fmt.Errorf("redlock: ping: %d of %d nodes answer as writable masters, need %d", t.ok, len(p.nodes), p.quorum)}, t.errs...), ctxErrIf(ctx, interrupted))...)
 }

@@ -99,8 +99,8 @@ func TestQuorumEveryOutcome(t *testing.T) {
 				t.Fatalf("%s: impossible(%d) = %v, want %v", name, refused+errs, got, want)
 			}
 			if ok < majority {
-				want := fmt.Sprintf("redlock: op reached %d of %d nodes, need %d", ok, n, majority)
-				if got := c.shortOf("op", tl, "", nil).Error(); len(got) < len(want) || got[:len(want)] != want {
+				want := fmt.Sprintf("redlock: op \"x\" reached %d of %d nodes, need %d", ok, n, majority)
+				if got := c.shortOf("op", "x", tl, "", nil).Error(); len(got) < len(want) || got[:len(want)] != want {
 					t.Fatalf("%s: shortOf() = %q, want it to start with %q", name, got, want)
 				}
 			}

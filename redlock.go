@@ -92,6 +92,17 @@ func (r *Redlock) Close() error { return r.core().close() }
 
 // core is the engine, or nil for a nil or zero Redlock, whose methods then
 // return an error instead of panicking.
+// Ping checks, before any lock is needed, that a quorum of the masters
+// answer and accept writes; the error names every master that does not,
+// with its cause. Bounded by the node timeout (and ctx).
+func (r *Redlock) Ping(ctx context.Context) error {
+	c := r.core()
+	if c == nil {
+		return errNoCore
+	}
+	return ping(ctx, c.pool, c.cfg.timeout(c.cfg.ttl))
+}
+
 func (r *Redlock) core() *core {
 	if r == nil {
 		return nil

@@ -92,7 +92,7 @@ func releaseOwner(ctx context.Context, c *core, name, owner string) error {
 	case c.pool.impossible(t.no):
 		return fmt.Errorf("%w: %q is not held by owner %q", ErrNotHeld, name, owner)
 	}
-	return c.pool.shortOf("release", t, "", ctxErrIf(ctx, interrupted))
+	return c.pool.shortOf("release", name, t, "", ctxErrIf(ctx, interrupted))
 }
 
 // releaseSetOwner is Release of a read hold of name or a permit of the

@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -125,7 +124,7 @@ func (b *batchRound) gather(ch <-chan reply, nodes []*node, deadline time.Time, 
 		case <-t.C:
 			for _, n := range nodes {
 				if _, ok := replyOf(b.rs, n.idx); !ok {
-					b.rs = append(b.rs, reply{node: n.idx, err: errNodeTimeout})
+					b.rs = append(b.rs, reply{node: n.idx, err: n.timedOut()})
 				}
 			}
 		case <-quit:
@@ -183,7 +182,7 @@ func (b *batchRound) partial(nodes []*node) {
 		res.partial = true
 		for _, n := range nodes {
 			if _, ok := replyOf(b.rs, n.idx); !ok {
-				res.err = errors.Join(res.err, b.p.nodeErr(n.idx, errNodeTimeout))
+				res.err = join(res.err, b.p.nodeErr(n.idx, errNodeTimeout))
 			}
 		}
 		b.settle(i, res)
@@ -230,7 +229,7 @@ func (b *batchRound) tallyBatch(res *batchResult, r reply, i int, withErr bool) 
 		if err == nil {
 			err = errDuplicate
 		}
-		res.err = errors.Join(res.err, b.p.nodeErr(r.node, err))
+		res.err = join(res.err, b.p.nodeErr(r.node, err))
 	case r.codes[i] == 1:
 		res.ok++
 	default:
@@ -242,7 +241,7 @@ func (b *batchRound) tallyBatch(res *batchResult, r reply, i int, withErr bool) 
 			res.late++
 		}
 		if withErr {
-			res.err = errors.Join(res.err, b.p.nodeErr(r.node, refusalOf(int64(r.codes[i]))))
+			res.err = join(res.err, b.p.nodeErr(r.node, refusalOf(int64(r.codes[i]))))
 		}
 	}
 }

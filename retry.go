@@ -53,7 +53,9 @@ func NoRetry() RetryFunc { return LimitRetry(ConstantRetry(0), 1) }
 
 // LimitRetry returns a RetryFunc that waits as f says but gives up after n
 // attempts in all (n < 1 counts as 1): Lock then returns an error matching
-// ErrNotObtained. A waiter woken by a release message still counts an
+// ErrNotObtained. This is redsync's WithTries(n); bsm/redislock's
+// LimitRetry(s, n) counts retries after the first attempt: that is
+// [MaxRetries]. A waiter woken by a release message still counts an
 // attempt, so n bounds round trips, not time; bound time with the ctx.
 func LimitRetry(f RetryFunc, n int) RetryFunc {
 	return func(attempt int) time.Duration {
@@ -63,3 +65,8 @@ func LimitRetry(f RetryFunc, n int) RetryFunc {
 		return f(attempt)
 	}
 }
+
+// MaxRetries returns a RetryFunc that waits as f says but gives up after n
+// retries, that is n+1 attempts in all (n < 0 counts as 0): the reading of
+// bsm/redislock's LimitRetry(s, n). MaxRetries(f, n) is LimitRetry(f, n+1).
+func MaxRetries(f RetryFunc, n int) RetryFunc { return LimitRetry(f, max(n, 0)+1) }

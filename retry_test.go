@@ -78,6 +78,7 @@ func TestLimitRetryGivesUp(t *testing.T) {
 	}{
 		{"NoRetry", NoRetry(), 1},
 		{"LimitRetry", LimitRetry(ConstantRetry(10*time.Millisecond), 3), 3},
+		{"MaxRetries", MaxRetries(ConstantRetry(10*time.Millisecond), 3), 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &eventLog{}
@@ -97,5 +98,29 @@ func TestLimitRetryGivesUp(t *testing.T) {
 			assert.Equal(t, Contended, rec.acquires[0].Outcome)
 		})
 	}
+	require.NoError(t, held.Unlock(ctx))
+}
+
+// TestRetryPolicyBoundsTrustedWait: a policy the caller chose bounds every
+// wait, also once release messages are trusted (they only wake earlier):
+// LimitRetry(LinearBackoff(100ms), 3) on a held lock gives up after about
+// 0.2s of waits. Trusted sleeps used to replace its delay with 1s, 2s in
+// all.
+func TestRetryPolicyBoundsTrustedWait(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	held, err := newLocker(t, srv.Client(t)).TryLock(ctx, "bounded")
+	require.NoError(t, err)
+	// The call subscribes after its first refusal; from its second wait on,
+	// with the subscription confirmed, it trusts release messages.
+	lk := newLocker(t, srv.Client(t))
+	start := time.Now()
+	_, err = lk.Lock(ctx, "bounded", WithRetry(LimitRetry(LinearBackoff(100*time.Millisecond), 3)))
+	elapsed := time.Since(start)
+	require.ErrorIs(t, err, ErrNotObtained)
+	t.Logf("gave up after %v", elapsed)
+	// Two waits of 100ms; a trusted sleep would be 1s each. The bound is
+	// loose for a loaded machine, and still far below one trusted sleep.
+	assert.Less(t, elapsed, 900*time.Millisecond)
 	require.NoError(t, held.Unlock(ctx))
 }

@@ -42,6 +42,15 @@ func (lk *Locker) TryRLock(ctx context.Context, name string, opts ...Option) (*L
 	return lk.rlock(ctx, name, opts, false)
 }
 
+// DoRead is [Locker.Do] for a read hold: it takes one as RLock does, runs
+// fn while holding it (renewed unless WithAutoRenew(false)), cancels fn's
+// context the moment the hold is lost, and always releases it. Its error
+// is fn's, joined with one matching ErrLost if the hold was lost while fn
+// ran.
+func (lk *Locker) DoRead(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
+	return do(ctx, lk.core(), fn, func() (*Lock, error) { return lk.rlock(ctx, name, opts, true) })
+}
+
 func (lk *Locker) rlock(ctx context.Context, name string, opts []Option, wait bool) (*Lock, error) {
 	c := lk.core()
 	a, err := c.named(name, opts)

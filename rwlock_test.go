@@ -324,3 +324,35 @@ func TestRWLockHandle(t *testing.T) {
 	_, err = lk.RLock(ctx, "rw-handle")
 	require.True(t, errors.Is(err, ErrClosed))
 }
+
+// TestDoRead: DoRead holds a read hold while fn runs (a writer waits, other
+// readers share), releases it after, and cancels fn's ctx with ErrLost
+// when the hold is lost.
+func TestDoRead(t *testing.T) {
+	srv := redistest.Start(t)
+	cl := srv.Client(t)
+	lks := twoLockers(t, srv, WithTTL(time.Second), WithRenewInterval(50*time.Millisecond))
+	ctx := context.Background()
+	err := lks[0].DoRead(ctx, "doc", func(fctx context.Context) error {
+		l, ok := FromContext(fctx)
+		require.True(t, ok)
+		assert.Equal(t, "doc", l.Name())
+		_, err := lks[1].TryLock(ctx, "doc")
+		assert.ErrorIs(t, err, ErrNotObtained, "a writer got in during a read hold")
+		r, err := lks[1].TryRLock(ctx, "doc")
+		require.NoError(t, err, "readers share")
+		return r.Unlock(ctx)
+	})
+	require.NoError(t, err)
+	w, err := lks[1].TryLock(ctx, "doc")
+	require.NoError(t, err, "the read hold was not released")
+	require.NoError(t, w.Unlock(ctx))
+
+	err = lks[0].DoRead(ctx, "doc", func(fctx context.Context) error {
+		cl.Del(ctx, "{redlock:doc}:readers")
+		<-fctx.Done()
+		return fctx.Err()
+	})
+	require.ErrorIs(t, err, ErrLost)
+	requireOneLine(t, err)
+}

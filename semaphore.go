@@ -69,6 +69,19 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...Option) (*Lock, erro
 	return s.acquire(ctx, opts, false)
 }
 
+// Do is [Locker.Do] for one permit: it takes a permit as Acquire does, runs
+// fn while holding it (renewed unless WithAutoRenew(false)), cancels fn's
+// context the moment the permit is lost, and always returns it. Its error
+// is fn's, joined with one matching ErrLost if the permit was lost while fn
+// ran.
+func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context) error, opts ...Option) error {
+	var c *core
+	if s != nil {
+		c = s.c
+	}
+	return do(ctx, c, fn, func() (*Lock, error) { return s.acquire(ctx, opts, true) })
+}
+
 func (s *Semaphore) acquire(ctx context.Context, opts []Option, wait bool) (*Lock, error) {
 	if s == nil || s.c == nil {
 		return nil, errNoCore

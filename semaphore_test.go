@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -213,3 +214,29 @@ func TestSemaphorePermitsDiffer(t *testing.T) {
 	require.NoError(t, err, "TryAcquire() under a new count once no permit is held")
 	require.NoError(t, p3.Unlock(ctx))
 }
+
+// TestSemaphoreDo: Do holds one permit while fn runs and returns it after,
+// also when fn fails; fn's ctx carries the permit.
+func TestSemaphoreDo(t *testing.T) {
+	srv := redistest.Start(t)
+	lk := newLocker(t, srv.Client(t))
+	sem, err := lk.Semaphore("pool", 1)
+	require.NoError(t, err)
+	ctx := context.Background()
+	for range 2 { // twice: the first Do returned its permit
+		err = sem.Do(ctx, func(fctx context.Context) error {
+			l, ok := FromContext(fctx)
+			require.True(t, ok)
+			assert.NoError(t, l.Err())
+			_, err := sem.TryAcquire(ctx)
+			assert.ErrorIs(t, err, ErrNotObtained, "a second permit of one")
+			return errFnFailed
+		})
+		require.ErrorIs(t, err, errFnFailed)
+		assert.NotErrorIs(t, err, ErrLost)
+	}
+	var nilSem *Semaphore
+	assert.Error(t, nilSem.Do(ctx, func(context.Context) error { return nil }))
+}
+
+var errFnFailed = errors.New("fn failed")
