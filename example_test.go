@@ -53,6 +53,41 @@ func ExampleLocker_Lock() {
 	// after Unlock: redlock: lock released
 }
 
+func ExampleLocker_TryLock() {
+	client, stop := newClient()
+	defer stop()
+	ctx := context.Background()
+
+	// Two Lockers on one Redis stand for two processes.
+	other, err := redlock.NewLocker(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer other.Close()
+	locker, err := redlock.NewLocker(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+
+	held, err := other.Lock(ctx, "cron:cleanup")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer held.Unlock(ctx)
+
+	// One attempt, no wait: a cron job skips its run while another holds it.
+	_, err = locker.TryLock(ctx, "cron:cleanup")
+	fmt.Println("not obtained:", errors.Is(err, redlock.ErrNotObtained))
+	var taken *redlock.TakenError
+	if errors.As(err, &taken) {
+		fmt.Println("held by the other owner:", taken.Owner == held.Owner(), "lease left:", taken.TTL > 0)
+	}
+	// Output:
+	// not obtained: true
+	// held by the other owner: true lease left: true
+}
+
 func ExampleLocker_Do() {
 	client, stop := newClient()
 	defer stop()
