@@ -103,7 +103,10 @@ func TestLockEndsWhenNotContention(t *testing.T) {
 		cause       func(error) bool
 	}{
 		{"unreachable port", func() *redis.Client { return redis.NewClient(&redis.Options{Addr: closedAddr(t)}) }, true,
-			func(err error) bool { var ne net.Error; return errors.As(err, &ne) || strings.Contains(err.Error(), "connection refused") }},
+			func(err error) bool {
+				var ne net.Error
+				return errors.As(err, &ne) || strings.Contains(err.Error(), "connection refused")
+			}},
 		{"replica", func() *redis.Client { return redis.NewClient(&redis.Options{Addr: replica.Addr()}) }, false, redis.IsReadOnlyError},
 		{"not Redis", func() *redis.Client { return redis.NewClient(&redis.Options{Addr: httpAddr(t)}) }, false,
 			func(err error) bool { return strings.Contains(err.Error(), "can't parse") }},
