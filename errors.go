@@ -3,6 +3,7 @@ package redlock
 import (
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 )
@@ -73,12 +74,20 @@ func (e *NodeError) label() string {
 	return fmt.Sprintf("node %d", e.Node)
 }
 
-// cause is the node's error without its prefix.
+// cause is the node's error without its prefix, and without the address a
+// network error repeats ("dial tcp 127.0.0.1:6379: connect: ..." says
+// "dial: connect: ..."): the label names the node, and nodes that failed
+// alike then read alike.
 func (e *NodeError) cause() string {
 	if e.Err == nil {
 		return "unknown error"
 	}
-	return strings.TrimPrefix(clauseOf(e.Err), "redlock: ")
+	s := strings.TrimPrefix(clauseOf(e.Err), "redlock: ")
+	var op *net.OpError
+	if errors.As(e.Err, &op) && op.Addr != nil {
+		s = strings.Replace(s, op.Op+" "+op.Net+" "+op.Addr.String()+": ", op.Op+": ", 1)
+	}
+	return s
 }
 
 // Unwrap returns the node's error.

@@ -207,7 +207,7 @@ func (o *obtaining) unanswered(answered bool, err error) error {
 		} else {
 			causes = append(causes, err)
 		}
-		return join(causes...)
+		return join(o.c.pool.diagnose(causes)...)
 	}
 	if o.warned.IsZero() || now.Sub(o.warned) >= unansweredWarnGap {
 		o.warned = now

@@ -102,7 +102,7 @@ func (n *node) note(err error) {
 // that go-redis retried past the deadline, say).
 func (n *node) timedOut() error {
 	if p := n.lastErr.Load(); p != nil {
-		return fmt.Errorf("%w; last error: %w", errNodeTimeout, *p)
+		return fmt.Errorf("%w (last error: %w)", errNodeTimeout, *p)
 	}
 	return errNodeTimeout
 }
@@ -1073,6 +1073,43 @@ func eachNodeError(err error, f func(*NodeError)) {
 // before running it. A script, since Client has no other way to send a
 // command to a Cluster's or Ring's node that holds keys.
 var scriptPing = redis.NewScript("#!lua\nreturn 1")
+
+// diagnoseLimit bounds the one call per silent node that diagnose makes:
+// long enough for go-redis's own dial retries (5, 100ms apart).
+const diagnoseLimit = 2 * time.Second
+
+// diagnose finds out, before a wait gives up on nodes that never answered
+// in time, why they did not: a node timeout shorter than go-redis's dial
+// retries hides a refused connection behind "no reply". It makes one call
+// with a longer bound on each node whose cause is unknown, and returns errs
+// with those nodes' timeouts naming what it heard.
+func (p *pool) diagnose(errs []error) []error {
+	var silent []*node
+	for _, e := range errs {
+		var ne *NodeError
+		if errors.As(e, &ne) && errors.Is(ne.Err, errNodeTimeout) && p.nodes[ne.Node].lastErr.Load() == nil {
+			silent = append(silent, p.nodes[ne.Node])
+		}
+	}
+	if len(silent) == 0 {
+		return errs
+	}
+	ch, err := p.fanOut(context.Background(), silent, diagnoseLimit, diagnoseLimit, func(ctx context.Context, n *node) reply {
+		return reply{err: scriptPing.Run(ctx, n.client, nil).Err()} // noted by fanOut
+	})
+	if err != nil {
+		return errs // Close: no goroutine may start
+	}
+	gather(ch, silent, time.Now().Add(diagnoseLimit), nil, never)
+	out := make([]error, len(errs))
+	for i, e := range errs {
+		out[i] = e
+		if ne, ok := e.(*NodeError); ok && errors.Is(ne.Err, errNodeTimeout) {
+			out[i] = p.nodeErr(ne.Node, p.nodes[ne.Node].timedOut())
+		}
+	}
+	return out
+}
 
 // ping checks that a quorum of p's nodes answer and accept writes; the
 // error names every node that does not, with its cause.
