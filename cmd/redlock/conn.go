@@ -39,16 +39,17 @@ type target struct {
 var errConfig = errors.New("configuration")
 
 // dial makes the clients for c: --redlock, else --addr, else $REDIS_URL,
-// else the default URL. It connects to nothing yet.
+// else the default URL. It connects to nothing yet; its errors are the
+// user's (a URL that does not parse), and name where the URL came from.
 func dial(c *connFlags) (*target, error) {
-	urls := []string{c.addr}
+	source, urls := "--addr", []string{c.addr}
 	switch {
 	case c.redlock != "":
-		urls = strings.Split(c.redlock, ",")
+		source, urls = "--redlock", strings.Split(c.redlock, ",")
 	case c.addr == "":
-		urls = []string{os.Getenv("REDIS_URL")}
+		source, urls = "$REDIS_URL", []string{os.Getenv("REDIS_URL")}
 		if urls[0] == "" {
-			urls[0] = defaultURL
+			source, urls[0] = "the default URL", defaultURL
 		}
 	}
 	t := &target{quorum: len(urls)/2 + 1, timeout: c.timeout}
@@ -56,7 +57,7 @@ func dial(c *connFlags) (*target, error) {
 		opt, err := clientOptions(strings.TrimSpace(u), c.timeout)
 		if err != nil {
 			t.close()
-			return nil, fmt.Errorf("%w: %w", errConfig, err)
+			return nil, fmt.Errorf("%s %q: %w", source, u, err)
 		}
 		t.clients = append(t.clients, redis.NewClient(opt))
 		t.addrs = append(t.addrs, opt.Addr)
@@ -93,35 +94,35 @@ func clientOptions(raw string, timeout time.Duration) (*redis.Options, error) {
 	return opt, nil
 }
 
-// openLocks dials and opens the target of cf, reporting failures on stderr
-// with their exit code (2 for a bad configuration, 69 for Redis).
-func openLocks(cf *connFlags, stderr io.Writer) (*target, locks, int, bool) {
+// openLocks dials and opens the target of cf with the options opts of
+// command c, reporting failures on stderr with their exit code (2 for a bad
+// configuration, as usage errors of c, 69 for Redis).
+func openLocks(c *command, cf *connFlags, stderr io.Writer, opts ...redlock.Option) (*target, locks, int, bool) {
 	t, err := dial(cf)
 	if err != nil {
-		return nil, nil, fail(stderr, exitUsage, "%s", oneLine(err)), false
+		return nil, nil, c.bad(stderr, "%s", oneLine(err)), false
 	}
-	lk, err := t.open(cf)
+	lk, err := t.open(cf, opts)
 	if err != nil {
 		t.close()
-		code := exitUnavailable
 		if errors.Is(err, errConfig) {
-			code = exitUsage
+			return nil, nil, c.bad(stderr, "%s", oneLine(err)), false
 		}
-		return nil, nil, fail(stderr, code, "%s", oneLine(err)), false
+		return nil, nil, fail(stderr, exitUnavailable, "%s", oneLine(err)), false
 	}
 	return t, lk, 0, true
 }
 
 // open checks that a quorum of the servers answers within --timeout and
 // makes the Locker (one server) or Redlock (several) with the key prefix
-// and TTL of c.
-func (t *target) open(c *connFlags) (locks, error) {
+// of c and opts.
+func (t *target) open(c *connFlags, opts []redlock.Option) (locks, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), t.timeout)
 	defer cancel()
 	if err := t.ping(ctx); err != nil {
 		return nil, err
 	}
-	opts := []redlock.Option{redlock.WithKeyPrefix(c.prefix), redlock.WithTTL(c.ttl)}
+	opts = append([]redlock.Option{redlock.WithKeyPrefix(c.prefix)}, opts...)
 	if len(t.clients) == 1 {
 		lk, err := redlock.NewLocker(t.clients[0], opts...)
 		if err != nil {

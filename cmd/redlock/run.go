@@ -30,18 +30,21 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	c.takesCommand = true
 	var cf connFlags
 	cf.register(c.fs)
-	wait := c.fs.Duration("wait", 0, "give up (exit 75) if the lock is not obtained within this `duration`; 0: wait forever")
+	ttl := c.fs.Duration("ttl", 10*time.Second, "lease of the lock on the server, a `DURATION` renewed at a third of it")
+	wait := c.fs.Duration("wait", 0, "give up (exit 75) if the lock is not obtained within this `DURATION`; 0: wait forever")
 	try := c.fs.Bool("try", false, "one attempt: exit 75 at once if the lock is held")
-	grace := c.fs.Duration("grace", 5*time.Second, "after the lock is lost, SIGKILL this long after SIGTERM")
-	meta := c.fs.String("metadata", "", "what `status` shows about the holder; default \"HOST pid PID: COMMAND\"")
+	grace := c.fs.Duration("grace", 5*time.Second, "after the lock is lost, SIGKILL this `DURATION` after SIGTERM")
+	meta := c.fs.String("metadata", "", "`TEXT` that 'redlock status' shows about the holder; default \"HOST pid PID: COMMAND\"")
 	pos, command, code, done := c.parse(args, 1, stdout, stderr)
 	switch {
 	case done:
 		return code
 	case len(pos) == 0:
-		return c.bad(stderr, "missing lock NAME before COMMAND (redlock run NAME -- COMMAND [ARGS...])")
+		return c.bad(stderr, "missing lock NAME before \"--\": redlock run NAME -- COMMAND [ARGS...]")
 	case len(command) == 0:
-		return c.bad(stderr, "missing COMMAND after NAME (redlock run NAME -- COMMAND [ARGS...])")
+		return c.bad(stderr, "missing COMMAND after NAME: redlock run NAME -- COMMAND [ARGS...]")
+	case *ttl <= 0:
+		return c.bad(stderr, "--ttl must be positive, got %v", *ttl)
 	case *try && *wait != 0:
 		return c.bad(stderr, "--try and --wait are exclusive")
 	case *wait < 0:
@@ -65,7 +68,7 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
 
-	t, lk, code, ok := openLocks(&cf, stderr)
+	t, lk, code, ok := openLocks(c, &cf, stderr, redlock.WithTTL(*ttl))
 	if !ok {
 		return code
 	}

@@ -34,7 +34,7 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	name := pos[0]
 
-	return oneCall(&cf, stderr, func(ctx context.Context, lk locks) int {
+	return oneCall(c, &cf, stderr, func(ctx context.Context, lk locks) int {
 		return printStatus(ctx, lk, name, *asJSON, stdout, stderr)
 	})
 }
@@ -102,7 +102,7 @@ func unlockCmd(args []string, stdout, stderr io.Writer) int {
 			"A 'redlock run' holding it finds the lock lost and terminates its command.\n")
 	var cf connFlags
 	cf.register(c.fs)
-	owner := c.fs.String("owner", "", "owner value of the holder to release (required)")
+	owner := c.fs.String("owner", "", "`OWNER` value of the holder to release, as 'redlock status' shows it (required)")
 	pos, rest, code, done := c.parse(args, 1, stdout, stderr)
 	switch {
 	case done:
@@ -119,7 +119,7 @@ func unlockCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	name := pos[0]
 
-	return oneCall(&cf, stderr, func(ctx context.Context, lk locks) int {
+	return oneCall(c, &cf, stderr, func(ctx context.Context, lk locks) int {
 		switch err := lk.Release(ctx, name, *owner); {
 		case err == nil:
 			return exitOK
@@ -133,8 +133,8 @@ func unlockCmd(args []string, stdout, stderr io.Writer) int {
 
 // oneCall connects, runs fn with a ctx bounded by --timeout, and
 // disconnects: status and unlock are one request each.
-func oneCall(cf *connFlags, stderr io.Writer, fn func(context.Context, locks) int) int {
-	t, lk, code, ok := openLocks(cf, stderr)
+func oneCall(c *command, cf *connFlags, stderr io.Writer, fn func(context.Context, locks) int) int {
+	t, lk, code, ok := openLocks(c, cf, stderr)
 	if !ok {
 		return code
 	}
