@@ -144,3 +144,9 @@ func isBool(f *flag.Flag) bool {
 	b, ok := f.Value.(interface{ IsBoolFlag() bool })
 	return ok && b.IsBoolFlag()
 }
+
+// op names an operation of this command on the lock name, as failures
+// print it: "status NAME".
+func (c *command) op(name string) string {
+	return strings.TrimPrefix(c.fs.Name(), "redlock ") + " " + name
+}
