@@ -34,6 +34,10 @@ func (t *target) explain(err error) (int, string) {
 		return exitUnavailable, t.perNode(nodes)
 	}
 	if why, ok := t.cause(err, false); ok {
+		if len(t.addrs) == 1 {
+			// One server: whatever refused or failed to answer was it.
+			why = t.addrs[0] + " " + why
+		}
 		return exitUnavailable, why
 	}
 	return 0, plain(err)

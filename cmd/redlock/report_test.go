@@ -238,4 +238,10 @@ func TestExplain(t *testing.T) {
 		assert.Equal(t, tc.code, code, "explain(%q)", tc.err)
 		assert.Equal(t, tc.why, why, "explain(%q)", tc.err)
 	}
+	// With one server, an error that names none is that server's. (The
+	// fake reply is not wrapped: go-redis's classifiers see through
+	// wrapping only for its own error types.)
+	one := &target{addrs: []string{"a:1"}}
+	_, why := one.explain(redisErr("READONLY You can't write against a read only replica."))
+	assert.Equal(t, "a:1 refused the write: READONLY You can't write against a read only replica (--addr must name a master)", why)
 }
