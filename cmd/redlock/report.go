@@ -207,9 +207,19 @@ func (t *target) lossText(err error) string {
 	case errors.Is(err, redlock.LossQuorum):
 		return t.withNodes("too few masters still held it", err)
 	}
+	// ErrNotHeld: the line says "no longer held" already, and names the
+	// lock; what follows the library's head says why.
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		if parts := j.Unwrap(); len(parts) > 1 && errors.Is(parts[0], redlock.ErrNotHeld) {
+			err = errors.Join(parts[1:]...)
+		}
+	}
+	if nodes := nodeErrors(err); len(nodes) > 0 {
+		return t.perNode(nodes)
+	}
 	why := plain(err)
 	if rest, ok := strings.CutPrefix(why, plain(redlock.ErrNotHeld)+": "); ok {
-		why = rest // the line says "no longer held" already
+		why = rest
 	}
 	return why
 }
