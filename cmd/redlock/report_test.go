@@ -204,6 +204,15 @@ func TestErrorLines(t *testing.T) {
 	code, _, stderr = rl(t, nil, "unlock", "lost", "--owner", owner, "--addr", srv.Addr())
 	assert.Equal(t, exitFree, code)
 	errorLine(t, stderr, "unlock lost", "not held by owner "+owner)
+
+	// The command's last act frees the lock: its release finds it gone
+	// (or, should a renewal come first, the lock is lost as it exits).
+	child := fmt.Sprintf(`%s unlock --addr %s gone --owner "$REDLOCK_OWNER"`, bin, srv.Addr())
+	code, _, stderr = rl(t, nil, "run", "--addr", srv.Addr(), "gone", "--", "sh", "-c", child)
+	assert.Equal(t, exitLost, code)
+	errorLine(t, stderr, "run gone", "sh exited")
+	assert.NotContains(t, stderr, `"gone"`, "the lock named again")
+	assert.LessOrEqual(t, strings.Count(stderr, "not held"), 1, "stderr = %q", stderr)
 }
 
 // redisErr is a Redis error reply, as go-redis types them.
