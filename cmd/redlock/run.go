@@ -68,10 +68,11 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
 
-	// No option here may turn off the library's own bound on a Lock whose
-	// servers do not answer: with it, a silent Redis ends even a wait
-	// without --wait, and with its cause.
-	t, lk, code, ok := openLocks(c, &cf, name, stderr, redlock.WithTTL(*ttl))
+	// The library's own bound on a Lock whose servers do not answer is
+	// --timeout (positive: the bound stays on), as for every other wait on
+	// Redis here: a silent Redis ends even a wait without --wait, with its
+	// cause, and not before the user said (the default is 10s).
+	t, lk, code, ok := openLocks(c, &cf, name, stderr, redlock.WithTTL(*ttl), redlock.WithUnansweredLimit(cf.timeout))
 	if !ok {
 		return code
 	}
