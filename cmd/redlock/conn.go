@@ -34,21 +34,18 @@ type target struct {
 	timeout time.Duration
 }
 
-// errConfig marks a configuration error (exit 2), as opposed to Redis
-// failing (exit 69).
-var errConfig = errors.New("configuration")
-
 // dial makes the clients for c: --redlock, else --addr, else $REDIS_URL,
-// else the default URL. It connects to nothing yet.
+// else the default URL. It connects to nothing yet; its errors are the
+// user's (a URL that does not parse).
 func dial(c *connFlags) (*target, error) {
-	urls := []string{c.addr}
+	source, urls := "--addr", []string{c.addr}
 	switch {
 	case c.redlock != "":
-		urls = strings.Split(c.redlock, ",")
+		source, urls = "--redlock", strings.Split(c.redlock, ",")
 	case c.addr == "":
-		urls = []string{os.Getenv("REDIS_URL")}
+		source, urls = "$REDIS_URL", []string{os.Getenv("REDIS_URL")}
 		if urls[0] == "" {
-			urls[0] = defaultURL
+			source, urls[0] = "the default URL", defaultURL
 		}
 	}
 	t := &target{quorum: len(urls)/2 + 1, timeout: c.timeout}
@@ -56,7 +53,7 @@ func dial(c *connFlags) (*target, error) {
 		opt, err := clientOptions(strings.TrimSpace(u), c.timeout)
 		if err != nil {
 			t.close()
-			return nil, fmt.Errorf("%w: %w", errConfig, err)
+			return nil, fmt.Errorf("%s %q: %w", source, u, err)
 		}
 		t.clients = append(t.clients, redis.NewClient(opt))
 		t.addrs = append(t.addrs, opt.Addr)
@@ -93,39 +90,35 @@ func clientOptions(raw string, timeout time.Duration) (*redis.Options, error) {
 	return opt, nil
 }
 
-// openLocks dials and opens the target of cf, reporting failures on stderr
-// with their exit code (2 for a bad configuration, 69 for Redis).
-func openLocks(cf *connFlags, stderr io.Writer) (*target, locks, int, bool) {
+// openLocks dials the target of cf, checks that it answers, and makes the
+// Locker (one server) or Redlock (several) with the key prefix of cf and
+// opts. A failure is reported on stderr as the failure of op on name, with
+// its exit code: 2 for a bad configuration, 69 for Redis.
+func openLocks(c *command, cf *connFlags, name string, stderr io.Writer, opts ...redlock.Option) (*target, locks, int, bool) {
 	t, err := dial(cf)
 	if err != nil {
-		return nil, nil, fail(stderr, exitUsage, "%s", oneLine(err)), false
+		return nil, nil, c.bad(stderr, "%s", oneLine(err)), false
 	}
-	lk, err := t.open(cf)
+	ctx, cancel := context.WithTimeout(context.Background(), t.timeout)
+	defer cancel()
+	if err := t.ping(ctx); err != nil {
+		t.close()
+		return nil, nil, t.fail(stderr, c.op(name), err), false
+	}
+	lk, err := t.locks(append([]redlock.Option{redlock.WithKeyPrefix(cf.prefix)}, opts...))
 	if err != nil {
 		t.close()
-		code := exitUnavailable
-		if errors.Is(err, errConfig) {
-			code = exitUsage
-		}
-		return nil, nil, fail(stderr, code, "%s", oneLine(err)), false
+		return nil, nil, c.bad(stderr, "%s", plain(err)), false
 	}
 	return t, lk, 0, true
 }
 
-// open checks that a quorum of the servers answers within --timeout and
-// makes the Locker (one server) or Redlock (several) with the key prefix
-// and TTL of c.
-func (t *target) open(c *connFlags) (locks, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), t.timeout)
-	defer cancel()
-	if err := t.ping(ctx); err != nil {
-		return nil, err
-	}
-	opts := []redlock.Option{redlock.WithKeyPrefix(c.prefix), redlock.WithTTL(c.ttl)}
+// locks makes the Locker (one server) or the Redlock (several) of t.
+func (t *target) locks(opts []redlock.Option) (locks, error) {
 	if len(t.clients) == 1 {
 		lk, err := redlock.NewLocker(t.clients[0], opts...)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", errConfig, err)
+			return nil, err // not a typed nil in the interface
 		}
 		return lk, nil
 	}
@@ -135,20 +128,31 @@ func (t *target) open(c *connFlags) (locks, error) {
 	}
 	r, err := redlock.NewRedlock(clients, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errConfig, err)
+		return nil, err
 	}
 	return r, nil
 }
 
-// ping returns nil once a quorum of the servers answered PING, or an error
-// naming those that did not when that is no longer possible or ctx ends.
+// fail reports err as the failure of op ("status NAME"), with the cause
+// explain finds and its exit code (69 when it finds none).
+func (t *target) fail(stderr io.Writer, op string, err error) int {
+	code, why := t.explain(err)
+	if code == 0 {
+		code = exitUnavailable
+	}
+	return fail(stderr, code, "%s: %s", op, why)
+}
+
+// ping returns nil once a quorum of the servers answered PING, or the
+// joined errors of those that did not (a NodeError each, as the library
+// reports a node) when that is no longer possible or ctx ends.
 func (t *target) ping(ctx context.Context) error {
 	ch := make(chan error, len(t.clients)) // buffered: an early return leaks nothing
 	for i, cl := range t.clients {
 		go func() {
 			err := cl.Ping(ctx).Err()
 			if err != nil {
-				err = fmt.Errorf("%s: %w", t.addrs[i], err)
+				err = &redlock.NodeError{Node: i, Addr: t.addrs[i], Err: err}
 			}
 			ch <- err
 		}()
@@ -169,7 +173,7 @@ func (t *target) ping(ctx context.Context) error {
 			break
 		}
 	}
-	return fmt.Errorf("cannot reach Redis (--timeout %v): %w", t.timeout, errors.Join(errs...))
+	return errors.Join(errs...)
 }
 
 // reachable pings the servers every interval until ctx ends, and calls
@@ -214,10 +218,3 @@ type nopLogger struct{}
 func (nopLogger) Printf(context.Context, string, ...any) {}
 
 func silenceGoRedis() { redis.SetLogger(nopLogger{}) }
-
-// isRedisError reports a refusal by a Redis server (NOPERM, WRONGTYPE,
-// READONLY, ...) anywhere in err's tree, as opposed to "held by another".
-func isRedisError(err error) bool {
-	var re redis.Error
-	return errors.As(err, &re)
-}

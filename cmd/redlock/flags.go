@@ -9,29 +9,29 @@ import (
 	"time"
 )
 
-// connFlags are the flags every command that talks to Redis takes.
+// connFlags are the flags every command that talks to Redis takes. A flag
+// that only one command uses (run's --ttl) is that command's own, so that
+// the others reject it instead of ignoring it.
 type connFlags struct {
 	addr    string
 	redlock string
-	ttl     time.Duration
 	prefix  string
 	timeout time.Duration
 }
 
+// The placeholders in back quotes are what PrintDefaults shows after each
+// flag (flag.UnquoteUsage): they name what the value is.
 func (c *connFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.addr, "addr", "", "Redis `URL` or host:port (default $REDIS_URL, else "+defaultURL+")")
 	fs.StringVar(&c.redlock, "redlock", "", "comma-separated Redis `URLs` of independent masters: Redlock quorum mode")
-	fs.DurationVar(&c.ttl, "ttl", 10*time.Second, "lease of the lock on the server, renewed at a third of it")
-	fs.StringVar(&c.prefix, "prefix", "redlock:", "key prefix: the lock NAME is the Redis key \"{PREFIX+NAME}\"")
-	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "give up on a Redis that does not answer within this `duration`")
+	fs.StringVar(&c.prefix, "prefix", "redlock:", "key `PREFIX`: the lock NAME is the Redis key \"{PREFIX+NAME}\"")
+	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "give up on a Redis that does not answer within this `DURATION`")
 }
 
 func (c *connFlags) validate() error {
 	switch {
 	case c.addr != "" && c.redlock != "":
 		return errors.New("--addr and --redlock are exclusive")
-	case c.ttl <= 0:
-		return fmt.Errorf("--ttl must be positive, got %v", c.ttl)
 	case c.timeout <= 0:
 		return fmt.Errorf("--timeout must be positive, got %v", c.timeout)
 	case c.prefix == "":
@@ -52,7 +52,7 @@ type command struct {
 
 func newCommand(name, synopsis, about string) *command {
 	c := &command{fs: flag.NewFlagSet("redlock "+name, flag.ContinueOnError), synopsis: synopsis, about: about}
-	// Parse errors and -help are reported by parse, to the right stream.
+	// parse reports its errors itself, and usage prints the help.
 	c.fs.SetOutput(io.Discard)
 	return c
 }
@@ -73,9 +73,11 @@ func (c *command) usage(w io.Writer) {
 // positional arguments still missing ("status -- -odd-name"), then the rest.
 //
 // It returns done=true with the exit code when there is nothing more to do:
-// --help (usage on stdout, 0) or a bad flag (message and usage on stderr, 2).
+// --help (usage on stdout, 0) or a bad flag (one line on stderr, 2). It
+// sets the flags itself (FlagSet.Set) rather than through FlagSet.Parse, so
+// that its messages name the flag as the user wrote it and say what value
+// it wants.
 func (c *command) parse(args []string, maxPos int, stdout, stderr io.Writer) (pos, rest []string, code int, done bool) {
-	var flags []string
 	i := 0
 scan:
 	for ; i < len(args); i++ {
@@ -88,11 +90,25 @@ scan:
 			}
 			break scan
 		case len(a) > 1 && a[0] == '-':
-			flags = append(flags, a)
-			name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
-			if f := c.fs.Lookup(name); f != nil && !hasValue && !isBool(f) && i+1 < len(args) {
+			name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+			f := c.fs.Lookup(name)
+			switch {
+			case f == nil && (name == "h" || name == "help"):
+				c.usage(stdout)
+				return nil, nil, exitOK, true
+			case f == nil:
+				return nil, nil, c.bad(stderr, "unknown flag --%s", name), true
+			case hasValue:
+			case isBool(f):
+				value = "true"
+			case i+1 < len(args):
 				i++
-				flags = append(flags, args[i])
+				value = args[i]
+			default:
+				return nil, nil, c.bad(stderr, "--%s needs a value: %s", name, placeholder(f)), true
+			}
+			if err := c.fs.Set(name, value); err != nil {
+				return nil, nil, c.bad(stderr, "invalid value %q for --%s: want %s", value, name, placeholder(f)), true
 			}
 		case len(pos) < maxPos:
 			pos = append(pos, a)
@@ -103,25 +119,34 @@ scan:
 	for ; i < len(args) && len(pos) < maxPos; i++ {
 		pos = append(pos, args[i])
 	}
-	rest = args[i:]
-	if err := c.fs.Parse(flags); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			c.usage(stdout)
-			return nil, nil, exitOK, true
-		}
-		return nil, nil, c.bad(stderr, "%v", err), true
-	}
-	return pos, rest, 0, false
+	return pos, args[i:], 0, false
 }
 
-// bad reports a usage error: one line, then the usage, on stderr.
+// placeholder names the value f takes, as the usage shows it.
+func placeholder(f *flag.Flag) string {
+	name, _ := flag.UnquoteUsage(f)
+	switch {
+	case name == "":
+		return "true or false"
+	case name == "DURATION":
+		return "a DURATION such as 30s, 10m or 1h30m"
+	}
+	return name
+}
+
+// bad reports a usage error: one line naming it, and where the usage is.
 func (c *command) bad(stderr io.Writer, format string, args ...any) int {
-	fmt.Fprintf(stderr, "%s: "+format+"\n\n", append([]any{c.fs.Name()}, args...)...)
-	c.usage(stderr)
+	fmt.Fprintf(stderr, "redlock: "+format+" (see %s --help)\n", append(args, c.fs.Name())...)
 	return exitUsage
 }
 
 func isBool(f *flag.Flag) bool {
 	b, ok := f.Value.(interface{ IsBoolFlag() bool })
 	return ok && b.IsBoolFlag()
+}
+
+// op names an operation of this command on the lock name, as failures
+// print it: "status NAME".
+func (c *command) op(name string) string {
+	return strings.TrimPrefix(c.fs.Name(), "redlock ") + " " + name
 }

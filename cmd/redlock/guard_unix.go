@@ -71,8 +71,9 @@ func startCommand(command, env []string, foreground bool) (*exec.Cmd, io.Closer,
 	cmd.SysProcAttr = groupAttr(foreground)
 	if err := cmd.Start(); err != nil {
 		w.Close()
-		// %v: a guard that is not found is not a COMMAND that is not found.
-		return nil, nil, fmt.Errorf("starting the guard %s: %v", exe, err)
+		// Not wrapped: a guard that is not found is not a COMMAND that is
+		// not found.
+		return nil, nil, fmt.Errorf("its guard %s: %s", exe, innermost(err))
 	}
 	return cmd, w, nil
 }
@@ -123,7 +124,7 @@ func guardCmd(args []string, stderr io.Writer) int {
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.SysProcAttr = commandAttr()
 	if err := cmd.Start(); err != nil {
-		return startFailed(stderr, args[0], err)
+		return startFailed(stderr, os.Getenv("REDLOCK_NAME"), args[0], err)
 	}
 	// Owned by the process: it ends with it, by the kill or by os.Exit.
 	go func() {

@@ -99,8 +99,7 @@ func main() {
 func cli(args []string, stdout, stderr io.Writer) int {
 	silenceGoRedis()
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return exitUsage
+		return fail(stderr, exitUsage, "missing command: run, status, unlock or version (see redlock --help)")
 	}
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "run":
@@ -121,8 +120,7 @@ func cli(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, usage)
 		return exitOK
 	default:
-		fmt.Fprintf(stderr, "redlock: unknown command %q\n\n%s", cmd, usage)
-		return exitUsage
+		return fail(stderr, exitUsage, "unknown command %q (see redlock --help)", cmd)
 	}
 }
 

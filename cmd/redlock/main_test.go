@@ -482,8 +482,8 @@ func TestUnlock(t *testing.T) {
 	assert.Equal(t, 76, p.wait(t, longWait), "run whose lock an operator released")
 }
 
-// TestUsage: bad flags and arguments exit 2 with usage on stderr; help and
-// version exit 0 on stdout.
+// TestUsage: bad flags and arguments exit 2 with one line and a hint on
+// stderr; help and version exit 0 on stdout.
 func TestUsage(t *testing.T) {
 	for _, args := range [][]string{
 		{},
@@ -502,7 +502,7 @@ func TestUsage(t *testing.T) {
 	} {
 		code, out, stderr := rl(t, nil, args...)
 		assert.Equal(t, 2, code, "redlock %q: exit code", args)
-		assert.Contains(t, stderr, "Usage", "redlock %q: stderr", args)
+		usageLine(t, stderr, args)
 		assert.Empty(t, out, "redlock %q: stdout", args)
 	}
 	for _, args := range [][]string{{"--help"}, {"help"}, {"run", "--help"}, {"status", "-h"}, {"help", "unlock"}} {
@@ -557,7 +557,7 @@ func TestNameBeforeDashDash(t *testing.T) {
 		code, _, stderr := rl(t, nil, args...)
 		assert.Equal(t, tc.want, code, "redlock %q: exit code; stderr: %s", tc.args, stderr)
 		if tc.want == exitUsage {
-			assert.Contains(t, stderr, "Usage", "redlock %q: stderr", tc.args)
+			usageLine(t, stderr, tc.args)
 			assert.NoFileExists(t, ran, "redlock %q ran a command", tc.args)
 		}
 		if tc.want == exitOK {

@@ -30,18 +30,21 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	c.takesCommand = true
 	var cf connFlags
 	cf.register(c.fs)
-	wait := c.fs.Duration("wait", 0, "give up (exit 75) if the lock is not obtained within this `duration`; 0: wait forever")
+	ttl := c.fs.Duration("ttl", 10*time.Second, "lease of the lock on the server, a `DURATION` renewed at a third of it")
+	wait := c.fs.Duration("wait", 0, "give up (exit 75) if the lock is not obtained within this `DURATION`; 0: wait forever")
 	try := c.fs.Bool("try", false, "one attempt: exit 75 at once if the lock is held")
-	grace := c.fs.Duration("grace", 5*time.Second, "after the lock is lost, SIGKILL this long after SIGTERM")
-	meta := c.fs.String("metadata", "", "what `status` shows about the holder; default \"HOST pid PID: COMMAND\"")
+	grace := c.fs.Duration("grace", 5*time.Second, "after the lock is lost, SIGKILL this `DURATION` after SIGTERM")
+	meta := c.fs.String("metadata", "", "`TEXT` that 'redlock status' shows about the holder; default \"HOST pid PID: COMMAND\"")
 	pos, command, code, done := c.parse(args, 1, stdout, stderr)
 	switch {
 	case done:
 		return code
 	case len(pos) == 0:
-		return c.bad(stderr, "missing lock NAME before COMMAND (redlock run NAME -- COMMAND [ARGS...])")
+		return c.bad(stderr, "missing lock NAME before \"--\": redlock run NAME -- COMMAND [ARGS...]")
 	case len(command) == 0:
-		return c.bad(stderr, "missing COMMAND after NAME (redlock run NAME -- COMMAND [ARGS...])")
+		return c.bad(stderr, "missing COMMAND after NAME: redlock run NAME -- COMMAND [ARGS...]")
+	case *ttl <= 0:
+		return c.bad(stderr, "--ttl must be positive, got %v", *ttl)
 	case *try && *wait != 0:
 		return c.bad(stderr, "--try and --wait are exclusive")
 	case *wait < 0:
@@ -65,7 +68,11 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
 
-	t, lk, code, ok := openLocks(&cf, stderr)
+	// The library's own bound on a Lock whose servers do not answer is
+	// --timeout (positive: the bound stays on), as for every other wait on
+	// Redis here: a silent Redis ends even a wait without --wait, with its
+	// cause, and not before the user said (the default is 10s).
+	t, lk, code, ok := openLocks(c, &cf, name, stderr, redlock.WithTTL(*ttl), redlock.WithUnansweredLimit(cf.timeout))
 	if !ok {
 		return code
 	}
@@ -76,7 +83,7 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
-	return supervise(l, name, command, *grace, cf.timeout, sigs, stderr)
+	return supervise(l, t, name, command, *grace, sigs, stderr)
 }
 
 // defaultMetadata names this run for `status`: host, redlock's pid (the
@@ -91,7 +98,9 @@ func defaultMetadata(command string) string {
 }
 
 // acquire takes the lock, giving up on --wait, on a signal (exit 128+N), or
-// when Redis stops answering for --timeout while it waits.
+// when Redis stops answering for --timeout while it waits. Its message
+// says why from the error: another owner's hold only when Redis refused
+// for that (exit 75), a refusal or silence of Redis otherwise (exit 69).
 func acquire(lk locks, t *target, name, meta string, try bool, wait time.Duration, sigs <-chan os.Signal, stderr io.Writer) (*redlock.Lock, int, bool) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
@@ -132,19 +141,28 @@ func acquire(lk locks, t *target, name, meta string, try bool, wait time.Duratio
 		}
 		// The signal came as the lock was granted: the wait was to be
 		// given up, and the command has not started.
-		release(l, name, t.timeout, stderr)
+		release(l, t, name, "as the wait was given up", stderr)
 	}
-	switch cause := context.Cause(ctx); {
+	cause := context.Cause(ctx)
+	switch {
 	case errors.As(cause, &sig):
-		return nil, fail(stderr, exitSignalBase+sig.number(), "interrupted by %v while waiting for %s", sig.s, name), false
-	case errors.Is(cause, errWaitOver):
-		return nil, fail(stderr, exitNotObtained, "%s not obtained within --wait %v: held by another owner", name, wait), false
-	case cause != nil && !errors.Is(cause, context.Canceled):
-		return nil, fail(stderr, exitUnavailable, "waiting for %s: %s", name, oneLine(cause)), false
-	case isRedisError(err) || !errors.Is(err, redlock.ErrNotObtained):
-		return nil, fail(stderr, exitUnavailable, "acquiring %s: %s", name, oneLine(err)), false
+		return nil, fail(stderr, exitSignalBase+sig.number(), "run %s: interrupted by %v while waiting for the lock", name, sig.s), false
+	case cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, errWaitOver):
+		// reachable gave up: Redis stopped answering, whatever the last
+		// attempt heard.
+		return nil, t.fail(stderr, "run "+name, cause), false
 	}
-	return nil, fail(stderr, exitNotObtained, "%s is held by another owner: not obtained", name), false
+	notObtained := "not obtained"
+	if errors.Is(cause, errWaitOver) {
+		notObtained = fmt.Sprintf("not obtained within --wait %v", wait)
+	}
+	switch code, why := t.explain(err); {
+	case code == exitNotObtained:
+		return nil, fail(stderr, code, "run %s: %s: %s", name, notObtained, why), false
+	case code == 0 && errors.Is(cause, errWaitOver):
+		return nil, fail(stderr, exitNotObtained, "run %s: %s", name, notObtained), false
+	}
+	return nil, t.fail(stderr, "run "+name, err), false
 }
 
 // errWaitOver is the cause of the end of a --wait.
@@ -158,7 +176,7 @@ func (s signalled) Error() string { return "interrupted by " + s.s.String() }
 // supervise runs command while l is held: it forwards signals, terminates
 // the command's process group when the lock is lost, and releases the lock
 // once the command has exited. It returns redlock's exit code.
-func supervise(l *redlock.Lock, name string, command []string, grace, timeout time.Duration, sigs <-chan os.Signal, stderr io.Writer) int {
+func supervise(l *redlock.Lock, t *target, name string, command []string, grace time.Duration, sigs <-chan os.Signal, stderr io.Writer) int {
 	env := append(os.Environ(),
 		"REDLOCK_NAME="+name,
 		"REDLOCK_OWNER="+l.Owner(),
@@ -173,8 +191,8 @@ func supervise(l *redlock.Lock, name string, command []string, grace, timeout ti
 	tty := inForeground()
 	cmd, lifeline, err := startCommand(command, env, tty)
 	if err != nil {
-		release(l, name, timeout, stderr)
-		return startFailed(stderr, command[0], err)
+		release(l, t, name, "as "+command[0]+" could not start", stderr)
+		return startFailed(stderr, name, command[0], err)
 	}
 	defer lifeline.Close() // after the guard's exit: closing it earlier kills the group
 	exited := make(chan struct{})
@@ -202,7 +220,7 @@ func supervise(l *redlock.Lock, name string, command []string, grace, timeout ti
 			lost = nil
 			wasLost = true
 			deadline = time.Now().Add(grace)
-			fmt.Fprintf(stderr, "redlock: lost the lock %s (%s); sending SIGTERM to %s, SIGKILL after %v\n", name, oneLine(l.Err()), command[0], grace)
+			fmt.Fprintf(stderr, "redlock: run %s: lock lost (%s); sending SIGTERM to %s, SIGKILL after %v\n", name, t.lossText(l.Err()), command[0], grace)
 			terminateGroup(cmd.Process.Pid)
 			timer := time.NewTimer(grace)
 			defer timer.Stop()
@@ -216,7 +234,7 @@ func supervise(l *redlock.Lock, name string, command []string, grace, timeout ti
 		// Nothing watches for redlock's death any more in what is left of
 		// the group: end it now rather than leave it unguarded, and before
 		// the release below, so that none of it outlives the lock.
-		fmt.Fprintf(stderr, "redlock: the guard of %s was killed (%v); killing the rest of its process group\n", command[0], cmd.ProcessState)
+		fmt.Fprintf(stderr, "redlock: run %s: the guard of %s was killed (%v); killing the rest of its process group\n", name, command[0], cmd.ProcessState)
 		killGroup(cmd.Process.Pid)
 		groupAlive(cmd.Process.Pid, time.Now().Add(grace))
 	}
@@ -231,37 +249,42 @@ func supervise(l *redlock.Lock, name string, command []string, grace, timeout ti
 	if err := l.Err(); errors.Is(err, redlock.ErrLost) {
 		// Lost as the command finished: its last steps may have overlapped
 		// another holder's.
-		return fail(stderr, exitLost, "lost the lock %s as %s exited (%s)", name, command[0], oneLine(err))
+		return fail(stderr, exitLost, "run %s: lock lost as %s exited (%s)", name, command[0], t.lossText(err))
 	}
-	if !release(l, name, timeout, stderr) {
+	if !release(l, t, name, "when "+command[0]+" exited", stderr) {
 		return exitLost
 	}
 	return exitStatus(cmd.ProcessState)
 }
 
 // startFailed reports a command that could not be started: 127 if it was
-// not found, else 126.
-func startFailed(stderr io.Writer, command string, err error) int {
+// not found, else 126. It runs in the guard as well, which has the lock's
+// name from REDLOCK_NAME.
+func startFailed(stderr io.Writer, name, command string, err error) int {
+	code := exitCannotRun
 	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
-		return fail(stderr, exitNotFound, "%s: %v", command, err)
+		code = exitNotFound
 	}
-	return fail(stderr, exitCannotRun, "%s: %v", command, err)
+	// The innermost error: exec's own ("fork/exec PATH: ...") names the
+	// command again.
+	return fail(stderr, code, "run %s: cannot start %s: %s", name, command, innermost(err))
 }
 
-// release unlocks l, bounded by timeout, and reports whether it was still held. A
-// release that fails for lack of an answer is logged: the lock frees itself
-// when its lease ends.
-func release(l *redlock.Lock, name string, timeout time.Duration, stderr io.Writer) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+// release unlocks l, bounded by --timeout, and reports whether it was still
+// held; when says at what point, for the message. A release that fails for
+// lack of an answer is logged: the lock frees itself when its lease ends.
+func release(l *redlock.Lock, t *target, name, when string, stderr io.Writer) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), t.timeout)
 	defer cancel()
 	switch err := l.Unlock(ctx); {
 	case err == nil:
 		return true
 	case errors.Is(err, redlock.ErrNotHeld):
-		fmt.Fprintf(stderr, "redlock: the lock %s was no longer held when the command exited (%s)\n", name, oneLine(err))
+		fmt.Fprintf(stderr, "redlock: run %s: lock no longer held %s (%s)\n", name, when, t.lossText(err))
 		return false
 	default:
-		fmt.Fprintf(stderr, "redlock: releasing %s: %s; it frees itself when its lease ends\n", name, oneLine(err))
+		_, why := t.explain(err)
+		fmt.Fprintf(stderr, "redlock: run %s: release failed: %s; the lock frees itself when its lease ends\n", name, why)
 		return true
 	}
 }

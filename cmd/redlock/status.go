@@ -34,16 +34,16 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	name := pos[0]
 
-	return oneCall(&cf, stderr, func(ctx context.Context, lk locks) int {
-		return printStatus(ctx, lk, name, *asJSON, stdout, stderr)
+	return oneCall(c, &cf, name, stderr, func(ctx context.Context, t *target, lk locks) int {
+		return printStatus(ctx, t, lk, name, *asJSON, stdout, stderr)
 	})
 }
 
 // printStatus is status once connected.
-func printStatus(ctx context.Context, lk locks, name string, asJSON bool, stdout, stderr io.Writer) int {
+func printStatus(ctx context.Context, t *target, lk locks, name string, asJSON bool, stdout, stderr io.Writer) int {
 	h, err := lk.Inspect(ctx, name)
 	if err != nil {
-		return fail(stderr, exitUnavailable, "status of %s: %s", name, oneLine(err))
+		return t.fail(stderr, "status "+name, err)
 	}
 	if asJSON {
 		b, err := json.Marshal(statusJSON{
@@ -51,7 +51,7 @@ func printStatus(ctx context.Context, lk locks, name string, asJSON bool, stdout
 			Token: h.Token, Metadata: h.Metadata, Readers: h.Readers,
 		})
 		if err != nil {
-			return fail(stderr, exitUnavailable, "%v", err)
+			return fail(stderr, exitUnavailable, "status %s: %v", name, err)
 		}
 		fmt.Fprintf(stdout, "%s\n", b)
 	} else {
@@ -102,7 +102,7 @@ func unlockCmd(args []string, stdout, stderr io.Writer) int {
 			"A 'redlock run' holding it finds the lock lost and terminates its command.\n")
 	var cf connFlags
 	cf.register(c.fs)
-	owner := c.fs.String("owner", "", "owner value of the holder to release (required)")
+	owner := c.fs.String("owner", "", "`OWNER` value of the holder to release, as 'redlock status' shows it (required)")
 	pos, rest, code, done := c.parse(args, 1, stdout, stderr)
 	switch {
 	case done:
@@ -119,22 +119,22 @@ func unlockCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	name := pos[0]
 
-	return oneCall(&cf, stderr, func(ctx context.Context, lk locks) int {
+	return oneCall(c, &cf, name, stderr, func(ctx context.Context, t *target, lk locks) int {
 		switch err := lk.Release(ctx, name, *owner); {
 		case err == nil:
 			return exitOK
 		case errors.Is(err, redlock.ErrNotHeld):
-			return fail(stderr, exitFree, "%s is not held by owner %s", name, *owner)
+			return fail(stderr, exitFree, "unlock %s: not held by owner %s", name, *owner)
 		default:
-			return fail(stderr, exitUnavailable, "unlock %s: %s", name, oneLine(err))
+			return t.fail(stderr, "unlock "+name, err)
 		}
 	})
 }
 
 // oneCall connects, runs fn with a ctx bounded by --timeout, and
-// disconnects: status and unlock are one request each.
-func oneCall(cf *connFlags, stderr io.Writer, fn func(context.Context, locks) int) int {
-	t, lk, code, ok := openLocks(cf, stderr)
+// disconnects: status and unlock are one request each on the lock name.
+func oneCall(c *command, cf *connFlags, name string, stderr io.Writer, fn func(context.Context, *target, locks) int) int {
+	t, lk, code, ok := openLocks(c, cf, name, stderr)
 	if !ok {
 		return code
 	}
@@ -142,5 +142,5 @@ func oneCall(cf *connFlags, stderr io.Writer, fn func(context.Context, locks) in
 	defer lk.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), cf.timeout)
 	defer cancel()
-	return fn(ctx, lk)
+	return fn(ctx, t, lk)
 }
