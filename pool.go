@@ -70,6 +70,12 @@ type node struct {
 	// one server given twice under two spellings never casts two votes.
 	idMu  sync.Mutex
 	runID string // "" until known
+	// replID is the replication ID of the server's dataset (INFO
+	// replication's master_replid), shared by a master and its synced
+	// replicas, and replica says the server is one: a replica listed next
+	// to its master would grant the master's keys a second vote.
+	replID  string
+	replica bool
 	// dup is the index of the node this one duplicates, or -1. Atomic: every
 	// tally reads it, on the hot path.
 	dup atomic.Int32
@@ -231,36 +237,84 @@ func (n *node) warmUp(ctx context.Context, identify bool) (identified bool) {
 	return identified
 }
 
-// fetchRunID reads INFO server's run_id through a one-command pipeline (the
-// Client interface asks for no more than that).
-func fetchRunID(ctx context.Context, cl Client) (string, error) {
+// fetchRunID reads who the server is through a one-call pipeline (the
+// Client interface asks for no more than that): INFO server's run_id, and
+// INFO replication's role and master_replid.
+func fetchRunID(ctx context.Context, cl Client) (serverID, error) {
 	pipe := cl.Pipeline()
-	cmd := pipe.Info(ctx, "server")
+	srv := pipe.Info(ctx, "server")
+	repl := pipe.Info(ctx, "replication")
 	if _, err := pipe.Exec(ctx); err != nil {
 		if isServerError(err) {
 			// The server will not say who it is (an ACL user without
 			// +info, a server that does not implement INFO server): it
 			// cannot be told apart from the others, so it is taken as
 			// distinct rather than never allowed to vote.
-			return unidentified, nil
+			return serverID{runID: unidentified}, nil
 		}
-		return "", err
+		return serverID{}, err
 	}
-	for line := range strings.Lines(cmd.Val()) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok && v != "" {
-			return v, nil
+	var id serverID
+	for line := range strings.Lines(srv.Val() + repl.Val()) {
+		line = strings.TrimSpace(line)
+		if v, ok := strings.CutPrefix(line, "run_id:"); ok {
+			id.runID = v
+		} else if v, ok := strings.CutPrefix(line, "master_replid:"); ok {
+			id.replID = v
+		} else if v, ok := strings.CutPrefix(line, "role:"); ok {
+			id.replica = v != "master"
 		}
 	}
-	return "", fmt.Errorf("%w: INFO server without run_id", errBadReply)
+	if id.runID == "" {
+		return serverID{}, fmt.Errorf("%w: INFO server without run_id", errBadReply)
+	}
+	return id, nil
+}
+
+// serverID is what fetchRunID learns.
+type serverID struct {
+	runID, replID string
+	replica       bool
 }
 
 // unidentified stands for the run_id of a server that refuses INFO.
 const unidentified = "?"
 
-func (n *node) setRunID(id string) {
+func (n *node) setRunID(id serverID) {
 	n.idMu.Lock()
-	n.runID = id
+	n.runID, n.replID, n.replica = id.runID, id.replID, id.replica
 	n.idMu.Unlock()
+}
+
+// sameDataset reports whether n and o are one server, or a master and its
+// replica (one replication ID), and which of them must not vote: the
+// replica, else the later in the client list. why says which, for the error.
+func sameDataset(n, o *node) (same bool, second *node, why string) {
+	n.idMu.Lock()
+	nid, nrepl, nreplica := n.runID, n.replID, n.replica
+	n.idMu.Unlock()
+	o.idMu.Lock()
+	oid, orepl, oreplica := o.runID, o.replID, o.replica
+	o.idMu.Unlock()
+	if nid == "" || nid == unidentified || oid == "" || oid == unidentified {
+		return false, nil, ""
+	}
+	if nid != oid && (nrepl == "" || nrepl != orepl) {
+		return false, nil, ""
+	}
+	why = "reach one server (run_id " + nid + ")"
+	if nid != oid {
+		why = "share one dataset: one is a replica of the other (replication ID " + nrepl + ")"
+	}
+	switch {
+	case nreplica && !oreplica:
+		return true, n, why
+	case oreplica && !nreplica:
+		return true, o, why
+	case n.idx > o.idx:
+		return true, n, why
+	}
+	return true, o, why
 }
 
 func (n *node) identity() (runID string, dup int) {
@@ -756,11 +810,11 @@ func (ids *idents) identify(ctx context.Context, n *node) error {
 	if id != "" {
 		return nil
 	}
-	id, err := fetchRunID(ctx, n.client)
+	sid, err := fetchRunID(ctx, n.client)
 	if err != nil {
 		return err
 	}
-	n.setRunID(id)
+	n.setRunID(sid)
 	ids.mu.Lock()
 	err = ids.checkDuplicate(n)
 	ids.mu.Unlock()
@@ -770,25 +824,26 @@ func (ids *idents) identify(ctx context.Context, n *node) error {
 	return nil
 }
 
-// checkDuplicate compares n's run_id with every other node's; of two nodes
-// with one run_id, the later in the client list is marked a duplicate of
-// the earlier. Call it under ids.mu, so two nodes identified at once see each
+// checkDuplicate compares n's identity with every other node's; of two
+// nodes with one run_id, or a master and its replica (one replication ID),
+// the replica, else the later in the client list, is marked a duplicate of
+// the other: its votes never count. Call it under ids.mu, so two nodes identified at once see each
 // other.
 func (ids *idents) checkDuplicate(n *node) error {
-	id, _ := n.identity()
-	if id == "" || id == unidentified {
-		return nil
-	}
 	for _, o := range ids.nodes {
-		if oid, _ := o.identity(); o == n || oid != id {
+		if o == n {
 			continue
 		}
-		first, second := o, n
-		if n.idx < o.idx {
-			first, second = n, o
+		same, second, why := sameDataset(n, o)
+		if !same {
+			continue
+		}
+		first := n
+		if second == n {
+			first = o
 		}
 		second.dup.Store(int32(first.idx))
-		return fmt.Errorf("%w: clients %d (%s) and %d (%s) reach one server (run_id %s)", errDuplicate, first.idx, first.addr, second.idx, second.addr, id)
+		return fmt.Errorf("%w: clients %d (%s) and %d (%s) %s", errDuplicate, first.idx, first.addr, second.idx, second.addr, why)
 	}
 	return nil
 }

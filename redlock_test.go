@@ -758,6 +758,29 @@ func TestNewRedlockSameServerTwice(t *testing.T) {
 	})
 }
 
+// TestNewRedlockReplicaOfMaster: a replica listed next to its master holds
+// the master's keys, so it would give a lock taken on the master a second
+// vote (its acquire script sees our own owner value and grants without a
+// write). NewRedlock refuses it, whichever comes first in the list.
+func TestNewRedlockReplicaOfMaster(t *testing.T) {
+	srvs := redistest.StartN(t, 2)
+	host, port, _ := strings.Cut(srvs[0].Addr(), ":")
+	replica := redistest.Start(t, "--replicaof", host, port)
+	rcl := replica.Client(t)
+	require.True(t, eventually(10*time.Second, func() bool {
+		return strings.Contains(rcl.Info(context.Background(), "replication").Val(), "master_link_status:up")
+	}), "the replica did not sync")
+	for _, order := range [][]*redis.Client{
+		{srvs[0].Client(t), rcl, srvs[1].Client(t)},
+		{rcl, srvs[0].Client(t), srvs[1].Client(t)},
+	} {
+		_, err := NewRedlock([]Client{order[0], order[1], order[2]})
+		require.ErrorIs(t, err, errDuplicate)
+		assert.Contains(t, err.Error(), "is a replica of the other")
+		requireOneLine(t, err)
+	}
+}
+
 // TestRedlockMinorityHungKeepsLocks: a Redlock exists to tolerate a hung
 // minority. With one master paused (or answering slower than the TTL),
 // auto-renewed locks stay held, Do returns nil, and Extend and Unlock settle
