@@ -334,7 +334,7 @@ func (c *core) obtain(ctx context.Context, a *acquisition, wait bool) (*Lock, er
 	if err := c.acquirable(ctx); err != nil {
 		return nil, err
 	}
-	o := &obtaining{c: c, a: a, qk: a.queue, lastErr: notObtained(a.name), hint: -1}
+	o := &obtaining{c: c, a: a, qk: a.queue, hint: -1}
 	return o.run(ctx)
 }
 

@@ -39,12 +39,12 @@ func (o *obtaining) run(ctx context.Context) (l *Lock, err error) {
 		o.queue(ctx)
 		d, trusted, ok := o.sleepFor(attempt)
 		if !ok {
-			return nil, o.lastErr // the retry policy gave up (LimitRetry, NoRetry)
+			return nil, o.last() // the retry policy gave up (LimitRetry, NoRetry)
 		}
 		woke, handed, err := o.await(ctx, d)
 		switch {
 		case err != nil:
-			return nil, join(o.lastErr, err)
+			return nil, join(o.last(), err)
 		case handed != nil:
 			o.acquired = true
 			return handed, nil
@@ -120,10 +120,20 @@ type obtaining struct {
 
 	try, warm, acquired bool
 	heardSeq            uint64
-	silentSince, warned time.Time // see unanswered
-	lastErr             error
+	silentSince, warned time.Time     // see unanswered
+	lastErr             error         // the last refused attempt's; see last
 	hint                time.Duration // the holder's remaining lease, negative when unknown
 	woke                wokeBy
+}
+
+// last is the error of the last refused attempt, or, before any, the bare
+// "not obtained" of the name (built only then: the uncontended Lock never
+// needs it).
+func (o *obtaining) last() error {
+	if o.lastErr == nil {
+		return notObtained(o.a.name)
+	}
+	return o.lastErr
 }
 
 // attemptOnce makes one attempt; done reports that obtain returns with l
@@ -158,7 +168,7 @@ func (o *obtaining) attemptOnce(ctx context.Context, attempt int) (l *Lock, err 
 		// The attempt that ctx cut short may have heard nothing: report
 		// what the previous ones heard (a refusal, a holder).
 		if attempt > 0 {
-			err = o.lastErr
+			err = o.last()
 		}
 		if !errors.Is(err, cerr) {
 			err = join(err, cerr)

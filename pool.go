@@ -99,7 +99,8 @@ func (n *node) note(err error) {
 		}
 	case errors.Is(err, errNodeTimeout), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 	default:
-		n.lastErr.Store(&err)
+		e := err // a copy: &err would move the parameter to the heap on every call
+		n.lastErr.Store(&e)
 	}
 }
 
