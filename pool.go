@@ -10,6 +10,7 @@ import (
 	"net"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1235,6 +1236,9 @@ func (j *joinedError) Error() string {
 			if s = j.nodesSaying(i, ne); s == "" {
 				continue // said with an earlier node's
 			}
+		}
+		if te, ok := e.(*TakenError); ok && !strings.Contains(b.String(), strconv.Quote(te.Name)) {
+			s = te.Error() // one name of a LockAll: say which
 		}
 		if _, quiet := e.(quietError); len(said) == 0 && !quiet {
 			s = e.Error() // the head, in full
