@@ -15,7 +15,8 @@ import (
 
 // bareScripts are our acquire and release scripts, read from ../scripts (the
 // library's own files, assembled as the library's newScript does: _lib.lua
-// prepended, its default fence retention and the reply codes written in),
+// prepended, its default fence retention, the reply codes and the key
+// schema's strings written in),
 // to be called straight from go-redis: the library's server-side work with
 // none of its client-side code around it.
 type bareScripts struct{ acquire, release *redis.Script }
@@ -40,6 +41,15 @@ func loadBareScripts(tb testing.TB) bareScripts {
 	for _, m := range regexp.MustCompile(`"(REPLY_\w+)":\s*(\w+)`).FindAllStringSubmatch(goSrc, -1) {
 		codes[m[1]] = values[m[2]]
 	}
+	// The schema's key suffixes and value prefixes, by the names the
+	// scripts use (scripts.go's schemaStrings), from kinds.go's constants.
+	strs := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^\s*(\w+(?:Suffix|Prefix))\s*=\s*("[^"]*")`).FindAllStringSubmatch(read("kinds.go"), -1) {
+		strs[m[1]] = m[2]
+	}
+	for _, m := range regexp.MustCompile(`"((?:SUFFIX|PREFIX)_\w+)":\s*(\w+)`).FindAllStringSubmatch(goSrc, -1) {
+		codes[m[1]] = strs[m[2]]
+	}
 	hours := regexp.MustCompile(`defaultFenceRetention = (\d+) \* time\.Hour`).FindStringSubmatch(read("options.go"))
 	if len(codes) == 0 || hours == nil {
 		tb.Fatal("bench: cannot read the reply codes or the default fence retention from the library's source")
@@ -47,10 +57,10 @@ func loadBareScripts(tb testing.TB) bareScripts {
 	h, _ := strconv.Atoi(hours[1])
 	lib := strings.ReplaceAll(read("scripts/_lib.lua"), "DEFAULT_FENCE_RETENTION_MS", strconv.Itoa(h*3600*1000))
 	assemble := func(name string) *redis.Script {
-		src := regexp.MustCompile(`\bREPLY_[A-Z_]+\b`).ReplaceAllStringFunc(lib+read("scripts/"+name), func(code string) string {
+		src := regexp.MustCompile(`\b(?:REPLY|SUFFIX|PREFIX)_[A-Z_]+\b`).ReplaceAllStringFunc(lib+read("scripts/"+name), func(code string) string {
 			v, ok := codes[code]
 			if !ok || v == "" {
-				tb.Fatalf("bench: unknown reply code %s in %s", code, name)
+				tb.Fatalf("bench: unknown constant %s in %s", code, name)
 			}
 			return v
 		})
