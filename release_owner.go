@@ -90,7 +90,7 @@ func releaseOwner(ctx context.Context, c *core, name, owner string) error {
 		// Not the exclusive lock's owner: a read hold's or a permit's?
 		return releaseSetOwner(ctx, c, name, key, owner, timeout)
 	case c.pool.impossible(t.no):
-		return fmt.Errorf("%w: %q is not held by owner %q", ErrNotHeld, name, owner)
+		return notHeld("release", name, fmt.Errorf("not held by owner %q", owner))
 	}
 	return c.pool.shortOf("release", name, t, "", ctxErrIf(ctx, interrupted))
 }
@@ -126,7 +126,7 @@ func releaseSetOwner(ctx context.Context, c *core, name, key, owner string, time
 		}
 		rs, interrupted := gather(ch, c.pool.nodes, time.Now().Add(timeout), ctx.Done(), never)
 		if interrupted {
-			return errors.Join(fmt.Errorf("redlock: release of %q not answered", name), ctx.Err())
+			return join(fmt.Errorf("redlock: release %q not answered", name), ctx.Err())
 		}
 		switch r := rs[0]; {
 		case r.err != nil:
@@ -135,5 +135,5 @@ func releaseSetOwner(ctx context.Context, c *core, name, key, owner string, time
 			return nil
 		}
 	}
-	return fmt.Errorf("%w: %q is not held by owner %q", ErrNotHeld, name, owner)
+	return notHeld("release", name, fmt.Errorf("not held by owner %q", owner))
 }
