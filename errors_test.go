@@ -117,6 +117,12 @@ func TestErrorsOneLine(t *testing.T) {
 	requireOneLine(t, err)
 	require.ErrorIs(t, err, ErrUnreachable)
 
+	// An operator's Release of a name another owner holds.
+	err = other.Release(ctx, "held2", "nobody")
+	requireOneLine(t, err)
+	require.ErrorIs(t, err, ErrNotHeld)
+	assert.Contains(t, err.Error(), `release "held2"`)
+
 	// Closed.
 	closed := newLocker(t, srv.Client(t))
 	require.NoError(t, closed.Close())
