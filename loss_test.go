@@ -178,7 +178,9 @@ func TestMaxHold(t *testing.T) {
 
 // TestRedlockLossQuorum: on three masters, one loses the key and another
 // hands it to someone else: a mixed answer is a lost quorum; the same
-// answer everywhere names it.
+// answer everywhere names it. TryLock returns at a quorum of grants, so
+// the test waits for the third before it changes keys: an acquire still on
+// its way would set the key again after the DEL (seen under busy-test).
 func TestRedlockLossQuorum(t *testing.T) {
 	nodes := startRLNodes(t, 3, false, time.Second)
 	r := newRL(t, nodes, WithTTL(3*time.Second), WithRenewInterval(50*time.Millisecond))
@@ -186,6 +188,7 @@ func TestRedlockLossQuorum(t *testing.T) {
 
 	l, err := r.TryLock(ctx, "rl-mixed")
 	require.NoError(t, err)
+	require.True(t, eventually(5*time.Second, func() bool { return ownedBy(t, nodes, "rl-mixed", l.Owner(), 0, 1, 2) == 3 }))
 	require.NoError(t, nodes[0].admin.Del(ctx, rlKey("rl-mixed")).Err())
 	require.NoError(t, nodes[1].admin.Set(ctx, rlKey("rl-mixed"), "someone-else", 10*time.Second).Err())
 	waitDone(t, l, 3*time.Second)
@@ -193,6 +196,7 @@ func TestRedlockLossQuorum(t *testing.T) {
 
 	l, err = r.TryLock(ctx, "rl-taken")
 	require.NoError(t, err)
+	require.True(t, eventually(5*time.Second, func() bool { return ownedBy(t, nodes, "rl-taken", l.Owner(), 0, 1, 2) == 3 }))
 	for _, i := range []int{0, 2} {
 		require.NoError(t, nodes[i].admin.Set(ctx, rlKey("rl-taken"), "someone-else", 10*time.Second).Err())
 	}

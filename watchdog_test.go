@@ -290,6 +290,11 @@ func TestRedlockRenewalPerLock(t *testing.T) {
 	if err != nil {
 		t.Fatalf("TryLock(y) = %v", err)
 	}
+	// TryLock returns at a quorum: wait for x's third grant, or it could set
+	// the key again after the DEL below.
+	if !eventually(5*time.Second, func() bool { return ownedBy(t, nodes, "per-lock-x", x.Owner(), 0, 1, 2) == 3 }) {
+		t.Fatalf("x not granted on every master")
+	}
 	if err := nodes[0].admin.Del(ctx, rlKey("per-lock-x")).Err(); err != nil {
 		t.Fatalf("DEL x on master 0: %v", err)
 	}
