@@ -140,6 +140,7 @@ func (o *obtaining) last() error {
 // and err (got it, or gave up for good).
 func (o *obtaining) attemptOnce(ctx context.Context, attempt int) (l *Lock, err error, done bool) {
 	c, a := o.c, o.a
+	began := time.Now()
 	l, v, err := c.attempt(ctx, a)
 	a.refusedBy(err)
 	if o.w != nil {
@@ -176,7 +177,7 @@ func (o *obtaining) attemptOnce(ctx context.Context, attempt int) (l *Lock, err 
 		return nil, err, true
 	}
 	o.lastErr, o.hint = err, v.hint
-	if err := o.unanswered(v.answered, err); err != nil {
+	if err := o.unanswered(v.answered, began, err); err != nil {
 		return nil, err, true
 	}
 	if a.writer {
@@ -197,17 +198,19 @@ func (o *obtaining) attemptOnce(ctx context.Context, attempt int) (l *Lock, err 
 const unansweredWarnGap = 5 * time.Second
 
 // unanswered keeps the count of attempts in a row that no quorum of nodes
-// answered (err is the latest's error): it logs them at WARN, rate
-// limited, and once they have lasted WithUnansweredLimit returns the error
-// that ends the wait. An answered attempt (contention) resets it.
-func (o *obtaining) unanswered(answered bool, err error) error {
+// answered (the latest began at began, with error err): it logs them at
+// WARN, rate limited, and once they have lasted WithUnansweredLimit from the
+// start of the first returns the error that ends the wait (sleepFor makes
+// the last attempt come at that limit). An answered attempt (contention)
+// resets it.
+func (o *obtaining) unanswered(answered bool, began time.Time, err error) error {
 	if answered {
 		o.silentSince = time.Time{}
 		return nil
 	}
 	now := time.Now()
 	if o.silentSince.IsZero() {
-		o.silentSince = now
+		o.silentSince = began
 	}
 	silent := now.Sub(o.silentSince)
 	if lim := o.a.cfg.unanswered; lim > 0 && silent >= lim {
@@ -282,6 +285,11 @@ func (o *obtaining) sleepFor(attempt int) (d time.Duration, trusted, ok bool) {
 		// wait polls too: a release may have come between the failed
 		// attempt and the SUBSCRIBE.
 		d = o.hint + time.Millisecond
+	}
+	if lim := o.a.cfg.unanswered; lim > 0 && !o.silentSince.IsZero() {
+		// Unanswered so far: the next attempt comes no later than the
+		// limit, so the wait ends at it, not a retry delay past it.
+		d = min(d, max(time.Until(o.silentSince.Add(lim)), 0))
 	}
 	return d, trusted, true
 }

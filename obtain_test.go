@@ -137,6 +137,9 @@ func TestLockEndsWhenNotContention(t *testing.T) {
 			if tc.unreachable {
 				require.ErrorIs(t, err, ErrUnreachable)
 				assert.GreaterOrEqual(t, elapsed, limit)
+				// d plus one attempt, and one diagnosing call when the
+				// cause was not known (at most 2s); loose for a busy machine.
+				assert.Less(t, elapsed, limit+4*time.Second)
 				assert.Contains(t, logs.String(), "no answer from Redis")
 				assert.Contains(t, logs.String(), "level=WARN")
 			} else {

@@ -154,8 +154,10 @@ func WithRetry(f RetryFunc) Option { return func(c *config) { c.retry, c.retrySe
 // Semaphore.Acquire, LockAll) keeps trying while no quorum of nodes
 // answers at all: connections refused, calls timing out, a server loading
 // its data or a failover client's master in the middle of a failover. Once
-// the attempts of one call have gone unanswered for d in a row, it gives up,
-// even under a ctx without deadline, with an error matching
+// the attempts of one call have gone unanswered for d in a row (counted from
+// the start of the first; the last attempt comes at d, so the call returns
+// about d plus one attempt after it began), it gives up, even under a ctx
+// without deadline, with an error matching
 // [ErrNotObtained] and [ErrUnreachable] that names the last cause. Every
 // such attempt is logged at WARN through [WithLogger]'s logger, at most
 // once per 5s per call. Contention never counts: a node that answers "held
