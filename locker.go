@@ -105,13 +105,7 @@ func (lk *Locker) Close() error { return lk.core().close() }
 // and accepts writes: a wrong address, a replica, a wrong password or a
 // server that is not Redis fail here with the cause, instead of in the
 // first Lock. Bounded by the node timeout (and ctx).
-func (lk *Locker) Ping(ctx context.Context) error {
-	c := lk.core()
-	if c == nil {
-		return errNoCore
-	}
-	return ping(ctx, c.pool, c.cfg.timeout(c.cfg.ttl))
-}
+func (lk *Locker) Ping(ctx context.Context) error { return ping(ctx, lk.core()) }
 
 // core is the engine, or nil for a nil or zero Locker, whose methods then
 // return an error instead of panicking.
@@ -170,7 +164,7 @@ func withLoss(fctx context.Context, err, lerr error) error {
 	switch {
 	case err == nil:
 		return lerr
-	case errors.Is(err, context.Canceled) && context.Cause(fctx) == lerr && err.Error() == context.Canceled.Error():
+	case err == context.Canceled && context.Cause(fctx) == lerr: // fn returned fctx.Err()
 		return join(lerr, quietError{err})
 	}
 	return join(err, lerr)

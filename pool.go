@@ -224,7 +224,7 @@ func identifiable(cl Client) bool {
 func (n *node) warmUp(ctx context.Context, identify bool) (identified bool) {
 	if identify {
 		if id, err := fetchRunID(ctx, n.client); err == nil {
-			n.setRunID(id)
+			n.setIdentity(id)
 			identified = true
 		}
 	}
@@ -282,7 +282,7 @@ type serverID struct {
 // unidentified stands for the run_id of a server that refuses INFO.
 const unidentified = "?"
 
-func (n *node) setRunID(id serverID) {
+func (n *node) setIdentity(id serverID) {
 	n.idMu.Lock()
 	n.runID, n.replID, n.replica = id.runID, id.replID, id.replica
 	n.idMu.Unlock()
@@ -816,7 +816,7 @@ func (ids *idents) identify(ctx context.Context, n *node) error {
 	if err != nil {
 		return err
 	}
-	n.setRunID(sid)
+	n.setIdentity(sid)
 	ids.mu.Lock()
 	err = ids.checkDuplicate(n)
 	ids.mu.Unlock()
@@ -1143,8 +1143,7 @@ const diagnoseLimit = 2 * time.Second
 func (p *pool) diagnose(errs []error) []error {
 	var silent []*node
 	for _, e := range errs {
-		var ne *NodeError
-		if errors.As(e, &ne) && errors.Is(ne.Err, errNodeTimeout) && p.nodes[ne.Node].lastErr.Load() == nil {
+		if ne, ok := e.(*NodeError); ok && errors.Is(ne.Err, errNodeTimeout) && p.nodes[ne.Node].lastErr.Load() == nil {
 			silent = append(silent, p.nodes[ne.Node])
 		}
 	}
@@ -1168,12 +1167,14 @@ func (p *pool) diagnose(errs []error) []error {
 	return out
 }
 
-// ping checks that a quorum of p's nodes answer and accept writes; the
-// error names every node that does not, with its cause.
-func ping(ctx context.Context, p *pool, timeout time.Duration) error {
-	if p == nil {
+// ping checks that a quorum of c's nodes answer and accept writes, within
+// the node timeout; the error names every node that does not, with its
+// cause.
+func ping(ctx context.Context, c *core) error {
+	if c == nil {
 		return errNoCore
 	}
+	p, timeout := c.pool, c.cfg.timeout(c.cfg.ttl)
 	call := func(ctx context.Context, n *node) reply {
 		if err := p.ids.identify(ctx, n); err != nil {
 			return reply{err: err}
@@ -1181,9 +1182,7 @@ func ping(ctx context.Context, p *pool, timeout time.Duration) error {
 		err := scriptPing.Run(ctx, n.client, nil).Err()
 		return reply{ok: err == nil, err: err}
 	}
-	rs, interrupted, err := p.round(detached(ctx), p.nodes, timeout, timeout, call, time.Now().Add(timeout), ctx.Done(), func(rs []reply) bool {
-		return len(rs) == len(p.nodes)
-	})
+	rs, interrupted, err := p.round(detached(ctx), p.nodes, timeout, timeout, call, time.Now().Add(timeout), ctx.Done(), never)
 	if err != nil {
 		return err
 	}
@@ -1200,7 +1199,7 @@ func ping(ctx context.Context, p *pool, timeout time.Duration) error {
 // errors.As. (The error types themselves are in errors.go.)
 
 // joinedError is errors.Join printed on one line: the first part in full,
-// then ": " and the others separated by "; ", each without the "redlock: "
+// then ": " (or "; " after a node's failure) and the others separated by "; ", each without the "redlock: "
 // prefix, leaving out quiet parts and any part whose text an earlier one
 // already says.
 type joinedError struct{ errs []error }
@@ -1230,6 +1229,7 @@ func join(errs ...error) error {
 func (j *joinedError) Error() string {
 	var b strings.Builder
 	said := make([]string, 0, len(j.errs))
+	nodeHead := false // the head is a node's failure, not an operation: its peers follow with "; "
 	for i, e := range j.errs {
 		s := clauseOf(e)
 		if ne, ok := e.(*NodeError); ok {
@@ -1240,10 +1240,18 @@ func (j *joinedError) Error() string {
 		if te, ok := e.(*TakenError); ok && !strings.Contains(b.String(), strconv.Quote(te.Name)) {
 			s = te.Error() // one name of a LockAll: say which
 		}
-		if _, quiet := e.(quietError); len(said) == 0 && !quiet {
-			s = e.Error() // the head, in full
-		} else {
-			s = strings.TrimPrefix(s, "redlock: ")
+		switch e.(type) {
+		case quietError:
+		case *NodeError:
+			if len(said) == 0 {
+				s, nodeHead = "redlock: "+s, true // the head: its prefix, and the nodes grouped
+			}
+		default:
+			if len(said) == 0 {
+				s = e.Error() // the head, in full
+			} else {
+				s = strings.TrimPrefix(s, "redlock: ")
+			}
 		}
 		if s == "" || saidAlready(said, s) {
 			continue
@@ -1251,7 +1259,11 @@ func (j *joinedError) Error() string {
 		switch len(said) {
 		case 0:
 		case 1:
-			b.WriteString(": ")
+			if nodeHead {
+				b.WriteString("; ")
+			} else {
+				b.WriteString(": ")
+			}
 		default:
 			b.WriteString("; ")
 		}
@@ -1293,8 +1305,8 @@ func saidAlready(said []string, s string) bool {
 }
 
 // clauser is a part that says less inside a joined error than alone: a
-// TakenError need not repeat the lock's name, a joined error its parts'
-// prefixes.
+// TakenError need not repeat the lock's name, a NodeError or LostError the
+// prefixes of what it wraps.
 type clauser interface{ clause() string }
 
 func clauseOf(e error) string {
@@ -1303,8 +1315,6 @@ func clauseOf(e error) string {
 	}
 	return e.Error()
 }
-
-func (j *joinedError) clause() string { return strings.TrimPrefix(j.Error(), "redlock: ") }
 
 // quietError is a part of a joined error that errors.Is and errors.As see
 // but that is not printed: it restates what another part says (each node's

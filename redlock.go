@@ -45,11 +45,13 @@ type Redlock struct{ c *core }
 // fewer. It returns an error for an empty list, a nil client, the same client
 // (or two clients with the same address) twice, two clients that reach the
 // same server under different addresses (127.0.0.1:P and localhost:P, a DNS
-// alias: found by the servers' INFO run_id), or an invalid option. It
+// alias: found by the servers' INFO run_id), a replica listed next to its
+// master (it holds the master's keys and would vote twice for them: found
+// by INFO replication's replication ID), or an invalid option. It
 // starts two goroutines (the watchdog and the loss clock), and pub/sub ones
 // once a Lock waits; call Close to stop them.
 //
-// NewRedlock warms every master up concurrently (dial, scripts, run_id), at
+// NewRedlock warms every master up concurrently (dial, scripts, identity), at
 // most 1s or the node timeout. A master that does not answer in time is
 // identified on its first contact, before its first vote counts; if it then
 // turns out to duplicate another, its votes never count (the Redlock works
@@ -95,13 +97,7 @@ func (r *Redlock) Close() error { return r.core().close() }
 // Ping checks, before any lock is needed, that a quorum of the masters
 // answer and accept writes; the error names every master that does not,
 // with its cause. Bounded by the node timeout (and ctx).
-func (r *Redlock) Ping(ctx context.Context) error {
-	c := r.core()
-	if c == nil {
-		return errNoCore
-	}
-	return ping(ctx, c.pool, c.cfg.timeout(c.cfg.ttl))
-}
+func (r *Redlock) Ping(ctx context.Context) error { return ping(ctx, r.core()) }
 
 func (r *Redlock) core() *core {
 	if r == nil {
