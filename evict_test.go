@@ -34,6 +34,19 @@ func (h *logRecords) Handle(_ context.Context, r slog.Record) error {
 	return nil
 }
 
+// logged reports whether a record of level whose message contains msg was
+// logged.
+func (h *logRecords) logged(level slog.Level, msg string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, r := range h.recs {
+		if r.Level == level && strings.Contains(r.Message, msg) {
+			return true
+		}
+	}
+	return false
+}
+
 // warmedUp lets the constructor wait up to 5s for the warm-up, which reads
 // the policy, so that a loaded machine cannot make a warning go missing.
 var warmedUp = WithNodeTimeout(5 * time.Second)

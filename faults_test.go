@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -487,10 +486,7 @@ func takeWithin(t *testing.T, lk *Locker, name string, since time.Time, d time.D
 // deadline too. Before, TryLock on a dead port took the retries' ~400ms
 // against a 100ms node timeout.
 func TestDeadServerFailsWithinNodeTimeout(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close()) // nothing listens there now
+	addr := closedAddr(t) // nothing listens there now
 	const timeout = 100 * time.Millisecond
 	cl := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 50 * time.Millisecond, ReadTimeout: 50 * time.Millisecond,
 		WriteTimeout: 50 * time.Millisecond, PoolTimeout: 50 * time.Millisecond, MaxRetries: -1})

@@ -309,18 +309,8 @@ func TestRunNotObtained(t *testing.T) {
 
 	// A signal while waiting ends the wait: 128+N, the command not run.
 	p := start(t, nil, "", "run", "--addr", srv.Addr(), "busy", "--", "touch", ran)
+	waitSubscribed(t, srv, "busy", p) // waiting means subscribed to the release channel
 	admin := srv.Client(t)
-	deadline := time.Now().Add(longWait)
-	for {
-		// Waiting means subscribed to the lock's release channel.
-		chans, err := admin.PubSubChannels(context.Background(), lockKey("busy")+":rel").Result()
-		require.NoError(t, err)
-		if len(chans) > 0 {
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "run did not start waiting within %v; stderr: %s", longWait, p.errText(t))
-		time.Sleep(10 * time.Millisecond)
-	}
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	assert.Equal(t, 128+15, p.wait(t, longWait), "run interrupted while waiting")
 	oneLineStderr(t, p.errText(t))
