@@ -53,12 +53,19 @@ func (at *attempt) run(ctx context.Context, ttl any, wait string) (bool, error) 
 		floor = time.Now().UnixMicro()
 	}
 	script, keys, args := kinds[l.kind].acquire(l, ttl, fence, floor, wait)
+	var argv []any // one command for every node: go-redis only reads it
+	if parts(l) == 1 && cfg.replicas == 0 {
+		argv = evalArgs(script, keys, args)
+		if l.kind == kindExclusive {
+			l.acqArgv = argv
+		}
+	}
 	// Redlock step 1: T1 before the first request; every key set by this
 	// attempt expires no earlier than T1+TTL on its server.
 	t1 := time.Now()
 	at.until = validUntil(t1, cfg.ttl, cfg.driftFactor)
-	call := func(ctx context.Context, n *node) reply {
-		r, o := acquireOn(ctx, p, n, l, cfg, script, keys, args)
+	call := func(ctx context.Context, n *node, cl Client) reply {
+		r, o := acquireOn(ctx, p, n, cl, l, cfg, script, keys, args, argv)
 		if l.settle(n.idx, o) {
 			// The reply arrived after the attempt was given up or the lock
 			// released or lost: nobody else will delete this key, so we do.
@@ -166,8 +173,8 @@ func (at *attempt) settleToken(ctx context.Context, rs []reply, fence any) (int6
 		}
 	}
 	arg, counter, timeout := strconv.FormatInt(token, 10), fenceKeys(l), at.timeout
-	ch, err := p.fanOut(context.WithoutCancel(ctx), behind, timeout, timeout, func(ctx context.Context, n *node) reply {
-		v, err := scriptRaise.Run(ctx, n.client, counter, arg, fence).Int64()
+	ch, err := p.fanOut(context.WithoutCancel(ctx), behind, timeout, timeout, func(ctx context.Context, n *node, cl Client) reply {
+		v, err := scriptRaise.Run(ctx, cl, counter, arg, fence).Int64()
 		return reply{ok: err == nil && v >= token, val: v, err: err}
 	})
 	if err != nil {
@@ -184,19 +191,19 @@ func (at *attempt) settleToken(ctx context.Context, rs []reply, fence any) (int6
 }
 
 // acquireOn runs acquire.lua on one node and says how it answered.
-func acquireOn(ctx context.Context, p *pool, n *node, l *Lock, cfg *config, script *redis.Script, keys []string, args []any) (reply, outcome) {
+func acquireOn(ctx context.Context, p *pool, n *node, cl Client, l *Lock, cfg *config, script *redis.Script, keys []string, args, argv []any) (reply, outcome) {
 	if err := p.ids.identify(ctx, n); err != nil {
 		return reply{err: err}, taken // nothing was sent: nothing of ours there
 	}
 	if parts(l) > 1 {
-		return multiAcquireOn(ctx, n, l, cfg)
+		return multiAcquireOn(ctx, cl, l, cfg)
 	}
 	var cmd *redis.Cmd
 	var ackErr error
 	if cfg.replicas > 0 {
-		cmd, ackErr = scriptAcked(ctx, n.client, script, keys, cfg.replicas, cfg.ackTimeout, args...)
+		cmd, ackErr = scriptAcked(ctx, cl, script, keys, cfg.replicas, cfg.ackTimeout, args...)
 	} else {
-		cmd = script.Run(ctx, n.client, keys, args...)
+		cmd = runEval(ctx, cl, script, argv)
 	}
 	res, holder, err := acquireReply(cmd)
 	refusing := res[2] - 1 // multi_acquire.lua: the name that refused; -1 for the others
@@ -229,14 +236,14 @@ func acquireOn(ctx context.Context, p *pool, n *node, l *Lock, cfg *config, scri
 // Each part mints its token from one time floor; when they differ, the
 // counters below the largest are raised to it, so that one token is valid
 // for every name.
-func multiAcquireOn(ctx context.Context, n *node, l *Lock, cfg *config) (reply, outcome) {
+func multiAcquireOn(ctx context.Context, cl Client, l *Lock, cfg *config) (reply, outcome) {
 	fence, floor := fenceArg(cfg), ""
 	if cfg.fencing {
 		floor = strconv.FormatInt(time.Now().UnixMicro(), 10)
 	}
 	tokens := make([]int64, 0, parts(l))
 	for p := range parts(l) {
-		res, holder, err := acquireReply(scriptMultiAcquire.Run(ctx, n.client, l.multi.acq[p], l.owner, ttlMillis(cfg.ttl), fence, floor))
+		res, holder, err := acquireReply(scriptMultiAcquire.Run(ctx, cl, l.multi.acq[p], l.owner, ttlMillis(cfg.ttl), fence, floor))
 		// A refusal at part p leaves the parts before it ours: granted, so
 		// the failed attempt releases them.
 		before := granted
@@ -259,7 +266,7 @@ func multiAcquireOn(ctx context.Context, n *node, l *Lock, cfg *config) (reply, 
 			continue
 		}
 		fences := l.multi.acq[p][1:2] // one name per part
-		if err := scriptRaise.Run(ctx, n.client, fences, strconv.FormatInt(token, 10), fence).Err(); err != nil {
+		if err := scriptRaise.Run(ctx, cl, fences, strconv.FormatInt(token, 10), fence).Err(); err != nil {
 			return reply{err: fmt.Errorf("redlock: raising the fence counter of %q to token %d: %w", l.multi.names[p], token, err)}, granted
 		}
 	}

@@ -2,6 +2,12 @@ package redlock
 
 import (
 	"context"
+	"maps"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+	"weak"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -24,3 +30,162 @@ var (
 	_ Client = (*redis.Ring)(nil)
 	_ Client = redis.UniversalClient(nil)
 )
+
+// divertedClient bounds the scripts run on a plain *redis.Client, which
+// ignores ctx deadlines (go-redis's default), by the node timeout without a
+// goroutine of ours watching each call (two cross-core wake-ups per call):
+// they run on a clone of the client whose socket timeouts are the node
+// timeout (WithTimeout: the same connection pool). A clone has none of the
+// client's hooks, so the scripts are sent through the client, whose hooks
+// (tracing, metrics) see them as every other command, and the innermost
+// hook, diverter, hands them to the clone. A hook added to the client later
+// goes inside the diverter, so the next call adds a new one, innermost
+// again; the old one lets everything through.
+//
+// One divertedClient serves every node on a client, from sharedDiverted.
+type divertedClient struct {
+	parent *redis.Client
+	mu     sync.Mutex // adding a diverter, making a clone
+	// rebuilds counts the client's hook chains built since the active
+	// diverter was added (go-redis calls every hook's DialHook for each:
+	// AddHook rebuilds the chain); innermost is its value right after that
+	// diverter's own rebuild: while they are equal, no hook went inside it.
+	rebuilds  atomic.Uint64
+	innermost atomic.Uint64
+	active    atomic.Pointer[diverter]
+	clones    atomic.Pointer[map[time.Duration]*boundedClient] // copy on write
+}
+
+// sharedDiverted holds the divertedClient of each *redis.Client in use,
+// keyed weakly: an entry goes when its client is garbage.
+var sharedDiverted sync.Map // weak.Pointer[redis.Client] -> *divertedClient
+
+// divertedOf returns c's divertedClient, adding its diverter on first use.
+func divertedOf(c *redis.Client) *divertedClient {
+	key := weak.Make(c)
+	if v, ok := sharedDiverted.Load(key); ok {
+		return v.(*divertedClient)
+	}
+	dc := &divertedClient{parent: c}
+	dc.mu.Lock()
+	defer dc.mu.Unlock()
+	if v, loaded := sharedDiverted.LoadOrStore(key, dc); loaded {
+		return v.(*divertedClient)
+	}
+	runtime.AddCleanup(c, func(k weak.Pointer[redis.Client]) { sharedDiverted.Delete(k) }, key)
+	dc.addDiverter()
+	return dc
+}
+
+// addDiverter adds a new innermost diverter; dc.mu is held.
+func (dc *divertedClient) addDiverter() {
+	d := &diverter{dc: dc}
+	dc.active.Store(d)
+	before := dc.rebuilds.Load()
+	dc.parent.AddHook(d)
+	if after := dc.rebuilds.Load(); after == before+1 {
+		dc.innermost.Store(after)
+	} // else a hook was added meanwhile, maybe inside d: the next call adds another
+}
+
+// bounded returns the Client whose scripts are bounded by timeout.
+func (dc *divertedClient) bounded(timeout time.Duration) *boundedClient {
+	if dc.rebuilds.Load() != dc.innermost.Load() {
+		dc.mu.Lock()
+		if dc.rebuilds.Load() != dc.innermost.Load() {
+			dc.addDiverter()
+		}
+		dc.mu.Unlock()
+	}
+	if m := dc.clones.Load(); m != nil {
+		if b := (*m)[timeout]; b != nil {
+			return b
+		}
+	}
+	dc.mu.Lock()
+	defer dc.mu.Unlock()
+	old := dc.clones.Load()
+	if old != nil && (*old)[timeout] != nil {
+		return (*old)[timeout]
+	}
+	m := map[time.Duration]*boundedClient{}
+	if old != nil {
+		maps.Copy(m, *old)
+	}
+	b := &boundedClient{Client: dc.parent, clone: dc.parent.WithTimeout(timeout)}
+	m[timeout] = b
+	dc.clones.Store(&m)
+	return b
+}
+
+// diverter is divertedClient's hook: it hands a boundedCmd to its clone
+// while it is the active (innermost) diverter, and lets every other
+// command, and every command once it is not, through.
+type diverter struct{ dc *divertedClient }
+
+func (d *diverter) DialHook(next redis.DialHook) redis.DialHook {
+	if d.dc.active.Load() == d {
+		d.dc.rebuilds.Add(1)
+	}
+	return next
+}
+
+func (d *diverter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if bc, ok := cmd.(*boundedCmd); ok && d.dc.active.Load() == d {
+			return bc.clone.Process(ctx, bc)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (*diverter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// boundedClient is a Client whose scripts (EVAL, EVALSHA and their _RO
+// forms, which go-redis's Script sends) run bounded by its clone's socket
+// timeouts; everything else goes to the client as it is.
+type boundedClient struct {
+	*redis.Client
+	clone *redis.Client
+}
+
+// boundedCmd is a script call that the diverter hands to clone.
+type boundedCmd struct {
+	redis.Cmd
+	clone *redis.Client
+}
+
+// process sends the command argv through the client (its hooks) to the
+// clone.
+func (b *boundedClient) process(ctx context.Context, argv []any) *redis.Cmd {
+	bc := &boundedCmd{Cmd: *redis.NewCmd(ctx, argv...), clone: b.clone}
+	_ = b.Client.Process(ctx, bc)
+	return &bc.Cmd
+}
+
+func (b *boundedClient) script(ctx context.Context, name, body string, keys []string, args []any) *redis.Cmd {
+	argv := make([]any, 0, 3+len(keys)+len(args))
+	argv = append(argv, name, body, len(keys))
+	for _, k := range keys {
+		argv = append(argv, k)
+	}
+	return b.process(ctx, append(argv, args...))
+}
+
+func (b *boundedClient) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return b.script(ctx, "eval", script, keys, args)
+}
+
+func (b *boundedClient) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	return b.script(ctx, "evalsha", sha1, keys, args)
+}
+
+func (b *boundedClient) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return b.script(ctx, "eval_ro", script, keys, args)
+}
+
+func (b *boundedClient) EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	return b.script(ctx, "evalsha_ro", sha1, keys, args)
+}

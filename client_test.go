@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -157,5 +158,54 @@ func TestClientHooksSeeLockCommands(t *testing.T) {
 			require.NoError(t, l.Unlock(ctx))
 			assert.Equal(t, int64(2), hook.scripts.Load()-before, "scripts seen by the client's hook for TryLock+Unlock")
 		})
+	}
+}
+
+// rebuildHook counts the times go-redis builds its client's hook chain
+// (AddHook rebuilds it, calling every hook's DialHook).
+type rebuildHook struct{ rebuilds atomic.Int64 }
+
+func (h *rebuildHook) DialHook(next redis.DialHook) redis.DialHook {
+	h.rebuilds.Add(1)
+	return next
+}
+func (h *rebuildHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *rebuildHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestHooksAddedLaterSeeLockCommands: at go-redis defaults the scripts run
+// inline on a clone of the client with the node timeout, which has none of
+// the client's hooks; they still pass through every hook of the client,
+// including hooks added after the Locker's first calls, for two Lockers on
+// one client alike, and steady locking adds no hooks to the client.
+func TestHooksAddedLaterSeeLockCommands(t *testing.T) {
+	srv := redistest.Start(t)
+	cl := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { cl.Close() })
+	a, b := newLocker(t, cl), newLocker(t, cl, WithTTL(3*time.Second)) // two node timeouts: two clones
+	ctx := context.Background()
+	pair := func(lk *Locker, name string) {
+		t.Helper()
+		l, err := lk.TryLock(ctx, name)
+		require.NoError(t, err)
+		require.NoError(t, l.Unlock(ctx))
+	}
+	pair(a, "later-a")
+	pair(b, "later-b")
+	for round := range 3 {
+		hook := &countingHook{}
+		cl.AddHook(hook)
+		rebuilds := &rebuildHook{}
+		cl.AddHook(rebuilds)
+		before := rebuilds.rebuilds.Load()
+		for range 5 {
+			pair(a, "later-a")
+			pair(b, "later-b")
+		}
+		assert.Equal(t, int64(20), hook.scripts.Load(), "round %d: scripts seen by a hook added after the first calls", round)
+		// The first call after AddHook adds one innermost diverter: one
+		// rebuild, then none.
+		assert.LessOrEqual(t, rebuilds.rebuilds.Load()-before, int64(1), "round %d: hook chain rebuilt by steady locking", round)
 	}
 }

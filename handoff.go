@@ -71,8 +71,8 @@ func (h handOff) call(ctx context.Context, nl *Lock) (reply, time.Time, error) {
 	keys, args := handOffArgs(l, nl, w.cfg, w.wid)
 	t1 := time.Now()
 	until := validUntil(t1, w.cfg.ttl, w.cfg.driftFactor)
-	ch, err := p.fanOut(context.WithoutCancel(ctx), p.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node) reply {
-		res, err := scriptHandOff.Run(ctx, n.client, keys, args...).Int64Slice()
+	ch, err := p.fanOut(context.WithoutCancel(ctx), p.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node, cl Client) reply {
+		res, err := scriptHandOff.Run(ctx, cl, keys, args...).Int64Slice()
 		switch {
 		case err != nil:
 			return reply{err: err}

@@ -147,9 +147,9 @@ func exclusiveKeys(l *Lock, a *acquisition, buf []string) {
 // attempt.
 func exclusiveAcquire(l *Lock, ttl, fence, floor any, wait string) (*redis.Script, []string, []any) {
 	owner := any(l.owner)
-	var waitArg any = wait
-	if wait == l.owner {
-		waitArg = owner
+	waitArg := owner
+	if wait != l.owner {
+		waitArg = wait
 	}
 	switch {
 	case l.metadata != "":
@@ -209,15 +209,53 @@ func singlePTTL(l *Lock, _ int, _ time.Duration) (*redis.Script, []string, []any
 // other kinds. The reservation for a waiting writer lasts l's node timeout,
 // sent only when it is not the default that release.lua derives from the
 // lease itself (an argument fewer to box).
+// releaseArgv is release.lua's EVALSHA command for an exclusive lock (see
+// evalArgs and releaseArgs), nil for the other kinds. It reuses the values
+// its acquire command boxed.
+func releaseArgv(l *Lock) []any {
+	if l.kind != kindExclusive {
+		return nil
+	}
+	// evalArgs's layout of exclusiveAcquire's call: "evalsha", SHA1, the
+	// key count k, the lock key first of the k keys, then owner and lease.
+	a := l.acqArgv
+	k, _ := argOf[int](a, 2)
+	if len(a) < 5+k {
+		return evalArgs(scriptRelease, releaseKeys(l), releaseArgs(l))
+	}
+	ttl := l.leaseTTL()
+	argv := make([]any, 0, 9)
+	argv = append(argv, "evalsha", scriptSources[scriptRelease].sha, 2, a[3], l.keys[3], a[3+k])
+	if ms, ok := argOf[int64](a, 4+k); ok && ms == ttlMillis(ttl) {
+		argv = append(argv, a[4+k])
+	} else {
+		argv = append(argv, ttlMillis(ttl))
+	}
+	if l.timeout != defaultNodeTimeout(ttl) {
+		argv = append(argv, ttlMillis(l.timeout))
+	}
+	return argv
+}
+
+// argOf is a[i] as a T, if it is one.
+func argOf[T any](a []any, i int) (T, bool) {
+	if i < len(a) {
+		v, ok := a[i].(T)
+		return v, ok
+	}
+	var zero T
+	return zero, false
+}
+
 func releaseArgs(l *Lock) []any {
 	if l.kind != kindExclusive {
 		return nil
 	}
 	ttl := l.leaseTTL()
 	if l.timeout == defaultNodeTimeout(ttl) {
-		return []any{l.owner, l.channel, ttlMillis(ttl)}
+		return []any{l.owner, ttlMillis(ttl)}
 	}
-	return []any{l.owner, l.channel, ttlMillis(ttl), ttlMillis(l.timeout)}
+	return []any{l.owner, ttlMillis(ttl), ttlMillis(l.timeout)}
 }
 
 func extendArgs(l *Lock, ttl time.Duration) []any {
@@ -405,7 +443,6 @@ func (a *acquisition) newLock(eng engine, nodes int) *Lock {
 		metadata:      cfg.metadata,
 		replicas:      uint16(cfg.replicas),
 		ackMillis:     int32(cfg.ackTimeout.Milliseconds()),
-		done:          make(chan struct{}),
 		ttl:           cfg.ttl,
 		renewal:       slot{index: -1},
 		loss:          slot{index: -1},

@@ -45,11 +45,14 @@ const whyClosed = "closed"
 // several concurrent Unlock calls returns nil. The methods of a nil *Lock
 // do not panic: it is not held.
 type Lock struct {
-	eng       engine
-	name      string
-	owner     string
-	keys      []string // one hash tag; the layout depends on kind (ownerAndKeys, kinds.go)
-	channel   string   // where releases are published (pubsub.go)
+	eng     engine
+	name    string
+	owner   string
+	keys    []string // one hash tag; the layout depends on kind (ownerAndKeys, kinds.go)
+	channel string   // where releases are published (pubsub.go)
+	// acqArgv is the EVALSHA command of the attempt that made an exclusive
+	// lock (evalArgs), whose boxed key, owner and lease its release reuses.
+	acqArgv   []any
 	fencing   bool
 	autoRenew bool
 	kind      lockKind   // what it holds: the scripts that release and extend it (kinds.go)
@@ -64,9 +67,9 @@ type Lock struct {
 	renewInterval time.Duration
 	timeout       time.Duration
 	logger        *slog.Logger
-	obs           Observer // nil: none (WithObserver)
-	done          chan struct{}
-	token         int64 // set once, before the Lock is returned
+	obs           Observer      // nil: none (WithObserver)
+	done          chan struct{} // made by Done on first use (under mu); closed when the lock ends
+	token         int64         // set once, before the Lock is returned
 
 	// io serialises Extend with the watchdog's renewal of this lock, so the
 	// validity recorded locally always belongs to the last lease sent.
@@ -205,6 +208,16 @@ func (l *Lock) Until() time.Time {
 func (l *Lock) Done() <-chan struct{} {
 	if l == nil {
 		return closedChan
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.done == nil {
+		// Made on first use: most locks are released without anyone
+		// asking.
+		l.done = make(chan struct{})
+		if l.state != stateHeld && l.state != stateAcquiring {
+			close(l.done)
+		}
 	}
 	return l.done
 }
@@ -537,7 +550,9 @@ func (l *Lock) transition(to lockState, why string) bool {
 	l.state = to
 	l.why = why
 	l.ended = time.Now()
-	close(l.done)
+	if l.done != nil {
+		close(l.done)
+	}
 	return true
 }
 

@@ -100,13 +100,13 @@ func (o *obtaining) unwait(ctx context.Context) {
 	p, a := o.c.pool, o.a
 	keys := []string{a.tag + writersSuffix, a.tag}
 	timeout := a.cfg.timeout(a.cfg.ttl)
-	call := func(ctx context.Context, n *node) reply {
-		return reply{err: scriptUnwait.Run(ctx, n.client, keys, a.ww.id, a.channel, ttlMillis(timeout)).Err()}
+	call := func(ctx context.Context, n *node, cl Client) reply {
+		return reply{err: scriptUnwait.Run(ctx, cl, keys, a.ww.id, a.channel, ttlMillis(timeout)).Err()}
 	}
 	if _, _, err := p.round(detached(ctx), p.nodes, timeout, timeout, call, time.Now().Add(timeout), nil, never); err != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 		defer cancel()
-		call(cctx, p.nodes[0])
+		call(cctx, p.nodes[0], p.nodes[0].cleanupClient(timeout))
 	}
 }
 

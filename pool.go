@@ -89,6 +89,9 @@ type node struct {
 	// by our deadline, nil after a success: the likely cause that a call
 	// with no reply in time names.
 	lastErr atomic.Pointer[error]
+	// shared is set for a plain *redis.Client that ignores ctx deadlines
+	// (go-redis's default): how a call on it is bounded inline.
+	shared *divertedClient
 }
 
 // note records how a call on the node ended (see lastErr).
@@ -127,47 +130,50 @@ func newNode(idx int, cl Client) *node {
 		n.fixed = c.Options().Addr != "FailoverClient"
 	}
 	n.fixed = n.fixed || n.ring
+	if c, ok := cl.(*redis.Client); ok && !n.deadlines {
+		n.shared = divertedOf(c)
+	}
 	return n
 }
 
 // bounded returns whether a call on the node is bounded by timeout without
 // a goroutine of ours watching it, and whether the ctx must then carry that
-// deadline: with ContextTimeoutEnabled the client turns the ctx deadline
-// into socket deadlines; a *redis.Client whose dial, read and write timeouts
-// are all positive and no longer than timeout bounds every step itself,
-// except the wait for a free connection of a full pool, which lasts up to
-// PoolTimeout (by default ReadTimeout + 1s), and a dial, which go-redis
-// retries DialerRetries times (5 by default, 100ms apart) on a refused
-// connection: go-redis ends both at the ctx deadline whatever
-// ContextTimeoutEnabled says, so the ctx carries one when PoolTimeout is
-// longer or a dial may be retried. (redis.Client.WithTimeout would give a bounded
-// client for any timeout, but its clone keeps only the hooks added before
-// it: tracing or metrics added later would miss every lock command.)
+// deadline. With ContextTimeoutEnabled the client turns the ctx deadline
+// into socket deadlines. A plain *redis.Client's scripts run on its clone
+// whose socket timeouts are timeout (see divertedClient); its dial and its wait for a
+// free connection of a full pool are bounded by DialTimeout (times
+// DialerRetries, 100ms apart, on a refused connection) and PoolTimeout (by
+// default ReadTimeout + 1s), which go-redis ends at the ctx deadline
+// whatever ContextTimeoutEnabled says: the ctx carries one unless those are
+// within timeout. Other clients are called from a goroutine.
 func (n *node) bounded(timeout time.Duration) (withDeadline, ok bool) {
 	if n.deadlines {
 		return true, true
 	}
-	if o, isClient := n.client.(interface{ Options() *redis.Options }); isClient {
-		opt := o.Options()
-		within := func(d time.Duration) bool { return d > 0 && d <= timeout }
-		return !within(opt.PoolTimeout) || opt.DialerRetries > 1, within(opt.DialTimeout) && within(opt.ReadTimeout) && within(opt.WriteTimeout)
+	if n.shared == nil {
+		return false, false
 	}
-	return false, false
+	opt := n.client.(*redis.Client).Options()
+	within := func(d time.Duration) bool { return d > 0 && d <= timeout }
+	return !within(opt.PoolTimeout) || !within(opt.DialTimeout) || opt.DialerRetries > 1, true
+}
+
+// clientFor is the client that bounds a call on the node by timeout (see
+// bounded).
+func (n *node) clientFor(timeout time.Duration) Client {
+	if n.shared != nil {
+		return n.shared.bounded(timeout)
+	}
+	return n.client
 }
 
 // cleanupClient is the node's client for a cleanup call bounded by timeout:
 // a call whose ctx deadline go-redis ignores (no ContextTimeoutEnabled)
 // would wait for the client's read timeout (3s by default) on a link that
-// swallows it, so a plain *redis.Client is cloned with socket timeouts of
-// timeout (WithTimeout: the clone shares the pool, and is made per cleanup,
-// so it has every hook added until then). Other clients bound the call by
-// the ctx deadline when they honour it, else by their own timeouts.
-func (n *node) cleanupClient(timeout time.Duration) Client {
-	if rc, ok := n.client.(*redis.Client); ok && !n.deadlines {
-		return rc.WithTimeout(timeout)
-	}
-	return n.client
-}
+// swallows it, so a plain *redis.Client's scripts run on its clone bounded
+// by timeout (see divertedClient). Other clients bound the call by the ctx deadline
+// when they honour it, else by their own timeouts.
+func (n *node) cleanupClient(timeout time.Duration) Client { return n.clientFor(timeout) }
 
 func honorsDeadlines(cl Client) bool {
 	switch c := cl.(type) {
@@ -359,7 +365,7 @@ type fan struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	nodes  []*node
-	call   func(context.Context, *node) reply
+	call   func(context.Context, *node, Client) reply
 	ch     chan reply
 	next   atomic.Int32 // index in nodes of the next goroutine's node
 	left   atomic.Int32 // calls not finished yet
@@ -368,7 +374,7 @@ type fan struct {
 func (f *fan) run() {
 	defer f.life.wg.Done()
 	n := f.nodes[f.next.Add(1)-1]
-	r := f.call(f.ctx, n)
+	r := f.call(f.ctx, n, n.client)
 	n.note(r.err)
 	if f.left.Add(-1) == 0 {
 		f.cancel()
@@ -441,7 +447,7 @@ func isProtocolError(err error) bool {
 // isNoScript reports that a script is not in the server's cache, however a
 // hook wrapped the error.
 func isNoScript(err error) bool {
-	return errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")
+	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
 }
 
 // gather reads replies from ch until stop says enough, every node answered,
@@ -663,7 +669,7 @@ func ackError(wait *redis.Cmd, replicas int, timeout time.Duration) error {
 // a spent context would stop. A single node whose client bounds the call
 // itself (see node.bounded) is called inline, when nothing else can cancel
 // ctx: no goroutine, no timer.
-func (p *pool) fanOut(ctx context.Context, nodes []*node, timeout, callLimit time.Duration, call func(context.Context, *node) reply) (<-chan reply, error) {
+func (p *pool) fanOut(ctx context.Context, nodes []*node, timeout, callLimit time.Duration, call func(context.Context, *node, Client) reply) (<-chan reply, error) {
 	ch := make(chan reply, len(nodes))
 	if withDeadline, ok := inline(ctx, nodes, timeout); ok {
 		ch <- p.callInline(ctx, nodes[0], withDeadline, timeout, call)
@@ -679,7 +685,7 @@ func (p *pool) fanOut(ctx context.Context, nodes []*node, timeout, callLimit tim
 		go func() {
 			defer p.life.wg.Done()
 			cctx, cancel := context.WithTimeout(ctx, limit)
-			r := call(cctx, n)
+			r := call(cctx, n, n.client)
 			cancel()
 			n.note(r.err)
 			r.node = n.idx
@@ -704,7 +710,7 @@ func (p *pool) fanOut(ctx context.Context, nodes []*node, timeout, callLimit tim
 
 // round is fanOut then gather, for the hot paths: a reply made inline goes
 // straight into the result, with no channel to allocate for it.
-func (p *pool) round(ctx context.Context, nodes []*node, timeout, callLimit time.Duration, call func(context.Context, *node) reply,
+func (p *pool) round(ctx context.Context, nodes []*node, timeout, callLimit time.Duration, call func(context.Context, *node, Client) reply,
 	deadline time.Time, done <-chan struct{}, stop func([]reply) bool) (rs []reply, interrupted bool, err error) {
 	if withDeadline, ok := inline(ctx, nodes, timeout); ok {
 		return []reply{p.callInline(ctx, nodes[0], withDeadline, timeout, call)}, false, nil
@@ -719,14 +725,14 @@ func (p *pool) round(ctx context.Context, nodes []*node, timeout, callLimit time
 
 // callInline runs call on a node whose client bounds the call itself (by
 // its socket timeouts, or by the ctx deadline set here when withDeadline).
-func (p *pool) callInline(ctx context.Context, n *node, withDeadline bool, timeout time.Duration, call func(context.Context, *node) reply) reply {
+func (p *pool) callInline(ctx context.Context, n *node, withDeadline bool, timeout time.Duration, call func(context.Context, *node, Client) reply) reply {
 	start := time.Now()
 	if withDeadline {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	r := call(ctx, n)
+	r := call(ctx, n, n.clientFor(timeout))
 	n.note(r.err)
 	if r.err != nil && time.Since(start) >= timeout && !isServerError(r.err) {
 		// The socket deadline fired: same error as the goroutine path.
@@ -910,13 +916,13 @@ func (ids *idents) warmUp(life *lifecycle, timeout time.Duration) error {
 // gathers the replies until the outcome is settled, deadline passes or ctx
 // ends (interrupted).
 func (p *pool) extend(ctx context.Context, l *Lock, ttl time.Duration, deadline time.Time) (rs []reply, interrupted bool, err error) {
-	ch, err := p.fanOut(context.WithoutCancel(ctx), p.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node) reply {
+	ch, err := p.fanOut(context.WithoutCancel(ctx), p.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node, cl Client) reply {
 		if l.replicas == 0 {
-			v, err := runParts(ctx, n.client, l, kinds[l.kind].extend, ttl, foldExtend)
+			v, err := runParts(ctx, cl, l, kinds[l.kind].extend, ttl, foldExtend)
 			return reply{ok: v == replyOK, code: v, err: err}
 		}
 		s, keys, args := kinds[l.kind].extend(l, 0, ttl) // one part: LockAll refuses acks over shards
-		cmd, ackErr := scriptAcked(ctx, n.client, s, keys, int(l.replicas), ackTimeout(l), args...)
+		cmd, ackErr := scriptAcked(ctx, cl, s, keys, int(l.replicas), ackTimeout(l), args...)
 		v, err := cmd.Int64()
 		if err == nil && v == replyOK && ackErr != nil {
 			// Extended on the master only: a failed attempt, not a refusal.
@@ -954,14 +960,14 @@ func (p *pool) releaseOn(ctx context.Context, l *Lock, nodes []*node, timeout ti
 	if len(nodes) == 0 {
 		return nil
 	}
-	args := releaseArgs(l) // one ARGV for every node: go-redis only reads it
-	call := func(ctx context.Context, n *node) reply { return releaseCall(ctx, n.client, l, args) }
+	argv := releaseArgv(l) // one command for every node: go-redis only reads it
+	call := func(ctx context.Context, n *node, cl Client) reply { return releaseCall(ctx, cl, l, argv) }
 	rs, _, err := p.round(detached(ctx), nodes, timeout, l.leaseTTL(), call, time.Now().Add(timeout), nil, stop)
 	if err != nil {
 		rs = make([]reply, 0, len(nodes))
 		for _, n := range nodes {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-			r := call(cctx, n)
+			r := call(cctx, n, n.cleanupClient(timeout))
 			cancel()
 			r.node = n.idx
 			rs = append(rs, r)
@@ -1009,7 +1015,7 @@ func (p *pool) releaseNode(ctx context.Context, n *node, l *Lock) {
 	for time.Now().Before(end) {
 		start := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, l.timeout)
-		r := releaseCall(cctx, cl, l, releaseArgs(l))
+		r := releaseCall(cctx, cl, l, releaseArgv(l))
 		cancel()
 		switch {
 		case r.err == nil && (r.ok || answered):
@@ -1034,13 +1040,13 @@ func (p *pool) releaseNode(ctx context.Context, n *node, l *Lock) {
 func releaseOnce(ctx context.Context, n *node, l *Lock) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.leaseTTL())
 	defer cancel()
-	releaseCall(ctx, n.client, l, releaseArgs(l)) // the key expires by itself if this fails
+	releaseCall(ctx, n.client, l, releaseArgv(l)) // the key expires by itself if this fails
 }
 
 // remaining is Lock.TTL (engine).
 func (p *pool) remaining(ctx context.Context, l *Lock) (time.Duration, error) {
-	ch, err := p.fanOut(ctx, p.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node) reply {
-		v, err := runParts(ctx, n.client, l, kinds[l.kind].pttl, 0, foldPTTL)
+	ch, err := p.fanOut(ctx, p.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node, cl Client) reply {
+		v, err := runParts(ctx, cl, l, kinds[l.kind].pttl, 0, foldPTTL)
 		return reply{ok: err == nil && v != replyNotOurs, val: v, err: err}
 	})
 	if err != nil {
@@ -1075,14 +1081,14 @@ func (p *pool) remaining(ctx context.Context, l *Lock) (time.Duration, error) {
 	return 0, p.shortOf("TTL of", l.name, t, "", ctxErrIf(ctx, interrupted))
 }
 
-// releaseCall runs the release script of l, with args from releaseArgs
-// (used by an exclusive lock's release.lua only), on one node's client cl.
-func releaseCall(ctx context.Context, cl Client, l *Lock, args []any) reply {
-	if args == nil {
+// releaseCall runs the release script of l: release.lua by argv (from
+// releaseArgv), or, for the kinds with no argv, their own script.
+func releaseCall(ctx context.Context, cl Client, l *Lock, argv []any) reply {
+	if argv == nil {
 		v, err := runParts(ctx, cl, l, kinds[l.kind].release, 0, foldRelease)
 		return releaseReply(l, v, err)
 	}
-	v, err := scriptRelease.Run(ctx, cl, releaseKeys(l), args...).Int64()
+	v, err := runEval(ctx, cl, scriptRelease, argv).Int64()
 	return releaseReply(l, v, err)
 }
 
@@ -1150,8 +1156,8 @@ func (p *pool) diagnose(errs []error) []error {
 	if len(silent) == 0 {
 		return errs
 	}
-	ch, err := p.fanOut(context.Background(), silent, diagnoseLimit, diagnoseLimit, func(ctx context.Context, n *node) reply {
-		return reply{err: scriptPing.Run(ctx, n.client, nil).Err()} // noted by fanOut
+	ch, err := p.fanOut(context.Background(), silent, diagnoseLimit, diagnoseLimit, func(ctx context.Context, n *node, cl Client) reply {
+		return reply{err: scriptPing.Run(ctx, cl, nil).Err()} // noted by fanOut
 	})
 	if err != nil {
 		return errs // Close: no goroutine may start
@@ -1175,11 +1181,11 @@ func ping(ctx context.Context, c *core) error {
 		return errNoCore
 	}
 	p, timeout := c.pool, c.cfg.timeout(c.cfg.ttl)
-	call := func(ctx context.Context, n *node) reply {
+	call := func(ctx context.Context, n *node, cl Client) reply {
 		if err := p.ids.identify(ctx, n); err != nil {
 			return reply{err: err}
 		}
-		err := scriptPing.Run(ctx, n.client, nil).Err()
+		err := scriptPing.Run(ctx, cl, nil).Err()
 		return reply{ok: err == nil, err: err}
 	}
 	rs, interrupted, err := p.round(detached(ctx), p.nodes, timeout, timeout, call, time.Now().Add(timeout), ctx.Done(), never)

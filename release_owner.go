@@ -64,13 +64,13 @@ func releaseOwner(ctx context.Context, c *core, name, owner string) error {
 	// success for a lock an operator took away; so this call's marker has a
 	// key of its own, and lives 1ms (nothing reads it: see replyAlready below).
 	keys := []string{key, key + operatorSuffix}
-	args := []any{owner, releaseChannel(key), 1}
+	args := []any{owner, 1}
 	timeout := c.cfg.timeout(c.cfg.ttl)
-	ch, err := c.pool.fanOut(context.WithoutCancel(ctx), c.pool.nodes, timeout, timeout, func(ctx context.Context, n *node) reply {
+	ch, err := c.pool.fanOut(context.WithoutCancel(ctx), c.pool.nodes, timeout, timeout, func(ctx context.Context, n *node, cl Client) reply {
 		if err := c.pool.ids.identify(ctx, n); err != nil {
 			return reply{err: err}
 		}
-		v, err := scriptRelease.Run(ctx, n.client, keys, args...).Int64()
+		v, err := scriptRelease.Run(ctx, cl, keys, args...).Int64()
 		if err == nil && v == replyUnpublished {
 			c.cfg.logger.Warn("redlock: released, but the server refused to publish the release message; waiters wake by their timers", "name", name)
 		}
@@ -114,8 +114,8 @@ func releaseSetOwner(ctx context.Context, c *core, name, key, owner string, time
 		if set.counted {
 			keys = append(keys, set.key+permitsSuffix)
 		}
-		ch, err := c.pool.fanOut(context.WithoutCancel(ctx), c.pool.nodes, timeout, timeout, func(ctx context.Context, n *node) reply {
-			v, err := scriptZRelease.Run(ctx, n.client, keys, owner, set.channel, 1, set.reads).Int64()
+		ch, err := c.pool.fanOut(context.WithoutCancel(ctx), c.pool.nodes, timeout, timeout, func(ctx context.Context, n *node, cl Client) reply {
+			v, err := scriptZRelease.Run(ctx, cl, keys, owner, set.channel, 1, set.reads).Int64()
 			if err == nil && v == replyUnpublished {
 				c.cfg.logger.Warn("redlock: released, but the server refused to publish the release message; waiters wake by their timers", "name", name)
 			}

@@ -59,11 +59,11 @@ func (b *batchRound) run(ctx context.Context, locks []*Lock, ttls []time.Duratio
 		b.decide(true, false)
 		return b.out
 	}
-	ch, err := p.fanOut(ctx, nodes, time.Until(deadline), time.Until(deadline), func(ctx context.Context, n *node) reply {
+	ch, err := p.fanOut(ctx, nodes, time.Until(deadline), time.Until(deadline), func(ctx context.Context, n *node, cl Client) reply {
 		if renew {
 			defer n.renewing.Store(false)
 		}
-		codes, err := pipelineScript(ctx, n.client, locks, ttls)
+		codes, err := pipelineScript(ctx, cl, locks, ttls)
 		if renew {
 			releaseLate(ctx, n, locks, codes)
 		}

@@ -1,8 +1,10 @@
 package redlock
 
 import (
+	"context"
 	"embed"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -173,7 +175,72 @@ func newScript(name string) *redis.Script {
 			break
 		}
 	}
-	return redis.NewScript(withCodes(name, body))
+	src := withCodes(name, body)
+	s := redis.NewScript(src)
+	scriptSources[s] = scriptSource{sha: s.Hash(), body: src}
+	return s
+}
+
+// scriptSources are each script's SHA1, boxed once for the EVALSHA
+// commands that evalArgs builds, and its body for EVAL. Filled at init,
+// only read after.
+var scriptSources = map[*redis.Script]scriptSource{}
+
+type scriptSource struct {
+	sha  any
+	body string
+}
+
+// evalArgs is the EVALSHA command running s with keys and args, as
+// go-redis's Script.Run would build it on each call: built once, it serves
+// every node of a round, and the boxed values it shares with other
+// commands are boxed once.
+func evalArgs(s *redis.Script, keys []string, args []any) []any {
+	argv := make([]any, 3, 3+len(keys)+len(args))
+	argv[0], argv[1], argv[2] = "evalsha", scriptSources[s].sha, len(keys)
+	for _, k := range keys {
+		argv = append(argv, k)
+	}
+	return append(argv, args...)
+}
+
+// runEval sends argv (from evalArgs) to cl, and on NOSCRIPT the script's
+// body by EVAL, as Script.Run does. go-redis only reads argv, so one argv
+// may be sent to several nodes at once.
+func runEval(ctx context.Context, cl Client, s *redis.Script, argv []any) *redis.Cmd {
+	cmd := sendEval(ctx, cl, argv)
+	if isNoScript(cmd.Err()) {
+		ev := slices.Clone(argv)
+		ev[0], ev[1] = "eval", scriptSources[s].body
+		cmd = sendEval(ctx, cl, ev)
+	}
+	return cmd
+}
+
+// processor is what every go-redis client has: a way to send any command.
+type processor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+func sendEval(ctx context.Context, cl Client, argv []any) *redis.Cmd {
+	switch c := cl.(type) {
+	case *boundedClient:
+		return c.process(ctx, argv)
+	case processor:
+		cmd := redis.NewCmd(ctx, argv...)
+		_ = c.Process(ctx, cmd)
+		return cmd
+	}
+	// A Client of the user's own making: the Scripter call of Script.Run.
+	n := argv[2].(int)
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = argv[3+i].(string)
+	}
+	if argv[0] == "eval" {
+		return cl.Eval(ctx, argv[1].(string), keys, argv[3+n:]...)
+	}
+	return cl.EvalSha(ctx, argv[1].(string), keys, argv[3+n:]...)
 }
 
 // libFunc finds the names of _lib.lua's functions.
@@ -185,6 +252,7 @@ var schemaStrings = map[string]string{
 	"SUFFIX_WRITERS":  writersSuffix,
 	"SUFFIX_READERS":  readersSuffix,
 	"SUFFIX_FENCE":    fenceSuffix,
+	"SUFFIX_CHANNEL":  channelSuffix,
 	"PREFIX_RESERVED": reservedPrefix,
 	"PREFIX_PASSED":   passedPrefix,
 }

@@ -6,16 +6,17 @@
 -- KEYS[1]  lock key
 -- KEYS[2]  released marker "<lock key>:released"
 -- ARGV[1]  owner value
--- ARGV[2]  release channel "<lock key>:rel"
--- ARGV[3]  lifetime of the marker in milliseconds (the lock's TTL)
--- ARGV[4]  how long a reservation for a waiting writer lasts, in ms (the
+-- ARGV[2]  lifetime of the marker in milliseconds (the lock's TTL)
+-- ARGV[3]  how long a reservation for a waiting writer lasts, in ms (the
 --          releaser's node timeout: a waiter that no longer asks, whose
 --          withdrawal was lost, holds the name no longer); absent: the
---          default node timeout for a lease of ARGV[3], a tenth of it
+--          default node timeout for a lease of ARGV[2], a tenth of it
 --          within [100, 1000] (defaultNodeTimeout in options.go)
 --
+-- The release channel is "<lock key>:rel" (kinds.go's channelSuffix).
+--
 -- Returns REPLY_OK when our lock was given up and the wake-up published on
--- ARGV[2] (so waiters wake at once instead of polling); REPLY_UNPUBLISHED
+-- the release channel (so waiters wake at once instead of polling); REPLY_UNPUBLISHED
 -- when it was given up but the server refused the PUBLISH (a Redis 7 ACL
 -- user without channel rights): the release stands, waiters wake by their
 -- timers; REPLY_ALREADY when this owner had already released it: a
@@ -36,8 +37,9 @@
 -- (where it is broadcast over the cluster bus). Both keys, and the queue
 -- keys pass derives from KEYS[1], share one hash tag.
 if redis.call('GET', KEYS[1]) == ARGV[1] then
-  local res = pass(KEYS[1], ARGV[2], ARGV[1], math.min(tonumber(ARGV[4]) or math.min(math.max(math.floor(tonumber(ARGV[3]) / 10), 100), 1000), tonumber(ARGV[3])))
-  redis.pcall('SET', KEYS[2], ARGV[1], 'PX', ARGV[3])
+  local ttl = tonumber(ARGV[2])
+  local res = pass(KEYS[1], KEYS[1] .. SUFFIX_CHANNEL, ARGV[1], math.min(tonumber(ARGV[3]) or math.min(math.max(math.floor(ttl / 10), 100), 1000), ttl))
+  redis.pcall('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
   if type(res) == 'table' and res.err then return REPLY_UNPUBLISHED end
   return REPLY_OK
 end
