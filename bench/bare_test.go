@@ -92,6 +92,6 @@ func (s bareScripts) pair(ctx context.Context, c *redis.Client, name string, inG
 		return err
 	}
 	return call(func() error {
-		return s.release.Run(ctx, c, []string{tag, tag + ":released"}, owner, tag+":rel", ttl).Err()
+		return s.release.Run(ctx, c, []string{tag, tag + ":released"}, owner, ttl).Err()
 	})
 }

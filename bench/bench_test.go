@@ -161,7 +161,7 @@ func benchRedlock(b *testing.B, srvs []*server, opts ...redlock.Option) {
 
 // benchRedsync times LockContext + UnlockContext of a free mutex over one
 // pool per server, a new Mutex per acquisition as redsync is used.
-func benchRedsync(b *testing.B, srvs []*server) {
+func benchRedsync(b *testing.B, srvs []*server, opts ...redsync.Option) {
 	var cmds atomic.Int64
 	var pools []rsredis.Pool
 	for _, s := range srvs {
@@ -171,7 +171,7 @@ func benchRedsync(b *testing.B, srvs []*server) {
 	ctx := context.Background()
 	name := lockName(fmt.Sprintf("redsync%d", len(srvs)))
 	once := func() {
-		mu := rs.NewMutex(name, redsync.WithExpiry(lockTTL))
+		mu := rs.NewMutex(name, append([]redsync.Option{redsync.WithExpiry(lockTTL)}, opts...)...)
 		if err := mu.LockContext(ctx); err != nil {
 			b.Fatal(err)
 		}
@@ -194,6 +194,8 @@ func BenchmarkRedlock5(b *testing.B) {
 		benchRedlock(b, srvs, redlock.WithAutoRenew(false), redlock.WithFencing(false))
 	})
 	b.Run("redsync", func(b *testing.B) { benchRedsync(b, srvs) })
+	// Returns at a quorum instead of waiting for every server, as ours does.
+	b.Run("redsync-failfast", func(b *testing.B) { benchRedsync(b, srvs, redsync.WithFailFast(true)) })
 }
 
 // ---------------------------------------------------------------------------

@@ -45,7 +45,7 @@ func BenchmarkInterleaved(b *testing.B) {
 				}
 				return s.Acquire(ctx)
 			}),
-			redsyncOp(b, srvs),
+			redsyncOp(b, "redsync", srvs),
 			redislockOp(b, srvs[0].Addr()),
 			rueidislockOp(b, srvs[0].Addr()),
 		)
@@ -59,7 +59,8 @@ func BenchmarkInterleaved(b *testing.B) {
 			redlockOp(b, "redlock", srvs),
 			redlockOp(b, "redlock-norenew", srvs, redlock.WithAutoRenew(false)),
 			redlockOp(b, "redlock-norenew-nofence", srvs, redlock.WithAutoRenew(false), redlock.WithFencing(false)),
-			redsyncOp(b, srvs),
+			redsyncOp(b, "redsync", srvs),
+			redsyncOp(b, "redsync-failfast", srvs, redsync.WithFailFast(true)),
 		)
 		interleave(b, ops)
 	})
@@ -195,16 +196,17 @@ func redlockShapeOp(b *testing.B, name string, cl *redis.Client, take func(conte
 	}}
 }
 
-func redsyncOp(b *testing.B, srvs []*server) namedOp {
+func redsyncOp(b *testing.B, name string, srvs []*server, opts ...redsync.Option) namedOp {
 	var pools []rsredis.Pool
 	for _, s := range srvs {
 		pools = append(pools, goredis.NewPool(newGoRedis(b, s.Addr(), nil)))
 	}
 	rs := redsync.New(pools...)
-	key := lockName("interleaved-redsync")
+	key := lockName("interleaved-" + name)
 	ctx := context.Background()
-	return namedOp{"redsync", func() {
-		m := rs.NewMutex(key, redsync.WithExpiry(lockTTL))
+	opts = append([]redsync.Option{redsync.WithExpiry(lockTTL)}, opts...)
+	return namedOp{name, func() {
+		m := rs.NewMutex(key, opts...)
 		if err := m.LockContext(ctx); err != nil {
 			b.Fatal(err)
 		}

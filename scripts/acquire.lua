@@ -36,22 +36,25 @@
 -- minted (see _lib.lua): the lock is not taken, since a repeated token
 -- would let a fence admit two owners. Reply codes: the table in scripts.go.
 --
--- An uncontended call reads the read holds once (EXISTS) and never touches
--- the queue.
-local cur = redis.call('GET', KEYS[1])
-if cur == ARGV[1] then
-  -- Our own earlier execution of this very attempt (a client-side retry after
-  -- a lost reply): report the grant it made instead of a false "taken".
-  return {REPLY_OK, minted(ARGV[3], KEYS[2])}
-end
+-- An uncontended call takes the name with SET NX (the name's first and
+-- only read when free), reads the read holds once (EXISTS) and never
+-- touches the queue; a refusal or a failed mint deletes the key it set, so
+-- nothing changes then.
 local wid = ARGV[5] or ''
 local claimed = false
-if cur and wid ~= '' and cur == PREFIX_RESERVED .. wid then
-  cur, claimed = nil, true -- our turn: pass took us off the queue
-end
-if cur then
-  if wid ~= '' then enqueue(KEYS[1], wid) end
-  return {REPLY_TAKEN, redis.call('PTTL', KEYS[1]), cur}
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local cur = redis.call('GET', KEYS[1])
+  if cur == ARGV[1] then
+    -- Our own earlier execution of this very attempt (a client-side retry
+    -- after a lost reply): report the grant it made instead of a false
+    -- "taken".
+    return {REPLY_OK, minted(ARGV[3], KEYS[2])}
+  end
+  if wid == '' or cur ~= PREFIX_RESERVED .. wid then
+    if wid ~= '' then enqueue(KEYS[1], wid) end
+    return {REPLY_TAKEN, redis.call('PTTL', KEYS[1]), cur}
+  end
+  claimed = true -- our turn: pass took us off the queue
 end
 local readers = KEYS[1] .. SUFFIX_READERS
 -- A reserved name had a key all along, which kept new read holds out.
@@ -60,13 +63,18 @@ if not claimed and redis.call('EXISTS', readers) == 1 then
   redis.call('ZREMRANGEBYSCORE', readers, '-inf', now)
   local last = redis.call('ZRANGE', readers, -1, -1, 'WITHSCORES')
   if last[1] then
+    redis.call('DEL', KEYS[1])
     if wid ~= '' then enqueue(KEYS[1], wid) end
     return {REPLY_TAKEN, tonumber(last[2]) - now, ''}
   end
 end
 local tok, refused = mint(ARGV[3], {KEYS[2]}, ARGV[4], ARGV[2])
-if not tok then return refused end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+if not tok then
+  -- The name as it was: free, or still reserved for us.
+  if not claimed then redis.call('DEL', KEYS[1]) end
+  return refused
+end
+if claimed then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) end
 if ARGV[6] then redis.call('SET', KEYS[3], ARGV[6], 'PX', ARGV[2]) end
 if wid ~= '' and wid ~= ARGV[1] and not claimed then
   -- Entered by an earlier refusal, and the name was free: leave the queue.
