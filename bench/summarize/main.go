@@ -40,9 +40,11 @@ type table struct {
 
 func main() {
 	flag.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: summarize results.txt...")
+		fmt.Fprintln(os.Stderr, "usage: summarize [-goals [-svg chart.svg]] results.txt...")
 		flag.PrintDefaults()
 	}
+	goals := flag.Bool("goals", false, "print issue \"lean\"'s goals table instead of the tables")
+	svgPath := flag.String("svg", "", "with -goals: write the chart of the goals table to this SVG file")
 	flag.Parse()
 	var tables []*table
 	byTitle := map[string]*table{}
@@ -121,6 +123,20 @@ func main() {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
+	}
+	if *goals {
+		var svg io.Writer
+		if *svgPath != "" {
+			f, err := os.Create(*svgPath)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(1)
+			}
+			defer f.Close()
+			svg = f
+		}
+		printGoals(os.Stdout, svg, byTitle)
+		return
 	}
 	for _, t := range tables {
 		if strings.HasPrefix(t.title, "Interleaved") {
