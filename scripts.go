@@ -3,12 +3,13 @@ package redlock
 import (
 	"context"
 	"embed"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redlockgo/redlock/internal/luasrc"
 )
 
 var (
@@ -169,13 +170,10 @@ func newScript(name string) *redis.Script {
 	body := string(embedded(name))
 	lib := strings.ReplaceAll(string(embedded("_lib.lua")), "DEFAULT_FENCE_RETENTION_MS",
 		strconv.FormatInt(defaultFenceRetention.Milliseconds(), 10))
-	for _, m := range libFunc.FindAllStringSubmatch(lib, -1) {
-		if strings.Contains(body, m[1]+"(") {
-			body = lib + body
-			break
-		}
+	src, err := luasrc.Assemble(lib, body, constant)
+	if err != nil {
+		panic("redlock: script " + name + ": " + err.Error()) // a build defect, not a runtime condition
 	}
-	src := withCodes(name, body)
 	s := redis.NewScript(src)
 	scriptSources[s] = scriptSource{sha: s.Hash(), body: src}
 	return s
@@ -243,9 +241,6 @@ func sendEval(ctx context.Context, cl Client, argv []any) *redis.Cmd {
 	return cl.EvalSha(ctx, argv[1].(string), keys, argv[3+n:]...)
 }
 
-// libFunc finds the names of _lib.lua's functions.
-var libFunc = regexp.MustCompile(`(?m)^local function (\w+)\(`)
-
 // schemaStrings are the key suffixes and value prefixes of the schema
 // (kinds.go) by the names the scripts use, so that each is written once.
 var schemaStrings = map[string]string{
@@ -257,23 +252,17 @@ var schemaStrings = map[string]string{
 	"PREFIX_PASSED":   passedPrefix,
 }
 
-// withCodes writes the values of the reply codes and the schema's strings
-// into src, the script name: a name not in replyCodes or schemaStrings is
-// a build defect.
-func withCodes(name, src string) string {
-	return constName.ReplaceAllStringFunc(src, func(c string) string {
-		if v, ok := replyCodes[c]; ok {
-			return strconv.FormatInt(v, 10)
-		}
-		if v, ok := schemaStrings[c]; ok {
-			return strconv.Quote(v)
-		}
-		panic("redlock: unknown constant " + c + " in script " + name)
-	})
+// constant is the text of a constant a script names: a reply code's value
+// or a schema string, quoted.
+func constant(name string) (string, bool) {
+	if v, ok := replyCodes[name]; ok {
+		return strconv.FormatInt(v, 10), true
+	}
+	if v, ok := schemaStrings[name]; ok {
+		return strconv.Quote(v), true
+	}
+	return "", false
 }
-
-// constName finds the constants a script names.
-var constName = regexp.MustCompile(`\b(?:REPLY|SUFFIX|PREFIX)_[A-Z_]+\b`)
 
 func embedded(name string) []byte {
 	src, err := scriptFS.ReadFile("scripts/" + name)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redlockgo/redlock/internal/luasrc"
 	"github.com/redlockgo/redlock/internal/redistest"
 )
 
@@ -50,7 +51,7 @@ func TestReplyCodes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, name := range constName.FindAllString(string(src), -1) {
+		for _, name := range luasrc.Constants(string(src)) {
 			_, code := replyCodes[name]
 			_, str := schemaStrings[name]
 			if !code && !str {

@@ -11,12 +11,14 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redlockgo/redlock/internal/luasrc"
 )
 
 // bareScripts are our acquire and release scripts, read from ../scripts (the
-// library's own files, assembled as the library's newScript does: _lib.lua
-// prepended, its default fence retention, the reply codes and the key
-// schema's strings written in),
+// library's own files, assembled as the library's newScript does, by
+// internal/luasrc: the functions of _lib.lua they call in front, the default
+// fence retention, the reply codes and the key schema's strings written in),
 // to be called straight from go-redis: the library's server-side work with
 // none of its client-side code around it.
 type bareScripts struct{ acquire, release *redis.Script }
@@ -57,13 +59,13 @@ func loadBareScripts(tb testing.TB) bareScripts {
 	h, _ := strconv.Atoi(hours[1])
 	lib := strings.ReplaceAll(read("scripts/_lib.lua"), "DEFAULT_FENCE_RETENTION_MS", strconv.Itoa(h*3600*1000))
 	assemble := func(name string) *redis.Script {
-		src := regexp.MustCompile(`\b(?:REPLY|SUFFIX|PREFIX)_[A-Z_]+\b`).ReplaceAllStringFunc(lib+read("scripts/"+name), func(code string) string {
-			v, ok := codes[code]
-			if !ok || v == "" {
-				tb.Fatalf("bench: unknown constant %s in %s", code, name)
-			}
-			return v
+		src, err := luasrc.Assemble(lib, read("scripts/"+name), func(c string) (string, bool) {
+			v, ok := codes[c]
+			return v, ok && v != ""
 		})
+		if err != nil {
+			tb.Fatalf("bench: %s: %v", name, err)
+		}
 		return redis.NewScript(src)
 	}
 	return bareScripts{acquire: assemble("acquire.lua"), release: assemble("release.lua")}

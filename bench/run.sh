@@ -56,11 +56,14 @@ if [ -n "$ref" ]; then
   mkdir "$tmp/redlock"
   git -C .. archive "$commit" | tar -x -C "$tmp/redlock"
   # The benchmarks start their servers with the working tree's test kit
-  # (internal/redistest), which an older ref may lack or have in an older
+  # (internal/redistest) and script assembly (internal/luasrc), which an
+  # older ref may lack or have in an older
   # shape: measure that ref's library with today's harness.
   rm -rf "$tmp/redlock/internal/redistest"
   mkdir -p "$tmp/redlock/internal"
   cp -R ../internal/redistest "$tmp/redlock/internal/redistest"
+  rm -rf "$tmp/redlock/internal/luasrc"
+  cp -R ../internal/luasrc "$tmp/redlock/internal/luasrc"
   # The same module file, with the replace pointing at the export.
   sed "s#^replace github.com/redlockgo/redlock => .*#replace github.com/redlockgo/redlock => $tmp/redlock#" go.mod >"$tmp/bench.mod"
   cp go.sum "$tmp/bench.sum"

@@ -13,6 +13,40 @@ local function retention(arg)
   return DEFAULT_FENCE_RETENTION_MS
 end
 
+-- counter(v) says whether v, a fence key's value through tonumber, is a
+-- counter: tonumber also accepts 'nan', 'inf' and '1e400'.
+local function counter(v)
+  return v and v == v and v ~= math.huge and v ~= -math.huge
+end
+
+-- mintone is mint for one counter k, with the time floor now and the life
+-- life: the floor is written and the counter read in one call (SET GET),
+-- then the counter raised past the floor in the rare case it was ahead of
+-- it, or put back as it was when it held no counter. Its expiry only ever
+-- moves later (PEXPIRE GT), and one without expiry gets one.
+local function mintone(k, now, life)
+  local old = redis.call('SET', k, string.format('%.0f', now), 'KEEPTTL', 'GET')
+  if not old then
+    redis.call('PEXPIRE', k, life)
+    return now
+  end
+  local last = tonumber(old)
+  if not counter(last) or last >= 9007199254740991 then
+    redis.call('SET', k, old, 'KEEPTTL')
+    if not counter(last) then return nil, {REPLY_BAD_FENCE, 0} end
+    return nil, {REPLY_EXHAUSTED, last}
+  end
+  local tok = now
+  if last + 1 > tok then
+    tok = last + 1
+    redis.call('SET', k, string.format('%.0f', tok), 'KEEPTTL')
+  end
+  if redis.call('PEXPIRE', k, life, 'GT') == 0 and redis.call('PTTL', k) == -1 then
+    redis.call('PEXPIRE', k, life)
+  end
+  return tok
+end
+
 -- mint(on, fences, floor, lease) returns 0 when on is '0' (fencing off), and
 -- otherwise raises every counter in fences to one new token,
 -- larger than each of them (counter + 1) and no smaller than the time floor
@@ -34,18 +68,18 @@ end
 local function mint(on, fences, floor, lease)
   if on == '0' or not on then return 0 end
   local life = math.max(retention(on), tonumber(lease))
-  local tok = 0
-  for _, k in ipairs(fences) do
-    local last = tonumber(redis.call('GET', k) or '0')
-    -- tonumber also accepts 'nan', 'inf' and '1e400': none is a counter.
-    if not last or last ~= last or last == math.huge or last == -math.huge then return nil, {REPLY_BAD_FENCE, 0} end
-    if last >= 9007199254740991 then return nil, {REPLY_EXHAUSTED, last} end
-    if last + 1 > tok then tok = last + 1 end
-  end
   local now = tonumber(floor)
   if not now then
     local t = redis.call('TIME')
     now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  if #fences == 1 then return mintone(fences[1], now, life) end
+  local tok = 0
+  for _, k in ipairs(fences) do
+    local last = tonumber(redis.call('GET', k) or '0')
+    if not counter(last) then return nil, {REPLY_BAD_FENCE, 0} end
+    if last >= 9007199254740991 then return nil, {REPLY_EXHAUSTED, last} end
+    if last + 1 > tok then tok = last + 1 end
   end
   if now > tok then tok = now end
   -- %.0f: tostring() would print 1.8e+15 and lose digits of a µs timestamp.

@@ -1,0 +1,73 @@
+// Package luasrc assembles the library's Lua scripts: a script's body with
+// the functions of the shared library (scripts/_lib.lua) it calls in front,
+// and the named constants written in. The library (scripts.go) and the
+// bench's bare-scripts row (the server's share of a lock, measured without
+// the library's client code) both use it, so they run the same text.
+package luasrc
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// libFunc finds a library function: a "local function name(" line up to
+// the first "end" line at the start of a line; the comments between
+// functions are left out.
+var libFunc = regexp.MustCompile(`(?ms)^local function (\w+)\(.*?^end\n`)
+
+// constName finds the constants a script names.
+var constName = regexp.MustCompile(`\b(?:REPLY|SUFFIX|PREFIX)_[A-Z_]+\b`)
+
+// Assemble returns body with the functions of lib that it calls (and that
+// they call), in lib's order, in front, and each constant it names
+// (REPLY_..., SUFFIX_..., PREFIX_...) replaced by consts's text for it. A
+// function a script defines is a closure made on every run, and the Lua
+// garbage it leaves is collected by the server's one thread: a script
+// carries only what it runs. A constant consts does not know is an error.
+func Assemble(lib, body string, consts func(name string) (string, bool)) (string, error) {
+	var unknown []string
+	src := constName.ReplaceAllStringFunc(Funcs(lib, body)+body, func(c string) string {
+		v, ok := consts(c)
+		if !ok {
+			unknown = append(unknown, c)
+		}
+		return v
+	})
+	if len(unknown) > 0 {
+		return "", fmt.Errorf("unknown constants %s", strings.Join(unknown, ", "))
+	}
+	return src, nil
+}
+
+// Funcs returns the functions of lib that body calls, directly or through
+// one another, in lib's order.
+func Funcs(lib, body string) string {
+	funcs := libFunc.FindAllStringSubmatch(lib, -1)
+	need := make(map[string]bool, len(funcs))
+	for grew := true; grew; {
+		grew = false
+		for _, f := range funcs {
+			if need[f[1]] {
+				continue
+			}
+			calls := strings.Contains(body, f[1]+"(")
+			for _, g := range funcs {
+				calls = calls || (need[g[1]] && strings.Contains(g[0], f[1]+"("))
+			}
+			if calls {
+				need[f[1]], grew = true, true
+			}
+		}
+	}
+	var b strings.Builder
+	for _, f := range funcs {
+		if need[f[1]] {
+			b.WriteString(f[0])
+		}
+	}
+	return b.String()
+}
+
+// Constants returns the constants src names, in order, repeats included.
+func Constants(src string) []string { return constName.FindAllString(src, -1) }
