@@ -29,14 +29,18 @@ type Locker struct{ c *core }
 // may evict lock keys (see the README). A server that refuses CONFIG GET, or
 // does not answer in time, is not reported.
 //
-// Every call to Redis is bounded by the node timeout ([WithNodeTimeout]).
-// When the client bounds a call itself, the call runs inline in the
-// caller's goroutine: with ContextTimeoutEnabled (any client kind), or on a
-// *redis.Client whose DialTimeout, ReadTimeout and WriteTimeout are all
-// positive and no longer than the node timeout. Otherwise (go-redis's
-// defaults: 5s dial, 3s read) each call runs in a goroutine that the Locker
-// stops waiting for at the deadline, which costs two goroutine switches per
-// call. Either way the client's hooks see every command.
+// Every call to Redis is bounded by the node timeout ([WithNodeTimeout]),
+// and a call with a ctx that nothing cancels runs inline in the caller's
+// goroutine. With ContextTimeoutEnabled (any client kind) the ctx deadline
+// bounds it. On a plain *redis.Client without it (go-redis's defaults: 3s
+// read timeout) the Locker's scripts still go through the client, and so
+// through all its hooks, and a hook the Locker adds to the client (it
+// changes nothing else) hands them to a clone of the client whose socket
+// timeouts are the node timeout (redis.Client.WithTimeout: the same
+// connection pool). Other clients (Ring, ClusterClient without
+// ContextTimeoutEnabled) run each call in a goroutine that the Locker stops
+// waiting for at the deadline. Either way the client's hooks see every
+// command.
 func NewLocker(client Client, opts ...Option) (*Locker, error) {
 	if isNil(client) {
 		return nil, errors.New("redlock: nil client")
