@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -188,4 +189,56 @@ func (b *boundedClient) EvalRO(ctx context.Context, script string, keys []string
 
 func (b *boundedClient) EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
 	return b.script(ctx, "evalsha_ro", sha1, keys, args)
+}
+
+// evalArgs is the EVALSHA command running s with keys and args, as
+// go-redis's Script.Run would build it on each call: built once, it serves
+// every node of a round, and the boxed values it shares with other
+// commands are boxed once.
+func evalArgs(s *redis.Script, keys []string, args []any) []any {
+	argv := make([]any, 3, 3+len(keys)+len(args))
+	argv[0], argv[1], argv[2] = "evalsha", scriptSources[s].sha, len(keys)
+	for _, k := range keys {
+		argv = append(argv, k)
+	}
+	return append(argv, args...)
+}
+
+// runEval sends argv (from evalArgs) to cl, and on NOSCRIPT the script's
+// body by EVAL, as Script.Run does. go-redis only reads argv, so one argv
+// may be sent to several nodes at once.
+func runEval(ctx context.Context, cl Client, s *redis.Script, argv []any) *redis.Cmd {
+	cmd := sendEval(ctx, cl, argv)
+	if isNoScript(cmd.Err()) {
+		ev := slices.Clone(argv)
+		ev[0], ev[1] = "eval", scriptSources[s].body
+		cmd = sendEval(ctx, cl, ev)
+	}
+	return cmd
+}
+
+// processor is what every go-redis client has: a way to send any command.
+type processor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+func sendEval(ctx context.Context, cl Client, argv []any) *redis.Cmd {
+	switch c := cl.(type) {
+	case *boundedClient:
+		return c.process(ctx, argv)
+	case processor:
+		cmd := redis.NewCmd(ctx, argv...)
+		_ = c.Process(ctx, cmd)
+		return cmd
+	}
+	// A Client of the user's own making: the Scripter call of Script.Run.
+	n := argv[2].(int)
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = argv[3+i].(string)
+	}
+	if argv[0] == "eval" {
+		return cl.Eval(ctx, argv[1].(string), keys, argv[3+n:]...)
+	}
+	return cl.EvalSha(ctx, argv[1].(string), keys, argv[3+n:]...)
 }

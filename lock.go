@@ -211,15 +211,20 @@ func (l *Lock) Done() <-chan struct{} {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.done == nil {
-		// Made on first use: most locks are released without anyone
-		// asking.
-		l.done = make(chan struct{})
-		if l.state != stateHeld && l.state != stateAcquiring {
-			close(l.done)
-		}
+	if l.done == nil { // made on first use: most locks end unasked
+		l.done = doneChan(l.state)
 	}
 	return l.done
+}
+
+// doneChan is a new Done channel for a lock in state s: closed unless the
+// lock is held (or being acquired).
+func doneChan(s lockState) chan struct{} {
+	ch := make(chan struct{})
+	if s != stateHeld && s != stateAcquiring {
+		close(ch)
+	}
+	return ch
 }
 
 // Err returns nil while the lock is held, a [*LostError] once it was lost
@@ -282,9 +287,6 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	if l == nil {
 		return errNilLock
 	}
-	if l.obs == nil {
-		return l.eng.unlock(ctx, l)
-	}
 	return observedUnlock(ctx, l)
 }
 
@@ -303,9 +305,6 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	if err := checkTTL(ttl, l.driftFactor); err != nil {
 		return fmt.Errorf("redlock: Extend: %w", err)
-	}
-	if l.obs == nil {
-		return l.eng.extend(ctx, l, ttl)
 	}
 	return observedExtend(ctx, l, ttl)
 }
@@ -647,9 +646,12 @@ func (l *Lock) Valid(ctx context.Context) (bool, error) {
 	return d != 0 && l.Err() == nil, nil
 }
 
-// observedUnlock is Lock.Unlock with an observer: the release's node
+// observedUnlock is Lock.Unlock, reported to the observer when there is one: the release's node
 // errors and its outcome.
 func observedUnlock(ctx context.Context, l *Lock) error {
+	if l.obs == nil {
+		return l.eng.unlock(ctx, l)
+	}
 	start := time.Now()
 	err := l.eng.unlock(ctx, l)
 	observeNodes(l.obs, l.name, opRelease, err)
@@ -657,8 +659,11 @@ func observedUnlock(ctx context.Context, l *Lock) error {
 	return err
 }
 
-// observedExtend is Lock.Extend with an observer.
+// observedExtend is Lock.Extend, reported to the observer when there is one.
 func observedExtend(ctx context.Context, l *Lock, ttl time.Duration) error {
+	if l.obs == nil {
+		return l.eng.extend(ctx, l, ttl)
+	}
 	start := time.Now()
 	err := l.eng.extend(ctx, l, ttl)
 	observeRenew(l, true, ttl, start, err, err)
