@@ -646,8 +646,8 @@ func (l *Lock) Valid(ctx context.Context) (bool, error) {
 	return d != 0 && l.Err() == nil, nil
 }
 
-// observedUnlock is Lock.Unlock, reported to the observer when there is one: the release's node
-// errors and its outcome.
+// observedUnlock is Lock.Unlock, reported to the observer when there is
+// one: the release's node errors and its outcome.
 func observedUnlock(ctx context.Context, l *Lock) error {
 	if l.obs == nil {
 		return l.eng.unlock(ctx, l)
