@@ -232,8 +232,7 @@ func TestElectionLeaderCutOff(t *testing.T) {
 	t.Cleanup(func() { leaderCl.Close() })
 	first, err := newLocker(t, leaderCl, WithTTL(ttl)).Election(name).Campaign(ctx, "first")
 	require.NoError(t, err)
-	a := rec.acquired(first, time.Now())
-	_ = a
+	rec.acquired(first, time.Now())
 
 	type win struct {
 		l  *Lock
