@@ -46,6 +46,11 @@ var (
 	// (connections refused, timeouts), as opposed to contention. The error
 	// also matches ErrNotObtained, and names the last cause.
 	ErrUnreachable = errors.New("redlock: no answer from Redis")
+
+	// ErrNoLeader is what [Election.Leader] returns when nobody leads the
+	// election: the name is free, or a release has just reserved it for a
+	// waiting candidate that has not taken it yet.
+	ErrNoLeader = errors.New("redlock: no leader")
 )
 
 // NodeError is the failure of one Redis node in a call that fans out to

@@ -33,6 +33,9 @@ var (
 	scriptMultiExtend  = newScript("multi_extend.lua")
 	scriptMultiPTTL    = newScript("multi_pttl.lua")
 
+	// Leader election (election.go).
+	scriptProclaim = newScript("proclaim.lua")
+
 	// allScripts are loaded into each node's cache when a Locker or Redlock
 	// is made, so the first call pays no NOSCRIPT round trip. The others
 	// load on first use (EVALSHA, then EVAL once).

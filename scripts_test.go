@@ -344,6 +344,17 @@ func TestScripts(t *testing.T) {
 				keys: []string{"K", "K:fence", "K:meta", "K:readers"},
 				want: []any{"", -2, "", "", 2, between{1, far}}},
 		}},
+		{"proclaim.lua", scriptProclaim, []scriptCase{
+			{name: "ours", setup: [][]any{{"SET", "K", "me", "PX", 10000}, {"SET", "K:meta", "me\nold", "PX", 10000}},
+				keys: []string{"K", "K:meta"}, args: []any{"me", "1", "new", "K:elect", "5\nnew"}, want: replyOK},
+			{name: "ours, no metadata", setup: [][]any{{"SET", "K", "me", "PX", 10000}},
+				keys: []string{"K", "K:meta"}, args: []any{"me", "0", "", "K:elect", "5\n"}, want: replyOK},
+			{name: "ours, PUBLISH refused", setup: [][]any{{"SET", "K", "me", "PX", 10000}}, noPub: true,
+				keys: []string{"K", "K:meta"}, args: []any{"me", "1", "new", "K:elect", "5\nnew"}, want: replyUnpublished},
+			{name: "another owner's", setup: [][]any{{"SET", "K", "other", "PX", 10000}},
+				keys: []string{"K", "K:meta"}, args: []any{"me", "1", "new", "K:elect", "5\nnew"}, want: replyNotOurs},
+			{name: "gone", keys: []string{"K", "K:meta"}, args: []any{"me", "1", "new", "K:elect", "5\nnew"}, want: replyNotOurs},
+		}},
 		{"fence_admit.lua", fenceAdmitScript, []scriptCase{
 			{name: "first", keys: []string{"K:mark"}, args: []any{"5"}, want: []any{replyOK}},
 			{name: "equal", setup: [][]any{{"SET", "K:mark", "5"}}, keys: []string{"K:mark"}, args: []any{"5"},

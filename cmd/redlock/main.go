@@ -5,6 +5,7 @@
 //	redlock run [flags] NAME -- COMMAND [ARGS...]
 //	redlock status [flags] NAME
 //	redlock unlock [flags] NAME --owner OWNER
+//	redlock leader [flags] NAME [--watch]
 //	redlock version
 //
 // Install it with
@@ -46,6 +47,7 @@ Usage:
   redlock run [flags] NAME -- COMMAND [ARGS...]
   redlock status [flags] NAME
   redlock unlock [flags] NAME --owner OWNER
+  redlock leader [flags] NAME [--watch]
   redlock version
 
 run waits for the lock NAME (--wait, default forever; --try for one
@@ -77,9 +79,13 @@ Examples:
   # Free a lock whose holder is stuck (the owner value is in status).
   redlock unlock deploy --owner 1b4e28ba-2fa1-11d2-883f-0016d3cca427
 
+  # Who leads the election "scheduler" (value, term, ttl), and every change.
+  redlock leader scheduler
+  redlock leader scheduler --watch
+
 Exit codes:
-  0        run: COMMAND exited 0; status: held; unlock: released
-  1        status: free; unlock: not held by that owner
+  0        run: COMMAND exited 0; status: held; unlock: released; leader: one leads
+  1        status: free; unlock: not held by that owner; leader: none
   2        bad flags or arguments
   69       Redis unreachable within --timeout, or refusing
   75       run: not obtained (--try, or --wait ran out)
@@ -99,7 +105,7 @@ func main() {
 func cli(args []string, stdout, stderr io.Writer) int {
 	silenceGoRedis()
 	if len(args) == 0 {
-		return fail(stderr, exitUsage, "missing command: run, status, unlock or version (see redlock --help)")
+		return fail(stderr, exitUsage, "missing command: run, status, unlock, leader or version (see redlock --help)")
 	}
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "run":
@@ -108,13 +114,15 @@ func cli(args []string, stdout, stderr io.Writer) int {
 		return statusCmd(rest, stdout, stderr)
 	case "unlock":
 		return unlockCmd(rest, stdout, stderr)
+	case "leader":
+		return leaderCmd(rest, stdout, stderr)
 	case guardArg: // run's own, not in the usage
 		return guardCmd(rest, stderr)
 	case "version", "-version", "--version":
 		fmt.Fprintf(stdout, "redlock %s (%s %s/%s)\n", version(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 		return exitOK
 	case "help", "-h", "-help", "--help":
-		if len(rest) > 0 && (rest[0] == "run" || rest[0] == "status" || rest[0] == "unlock") {
+		if len(rest) > 0 && (rest[0] == "run" || rest[0] == "status" || rest[0] == "unlock" || rest[0] == "leader") {
 			return cli([]string{rest[0], "--help"}, stdout, stderr)
 		}
 		fmt.Fprint(stdout, usage)
