@@ -182,8 +182,8 @@ func (e *Election) announce(ctx context.Context, l *Lock, value string, write bo
 	p := e.c.pool
 	// Detached, as every call of the core: gather stops waiting when ctx
 	// ends, and the call left behind is bounded by the node timeout.
-	ch, err := p.fanOut(context.WithoutCancel(ctx), p.nodes, e.timeout, e.timeout, func(ctx context.Context, n *node) reply {
-		v, err := scriptProclaim.Run(ctx, n.client, keys, args...).Int64()
+	ch, err := p.fanOut(context.WithoutCancel(ctx), p.nodes, e.timeout, e.timeout, func(ctx context.Context, n *node, cl Client) reply {
+		v, err := scriptProclaim.Run(ctx, cl, keys, args...).Int64()
 		if err != nil {
 			return reply{err: err}
 		}
@@ -232,7 +232,7 @@ func (e *Election) read(ctx context.Context) (Leader, error) {
 		return Leader{}, ErrClosed
 	}
 	keys := []string{e.key, e.key + fenceSuffix, e.key + metaSuffix, e.key + readersSuffix}
-	ch, err := c.pool.fanOut(context.WithoutCancel(ctx), c.pool.nodes, e.timeout, e.timeout, func(ctx context.Context, n *node) reply {
+	ch, err := c.pool.fanOut(context.WithoutCancel(ctx), c.pool.nodes, e.timeout, e.timeout, func(ctx context.Context, n *node, _ Client) reply {
 		if err := c.pool.ids.identify(ctx, n); err != nil {
 			return reply{err: err}
 		}
