@@ -31,6 +31,7 @@ import (
 //	K:writers          waiting writers' ids; K:writers:<id> keeps one alive
 //	K:sem              permits; K:sem:permits, K:sem:fence, K:sem:released:<owner>
 //	K:rel              release channel: released owners, or passedPrefix + an id
+//	K:elect            election channel: "<term>\n<value>" (electionSuffix, election.go)
 //	K:released-by-operator, <set>:released-by-operator:<owner>  Locker.Release
 //
 // The marks of a RedisFence are not a name's: fenceMarkKey (fencing.go).
