@@ -140,16 +140,49 @@ func (d *diverter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-func (*diverter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+// ProcessPipelineHook hands a pipeline of a boundedClient (its Exec marks
+// the ctx) to the clone while d is the active diverter.
+func (d *diverter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if clone, ok := ctx.Value(divertPipeline{}).(*redis.Client); ok && d.dc.active.Load() == d {
+			_, err := clone.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for _, cmd := range cmds {
+					_ = p.Process(ctx, cmd)
+				}
+				return nil
+			})
+			return err
+		}
+		return next(ctx, cmds)
+	}
 }
 
+// divertPipeline is the ctx key under which a boundedPipeline's Exec names
+// the clone its commands go to.
+type divertPipeline struct{}
+
 // boundedClient is a Client whose scripts (EVAL, EVALSHA and their _RO
-// forms, which go-redis's Script sends) run bounded by its clone's socket
+// forms, which go-redis's Script sends) and pipelines (an acquisition with
+// WithReplicaAcks: script and WAIT) run bounded by its clone's socket
 // timeouts; everything else goes to the client as it is.
 type boundedClient struct {
 	*redis.Client
 	clone *redis.Client
+}
+
+// Pipeline is the client's pipeline, whose Exec goes through the client's
+// hooks to the clone.
+func (b *boundedClient) Pipeline() redis.Pipeliner {
+	return boundedPipeline{Pipeliner: b.Client.Pipeline(), clone: b.clone}
+}
+
+type boundedPipeline struct {
+	redis.Pipeliner
+	clone *redis.Client
+}
+
+func (p boundedPipeline) Exec(ctx context.Context) ([]redis.Cmder, error) {
+	return p.Pipeliner.Exec(context.WithValue(ctx, divertPipeline{}, p.clone))
 }
 
 // boundedCmd is a script call that the diverter hands to clone.

@@ -428,6 +428,12 @@ func TestPausedServer(t *testing.T) {
 		srv := redistest.Start(t)
 		testPausedServer(t, srv, deadlineClient(t, srv))
 	})
+	// The acquisition and its WAIT go as one pipeline, not as a script
+	// alone: the pipeline must be bounded the same way.
+	t.Run("library bounds the call, WithReplicaAcks", func(t *testing.T) {
+		srv := redistest.Start(t)
+		testPausedServer(t, srv, srv.Client(t), WithReplicaAcks(1, 50*time.Millisecond))
+	})
 }
 
 // TestFullPoolBounded: on a client whose socket timeouts are within the node
@@ -467,9 +473,9 @@ func TestFullPoolBounded(t *testing.T) {
 	assert.ErrorIs(t, <-busy, redis.Nil, "BLPOP")
 }
 
-func testPausedServer(t *testing.T, srv *redistest.Server, cl *redis.Client) {
+func testPausedServer(t *testing.T, srv *redistest.Server, cl *redis.Client, opts ...Option) {
 	const nodeTimeout = 100 * time.Millisecond
-	lk := newLocker(t, cl, WithNodeTimeout(nodeTimeout), WithTTL(2*time.Second))
+	lk := newLocker(t, cl, append([]Option{WithNodeTimeout(nodeTimeout), WithTTL(2 * time.Second)}, opts...)...)
 	ctx := context.Background()
 
 	srv.Pause(t)
