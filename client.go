@@ -200,12 +200,7 @@ func (b *boundedClient) process(ctx context.Context, argv []any) *redis.Cmd {
 }
 
 func (b *boundedClient) script(ctx context.Context, name, body string, keys []string, args []any) *redis.Cmd {
-	argv := make([]any, 0, 3+len(keys)+len(args))
-	argv = append(argv, name, body, len(keys))
-	for _, k := range keys {
-		argv = append(argv, k)
-	}
-	return b.process(ctx, append(argv, args...))
+	return b.process(ctx, scriptCommand(name, body, keys, args))
 }
 
 func (b *boundedClient) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
@@ -229,8 +224,14 @@ func (b *boundedClient) EvalShaRO(ctx context.Context, sha1 string, keys []strin
 // every node of a round, and the boxed values it shares with other
 // commands are boxed once.
 func evalArgs(s *redis.Script, keys []string, args []any) []any {
-	argv := make([]any, 3, 3+len(keys)+len(args))
-	argv[0], argv[1], argv[2] = "evalsha", scriptSources[s].sha, len(keys)
+	return scriptCommand("evalsha", scriptSources[s].sha, keys, args)
+}
+
+// scriptCommand is the command name (EVAL, EVALSHA...) running the script
+// body or SHA1 with keys and args.
+func scriptCommand(name, body any, keys []string, args []any) []any {
+	argv := make([]any, 0, 3+len(keys)+len(args))
+	argv = append(argv, name, body, len(keys))
 	for _, k := range keys {
 		argv = append(argv, k)
 	}
