@@ -106,7 +106,7 @@ func (o *obtaining) unwait(ctx context.Context) {
 	if _, _, err := p.round(detached(ctx), p.nodes, timeout, timeout, call, time.Now().Add(timeout), nil, never); err != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 		defer cancel()
-		call(cctx, p.nodes[0], p.nodes[0].cleanupClient(timeout))
+		call(cctx, p.nodes[0], p.nodes[0].clientFor(timeout))
 	}
 }
 

@@ -140,12 +140,12 @@ func newNode(idx int, cl Client) *node {
 // a goroutine of ours watching it, and whether the ctx must then carry that
 // deadline. With ContextTimeoutEnabled the client turns the ctx deadline
 // into socket deadlines. A plain *redis.Client's scripts run on its clone
-// whose socket timeouts are timeout (see divertedClient); its dial and its wait for a
-// free connection of a full pool are bounded by DialTimeout (times
-// DialerRetries, 100ms apart, on a refused connection) and PoolTimeout (by
-// default ReadTimeout + 1s), which go-redis ends at the ctx deadline
-// whatever ContextTimeoutEnabled says: the ctx carries one unless those are
-// within timeout. Other clients are called from a goroutine.
+// whose socket timeouts are timeout (see divertedClient); its dial and its
+// wait for a free connection of a full pool are bounded by DialTimeout
+// (times DialerRetries, 100ms apart, on a refused connection) and
+// PoolTimeout (by default ReadTimeout + 1s), which go-redis ends at the ctx
+// deadline whatever ContextTimeoutEnabled says: the ctx carries one unless
+// those are within timeout. Other clients are called from a goroutine.
 func (n *node) bounded(timeout time.Duration) (withDeadline, ok bool) {
 	if n.deadlines {
 		return true, true
@@ -158,22 +158,19 @@ func (n *node) bounded(timeout time.Duration) (withDeadline, ok bool) {
 	return !within(opt.PoolTimeout) || !within(opt.DialTimeout) || opt.DialerRetries > 1, true
 }
 
-// clientFor is the client that bounds a call on the node by timeout (see
-// bounded).
+// clientFor is the node's client for a call bounded by timeout (see
+// bounded), inline or a cleanup's: a call whose ctx deadline go-redis
+// ignores (no ContextTimeoutEnabled) would wait for the client's read
+// timeout (3s by default) on a link that swallows it, so a plain
+// *redis.Client's scripts and pipelines run on its clone bounded by
+// timeout. Other clients bound the call by the ctx deadline when they
+// honour it, else by their own timeouts.
 func (n *node) clientFor(timeout time.Duration) Client {
 	if n.shared != nil {
 		return n.shared.bounded(timeout)
 	}
 	return n.client
 }
-
-// cleanupClient is the node's client for a cleanup call bounded by timeout:
-// a call whose ctx deadline go-redis ignores (no ContextTimeoutEnabled)
-// would wait for the client's read timeout (3s by default) on a link that
-// swallows it, so a plain *redis.Client's scripts run on its clone bounded
-// by timeout (see divertedClient). Other clients bound the call by the ctx deadline
-// when they honour it, else by their own timeouts.
-func (n *node) cleanupClient(timeout time.Duration) Client { return n.clientFor(timeout) }
 
 func honorsDeadlines(cl Client) bool {
 	switch c := cl.(type) {
@@ -967,7 +964,7 @@ func (p *pool) releaseOn(ctx context.Context, l *Lock, nodes []*node, timeout ti
 		rs = make([]reply, 0, len(nodes))
 		for _, n := range nodes {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-			r := call(cctx, n, n.cleanupClient(timeout))
+			r := call(cctx, n, n.clientFor(timeout))
 			cancel()
 			r.node = n.idx
 			rs = append(rs, r)
@@ -1005,12 +1002,12 @@ func (p *pool) releaseInBackground(ctx context.Context, nodes []*node, locks ...
 // when the answer is "not ours", once more: by then the server has run
 // every command that was waiting when it answered, and a grant among them
 // is ours to delete. Each call is bounded by the node timeout, so a link
-// that heals is used within that much (see cleanupClient). It gives up after
+// that heals is used within that much (see clientFor). It gives up after
 // releaseRetryFor (three leases, if longer), or at Close.
 func (p *pool) releaseNode(ctx context.Context, n *node, l *Lock) {
 	ctx = context.WithoutCancel(ctx)
 	end := time.Now().Add(max(3*l.leaseTTL(), releaseRetryFor))
-	cl := n.cleanupClient(l.timeout)
+	cl := n.clientFor(l.timeout)
 	answered := false
 	for time.Now().Before(end) {
 		start := time.Now()
