@@ -57,7 +57,8 @@ func (at *attempt) run(ctx context.Context, ttl any, wait string) (bool, error) 
 	if parts(l) == 1 && cfg.replicas == 0 {
 		argv = evalArgs(script, keys, args)
 		if l.kind == kindExclusive {
-			l.acqArgv = argv
+			// exclusiveAcquire's ARGV starts with the owner and the lease.
+			l.boxed = boxedArgs{key: argv[3], owner: args[0], lease: args[1]}
 		}
 	}
 	// Redlock step 1: T1 before the first request; every key set by this

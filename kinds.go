@@ -206,48 +206,34 @@ func singlePTTL(l *Lock, _ int, _ time.Duration) (*redis.Script, []string, []any
 	return scriptPTTL, l.keys[:1], []any{l.owner}
 }
 
-// releaseArgs are release.lua's ARGV for an exclusive lock l, nil for the
-// other kinds. The reservation for a waiting writer lasts l's node timeout,
-// sent only when it is not the default that release.lua derives from the
-// lease itself (an argument fewer to box).
 // releaseArgv is release.lua's EVALSHA command for an exclusive lock (see
-// evalArgs and releaseArgs), nil for the other kinds. It reuses the values
-// its acquire command boxed.
+// evalArgs), nil for the other kinds. It reuses the lock key, owner and
+// lease its acquire command boxed (Lock.boxed).
 func releaseArgv(l *Lock) []any {
 	if l.kind != kindExclusive {
 		return nil
 	}
-	// evalArgs's layout of exclusiveAcquire's call: "evalsha", SHA1, the
-	// key count k, the lock key first of the k keys, then owner and lease.
-	a := l.acqArgv
-	k, _ := argOf[int](a, 2)
-	if len(a) < 5+k {
+	b := l.boxed
+	if b.key == nil {
 		return evalArgs(scriptRelease, releaseKeys(l), releaseArgs(l))
 	}
 	ttl := l.leaseTTL()
-	argv := make([]any, 0, 9)
-	argv = append(argv, "evalsha", scriptSources[scriptRelease].sha, 2, a[3], l.keys[3], a[3+k])
-	if ms, ok := argOf[int64](a, 4+k); ok && ms == ttlMillis(ttl) {
-		argv = append(argv, a[4+k])
-	} else {
-		argv = append(argv, ttlMillis(ttl))
+	lease := b.lease
+	if v, ok := lease.(int64); !ok || v != ttlMillis(ttl) {
+		lease = ttlMillis(ttl) // extended to another lease
 	}
+	argv := make([]any, 0, 9)
+	argv = append(argv, "evalsha", scriptSources[scriptRelease].sha, 2, b.key, l.keys[3], b.owner, lease)
 	if l.timeout != defaultNodeTimeout(ttl) {
 		argv = append(argv, ttlMillis(l.timeout))
 	}
 	return argv
 }
 
-// argOf is a[i] as a T, if it is one.
-func argOf[T any](a []any, i int) (T, bool) {
-	if i < len(a) {
-		v, ok := a[i].(T)
-		return v, ok
-	}
-	var zero T
-	return zero, false
-}
-
+// releaseArgs are release.lua's ARGV for an exclusive lock l, nil for the
+// other kinds. The reservation for a waiting writer lasts l's node timeout,
+// sent only when it is not the default that release.lua derives from the
+// lease itself (an argument fewer to box).
 func releaseArgs(l *Lock) []any {
 	if l.kind != kindExclusive {
 		return nil

@@ -33,6 +33,9 @@ const (
 	stateFailed // the attempt that made it did not obtain the lock
 )
 
+// boxedArgs are script arguments boxed once for two commands.
+type boxedArgs struct{ key, owner, lease any }
+
 // whyClosed is the reason of a lock released by Close.
 const whyClosed = "closed"
 
@@ -50,9 +53,9 @@ type Lock struct {
 	owner   string
 	keys    []string // one hash tag; the layout depends on kind (ownerAndKeys, kinds.go)
 	channel string   // where releases are published (pubsub.go)
-	// acqArgv is the EVALSHA command of the attempt that made an exclusive
-	// lock (evalArgs), whose boxed key, owner and lease its release reuses.
-	acqArgv   []any
+	// boxed are the lock key, owner and lease that the acquire command of
+	// an exclusive lock boxed, for its release command (releaseArgv).
+	boxed     boxedArgs
 	fencing   bool
 	autoRenew bool
 	kind      lockKind   // what it holds: the scripts that release and extend it (kinds.go)
