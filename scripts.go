@@ -155,16 +155,17 @@ var scriptFS embed.FS
 // a read-only one, and "#!lua flags=allow-oom" would let acquisitions grow
 // a full server too; neither is understood by servers before 7.0.
 // Acquisitions are refused at maxmemory, by their first growing write
-// (mint's SET, or enqueue's for a waiting writer), except where the script
-// prunes expired read holds or permits first (ZREMRANGEBYSCORE): a read
-// hold, a permit of a semaphore that has holders, a lock on a name whose
-// read holds all ended but whose set has not expired yet. Those go through,
-// for the memory of one key or member.
+// (acquire.lua's SET NX, mint's SET, or enqueue's for a waiting writer):
+// a lock on a name that read holds keep is then refused with OOM, not as
+// taken, since its SET NX comes before it looks at them. The exceptions
+// are where the script prunes expired read holds or permits first
+// (ZREMRANGEBYSCORE): a read hold, a permit of a semaphore that has
+// holders. Those go through, for the memory of one key or member.
 
 // newScript loads an embedded script, with the helpers of scripts/_lib.lua
-// (mint, minted, keepcounter, nowms, the writers' queue, checktoken), in
-// which it writes the default fence retention, in front when it calls one
-// of them. go-redis runs it with EVALSHA and falls back to EVAL on NOSCRIPT,
+// it calls (mint, minted, keepcounter, nowms, the writers' queue,
+// checktoken...; internal/luasrc picks them) in front, the default fence
+// retention written in. go-redis runs it with EVALSHA and falls back to EVAL on NOSCRIPT,
 // so a SCRIPT FLUSH, a restart or a failover to a node with an empty
 // script cache costs one extra round trip, never an error.
 func newScript(name string) *redis.Script {
