@@ -224,35 +224,14 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 // read is Leader: inspect.lua on every node, judged by quorum as Inspect
 // does.
 func (e *Election) read(ctx context.Context) (Leader, error) {
-	c := e.c
-	if err := ctx.Err(); err != nil {
-		return Leader{}, err
-	}
-	if c.life.isClosing() {
-		return Leader{}, ErrClosed
-	}
-	keys := []string{e.key, e.key + fenceSuffix, e.key + metaSuffix, e.key + readersSuffix}
-	ch, err := c.pool.fanOut(context.WithoutCancel(ctx), c.pool.nodes, e.timeout, e.timeout, func(ctx context.Context, n *node, _ Client) reply {
-		if err := c.pool.ids.identify(ctx, n); err != nil {
-			return reply{err: err}
-		}
-		return inspectOn(ctx, n, keys)
-	})
+	h, rs, err := inspectKey(ctx, e.c, "leader", e.name, e.key, e.timeout)
 	if err != nil {
 		return Leader{}, err
-	}
-	rs, interrupted := gather(ch, c.pool.nodes, time.Now().Add(e.timeout), ctx.Done(), func(rs []reply) bool {
-		_, decided := judge(c.pool, rs)
-		return decided
-	})
-	h, decided := judge(c.pool, rs)
-	if !decided || interrupted {
-		return Leader{}, c.pool.shortOf("leader", e.name, c.pool.count(rs), "", ctxErrIf(ctx, interrupted))
 	}
 	if !h.Held || h.Owner == "" || strings.HasPrefix(h.Owner, reservedPrefix) {
 		return Leader{}, &opError{msg: fmt.Sprintf("redlock: election %q: no leader", e.name), sentinel: ErrNoLeader}
 	}
-	return Leader{Value: h.Metadata, Term: termOf(c.pool, rs, h.Owner), TTL: h.TTL}, nil
+	return Leader{Value: h.Metadata, Term: termOf(e.c.pool, rs, h.Owner), TTL: h.TTL}, nil
 }
 
 // termOf is the fencing token of the lock owner holds: the largest counter

@@ -92,25 +92,31 @@ func inspect(ctx context.Context, c *core, name string) (Holder, error) {
 	if name == "" {
 		return Holder{}, errors.New("redlock: empty lock name")
 	}
+	h, _, err := inspectKey(ctx, c, "inspect", name, lockKey(c.cfg.prefix, name), c.cfg.timeout(c.cfg.ttl))
+	return h, err
+}
+
+// inspectKey runs inspect.lua for the lock key key on every node and judges
+// the replies by quorum (judge): the holder, and the replies it was judged
+// from. op and name head the error of a round that reached too few nodes.
+func inspectKey(ctx context.Context, c *core, op, name, key string, timeout time.Duration) (Holder, []reply, error) {
 	if err := ctx.Err(); err != nil {
-		return Holder{}, err
+		return Holder{}, nil, err
 	}
 	if c.life.isClosing() {
-		return Holder{}, ErrClosed
+		return Holder{}, nil, ErrClosed
 	}
-	key := lockKey(c.cfg.prefix, name)
 	keys := []string{key, key + fenceSuffix, key + metaSuffix, key + readersSuffix}
-	timeout := c.cfg.timeout(c.cfg.ttl)
 	// Detached, as every call of the core: gather stops waiting when ctx
 	// ends, and the read left behind is bounded by the node timeout.
-	ch, err := c.pool.fanOut(context.WithoutCancel(ctx), c.pool.nodes, timeout, timeout, func(ctx context.Context, n *node, cl Client) reply {
+	ch, err := c.pool.fanOut(context.WithoutCancel(ctx), c.pool.nodes, timeout, timeout, func(ctx context.Context, n *node, _ Client) reply {
 		if err := c.pool.ids.identify(ctx, n); err != nil {
 			return reply{err: err}
 		}
 		return inspectOn(ctx, n, keys)
 	})
 	if err != nil {
-		return Holder{}, err
+		return Holder{}, nil, err
 	}
 	rs, interrupted := gather(ch, c.pool.nodes, time.Now().Add(timeout), ctx.Done(), func(rs []reply) bool {
 		_, decided := judge(c.pool, rs)
@@ -118,10 +124,9 @@ func inspect(ctx context.Context, c *core, name string) (Holder, error) {
 	})
 	h, decided := judge(c.pool, rs)
 	if decided && !interrupted {
-		return h, nil
+		return h, rs, nil
 	}
-	t := c.pool.count(rs)
-	return Holder{}, c.pool.shortOf("inspect", name, t, "", ctxErrIf(ctx, interrupted))
+	return Holder{}, rs, c.pool.shortOf(op, name, c.pool.count(rs), "", ctxErrIf(ctx, interrupted))
 }
 
 // inspectOn runs inspect.lua on one node.
