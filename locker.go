@@ -33,10 +33,10 @@ type Locker struct{ c *core }
 // and a call with a ctx that nothing cancels runs inline in the caller's
 // goroutine. With ContextTimeoutEnabled (any client kind) the ctx deadline
 // bounds it. On a plain *redis.Client without it (go-redis's defaults: 3s
-// read timeout) the Locker's scripts (and pipelines) still go through the client, and so
-// through all its hooks, and a hook the Locker adds to the client (it
-// changes nothing else) hands them to a clone of the client whose socket
-// timeouts are the node timeout (redis.Client.WithTimeout: the same
+// read timeout) the Locker's scripts and pipelines still go through the
+// client, and so through all its hooks, and a hook the Locker adds to the
+// client (it changes nothing else) hands them to a clone of the client
+// whose socket timeouts are the node timeout (redis.Client.WithTimeout: the same
 // connection pool). Other clients (Ring, ClusterClient without
 // ContextTimeoutEnabled) run each call in a goroutine that the Locker stops
 // waiting for at the deadline. Either way the client's hooks see every
