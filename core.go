@@ -25,6 +25,7 @@ type core struct {
 
 	names *heldNames
 	waits *waiters // the local queues of waiting Lock calls (queue.go), woken by pub/sub (pubsub.go)
+	track *tracker // hears outside changes of held keys (track.go); nil without tracking
 
 	closed chan struct{} // closed when Close returns: a second Close waits for it
 
@@ -128,6 +129,7 @@ func newCore(clients []Client, opts []Option) (*core, error) {
 		held:   make(map[*Lock]struct{}),
 	}
 	c.cfg.ttlBoxed = ttlMillis(cfg.ttl)
+	c.cfg.sharded = allClusters(clients)
 	c.names = &heldNames{n: make(map[string]int)}
 	for i, cl := range clients {
 		if isNil(cl) {
@@ -143,10 +145,19 @@ func newCore(clients []Client, opts []Option) (*core, error) {
 	}
 	p.ids.nodes = p.nodes
 	c.waits = newWaiters(c.names)
-	c.waits.ps = newPubsub(p.nodes, p.quorum, life, cfg.logger, c.waits)
+	c.waits.ps = newPubsub(p.nodes, p.quorum, life, cfg.logger, c.waits, c.cfg.sharded)
+	start := time.Now()
+	if !cfg.noTracking {
+		c.track = newTracker(p.nodes, cfg.prefix, life, cfg.logger, c.verify)
+	}
 	if err := p.ids.warmUp(life, cfg.timeout(cfg.ttl)); err != nil {
+		c.track.close()
+		life.stop()
+		waitUntil(&life.wg, time.Now().Add(warmUpLimit))
 		return nil, err
 	}
+	// Armed before the first lock, so that no lock's path carries it.
+	c.track.ready(start.Add(max(warmUpLimit, cfg.timeout(cfg.ttl))))
 	c.wd = newWatchdog(c)
 	c.exp = newExpiry()
 	return c, nil
@@ -197,6 +208,9 @@ func (c *core) abandon(l *Lock) { c.pool.releaseInBackground(context.Background(
 // tells the observer, the log and Do.
 func (c *core) ended(l *Lock, to lockState) {
 	c.forget(l)
+	if to != stateReleased {
+		c.track.unwatch(l) // a release unwatches once it has answered (unlock)
+	}
 	fns, cause, maxHold := l.ending()
 	noteEnd(l, to, cause)
 	if to == stateFailed {
@@ -263,6 +277,7 @@ func (c *core) close() error {
 	}
 	c.pool.batch(context.Background(), live, nil, deadline, nil, nil, nil)
 	c.waits.close()
+	c.track.close()
 	c.exp.stop()
 
 	c.life.stop()
@@ -370,7 +385,13 @@ func (c *core) attempt(ctx context.Context, a *acquisition) (*Lock, verdict, err
 	}
 	l := a.newLock(c, len(c.pool.nodes))
 	at := attempt{p: c.pool, l: l, cfg: a.cfg, timeout: a.cfg.timeout(a.cfg.ttl)}
+	c.track.watch(l)
+	c.track.expect(l)
 	granted, err := at.run(ctx, a.cfg.ttlArg(), a.waitID(l))
+	c.track.settle(l, granted)
+	if !granted {
+		c.track.unwatch(l)
+	}
 	if err != nil {
 		return nil, verdict{hint: -1, permanent: true}, join(notObtained(a.name), err)
 	}
@@ -406,6 +427,7 @@ type verdict struct {
 func (c *core) unlock(ctx context.Context, l *Lock) error {
 	changed, wasLost := l.release()
 	if changed {
+		defer c.track.retire(l)
 		c.ended(l, stateReleased)
 		if kinds[l.kind].handsOff && len(c.pool.nodes) == 1 {
 			// A goroutine of ours waits for the name: release and grant
@@ -423,7 +445,13 @@ func (c *core) unlock(ctx context.Context, l *Lock) error {
 	// yet. The release usually overtakes nothing and frees the name at once;
 	// if it does overtake the acquire, the acquire's call releases its own
 	// grant when it arrives (settle).
+	if changed {
+		c.track.expect(l) // l stays watched: its release is its own write
+	}
 	rs := c.pool.releaseOn(ctx, l, c.pool.nodes, l.timeout, c.pool.settled)
+	if changed {
+		c.track.settle(l, c.pool.count(rs).ok > 0)
+	}
 	if !changed {
 		// A lost lock may still have our key on some node; the release above
 		// cleared it, but the lock was not held.
@@ -441,7 +469,9 @@ func (c *core) extend(ctx context.Context, l *Lock, ttl time.Duration) error {
 	}
 	t1 := time.Now()
 	until := validUntil(t1, ttl, l.driftFactor)
+	c.track.expect(l)
 	rs, interrupted, err := c.pool.extend(ctx, l, ttl, earliest(t1.Add(l.timeout), until))
+	c.track.settle(l, true)
 	if err != nil {
 		return err
 	}
@@ -467,6 +497,39 @@ func (c *core) extend(ctx context.Context, l *Lock, ttl time.Duration) error {
 	default:
 		return c.pool.shortOf("extend", l.name, t, " within validity; the lock stays held until its current Until", ctxErrIf(ctx, interrupted))
 	}
+}
+
+// verify reads a lock that the tracker heard changed from outside (the
+// pttl scripts on every node); later: it is still being acquired, to be
+// read once it is held: one no longer ours on so many nodes that a
+// quorum is out of reach is lost now, taken when every refusing node holds
+// another owner's value, else deleted (or quorum on a mix). A read that
+// fails decides nothing: the renewals go on.
+func (c *core) verify(l *Lock) (later bool) {
+	switch {
+	case l.is(stateAcquiring):
+		return true
+	case !l.is(stateHeld):
+		return false
+	}
+	rs, _, err := c.pool.leases(context.Background(), l)
+	if err != nil {
+		return false
+	}
+	t := c.pool.count(rs)
+	if !c.pool.impossible(t.no) {
+		return false
+	}
+	taken := 0
+	for _, r := range rs {
+		if r.err == nil && r.val == replyOthers {
+			taken++
+		}
+	}
+	if l.lose(refusalReason(t.no, taken, 0), nil) && t.ok > 0 {
+		c.abandon(l) // the nodes still holding it must not keep the name
+	}
+	return false
 }
 
 // remaining is l's lease on the server (engine: Lock.TTL).

@@ -142,6 +142,7 @@ package redlock
 //	            the hand-off to a local waiter                handoff.go
 //	            waiters: local FIFO, reservations             queue.go
 //	              <- pubsub: connections, trust (listener)    pubsub.go
+//	            tracker: outside changes of held keys         track.go
 //	            watchdog + loss clock on one heap type        watchdog.go, renew.go (batched rounds)
 //	I/O       pool: the nodes, ONE quorum round (fan-out or   pool.go
 //	          inline call, gather, tally, verdict, the one

@@ -31,7 +31,13 @@ func (h handOff) run(ctx context.Context) (done bool, err error) {
 		return false, nil
 	}
 	nl := (&acquisition{kind: kindExclusive, name: w.name, tag: l.Key(), channel: l.channel, cfg: w.cfg}).newLock(c, len(c.pool.nodes))
+	c.track.watch(nl)
+	c.track.expect(nl)
 	r, until, err := h.call(ctx, nl)
+	c.track.settle(nl, err == nil && r.ok)
+	if err != nil || !r.ok {
+		c.track.unwatch(nl)
+	}
 	if err != nil {
 		c.waits.unreserve(l.channel, w, true)
 		return false, nil

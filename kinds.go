@@ -163,7 +163,7 @@ func exclusiveAcquire(l *Lock, ttl, fence, floor any, wait string) (*redis.Scrip
 }
 
 func exclusiveRelease(l *Lock, _ int, _ time.Duration) (*redis.Script, []string, []any) {
-	return scriptRelease, releaseKeys(l), releaseArgs(l)
+	return sharded(scriptRelease, l.sharded), releaseKeys(l), releaseArgs(l)
 }
 
 // fenceKeys is an exclusive lock's fence counter, as raise.lua's KEYS.
@@ -215,7 +215,7 @@ func releaseArgv(l *Lock) []any {
 	}
 	b := l.boxed
 	if b.key == nil {
-		return evalArgs(scriptRelease, releaseKeys(l), releaseArgs(l))
+		return evalArgs(sharded(scriptRelease, l.sharded), releaseKeys(l), releaseArgs(l))
 	}
 	ttl := l.leaseTTL()
 	lease := b.lease
@@ -223,7 +223,7 @@ func releaseArgv(l *Lock) []any {
 		lease = ttlMillis(ttl) // extended to another lease
 	}
 	argv := make([]any, 0, 9)
-	argv = append(argv, "evalsha", scriptSources[scriptRelease].sha, 2, b.key, l.keys[3], b.owner, lease)
+	argv = append(argv, "evalsha", scriptSources[sharded(scriptRelease, l.sharded)].sha, 2, b.key, l.keys[3], b.owner, lease)
 	if l.timeout != defaultNodeTimeout(ttl) {
 		argv = append(argv, ttlMillis(l.timeout))
 	}
@@ -280,11 +280,11 @@ func permitAcquire(l *Lock, ttl, fence, _ any, _ string) (*redis.Script, []strin
 // readRelease and permitRelease are zrelease.lua's call; its last argument
 // says whether the release wakes waiting writers (a read hold) or not.
 func readRelease(l *Lock, _ int, _ time.Duration) (*redis.Script, []string, []any) {
-	return scriptZRelease, l.keys[:2], []any{l.owner, l.channel, ttlMillis(l.leaseTTL()), "1"}
+	return sharded(scriptZRelease, l.sharded), l.keys[:2], []any{l.owner, l.channel, ttlMillis(l.leaseTTL()), "1"}
 }
 
 func permitRelease(l *Lock, _ int, _ time.Duration) (*redis.Script, []string, []any) {
-	return scriptZRelease, l.keys[:3], []any{l.owner, l.channel, ttlMillis(l.leaseTTL()), "0"}
+	return sharded(scriptZRelease, l.sharded), l.keys[:3], []any{l.owner, l.channel, ttlMillis(l.leaseTTL()), "0"}
 }
 
 func readExtend(l *Lock, _ int, ttl time.Duration) (*redis.Script, []string, []any) {
@@ -311,7 +311,7 @@ func multiAcquire(l *Lock, ttl, fence, floor any, _ string) (*redis.Script, []st
 }
 
 func multiRelease(l *Lock, p int, _ time.Duration) (*redis.Script, []string, []any) {
-	return scriptMultiRelease, l.multi.rel[p], []any{l.owner, channelSuffix, ttlMillis(l.leaseTTL()), ttlMillis(l.timeout)}
+	return sharded(scriptMultiRelease, l.sharded), l.multi.rel[p], []any{l.owner, channelSuffix, ttlMillis(l.leaseTTL()), ttlMillis(l.timeout)}
 }
 
 func multiExtend(l *Lock, p int, ttl time.Duration) (*redis.Script, []string, []any) {
@@ -379,12 +379,14 @@ func foldExtend(acc, v int64, first bool) int64 {
 	return replyOK
 }
 
-// foldPTTL combines remaining leases: gone if any part is, else the
-// shortest (-1, no expiry, outlasts every lease).
+// foldPTTL combines remaining leases: another owner's if any part is, gone
+// if any part is, else the shortest (-1, no expiry, outlasts every lease).
 func foldPTTL(acc, v int64, first bool) int64 {
 	switch {
 	case first:
 		return v
+	case acc == replyOthers || v == replyOthers:
+		return replyOthers
 	case acc == replyNotOurs || v == replyNotOurs:
 		return replyNotOurs
 	case acc < 0:
@@ -421,6 +423,7 @@ func (a *acquisition) newLock(eng engine, nodes int) *Lock {
 		kind:          a.kind,
 		fencing:       cfg.fencing,
 		autoRenew:     cfg.autoRenew,
+		sharded:       cfg.sharded,
 		driftFactor:   cfg.driftFactor,
 		renewInterval: cfg.renewInterval,
 		timeout:       cfg.timeout(cfg.ttl),

@@ -58,6 +58,7 @@ type Lock struct {
 	boxed     boxedArgs
 	fencing   bool
 	autoRenew bool
+	sharded   bool       // its core's nodes are Clusters: its releases publish with SPUBLISH
 	kind      lockKind   // what it holds: the scripts that release and extend it (kinds.go)
 	multi     *multiKeys // the names and keys of a multi-name lock (LockAll), else nil
 	permits   int        // a permit's Semaphore size (sem_acquire.lua), else 0
@@ -108,8 +109,9 @@ type Lock struct {
 	acquired time.Time
 	onEnds   []func(cause error)
 
-	renewal slot // in the watchdog's heap, guarded by its mutex
-	loss    slot // in the loss clock's heap, guarded by its mutex
+	renewal slot      // in the watchdog's heap, guarded by its mutex
+	loss    slot      // in the loss clock's heap, guarded by its mutex
+	trk     lockTrack // credits for its own writes (track.go)
 }
 
 // outcome is how one node answered a lock's acquire call.
@@ -207,7 +209,9 @@ func (l *Lock) Until() time.Time {
 // machine); even then the rest of the drift allowance lies between Until
 // and the earliest moment the server can grant the name to anyone else.
 // [Lock.Err] is exact: it compares the clock with Until whenever it is
-// called.
+// called. A key deleted, overwritten, evicted or flushed by someone else
+// closes Done within milliseconds when the Locker or Redlock has its
+// tracking connection ([WithLossTracking]), else at the next renewal.
 func (l *Lock) Done() <-chan struct{} {
 	if l == nil {
 		return closedChan

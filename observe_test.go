@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -48,14 +49,20 @@ func TestObserverSequence(t *testing.T) {
 	assert.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
 
 	// How many renewals fall between the other events depends on the
-	// machine's speed: drop the successful ones, checked above.
-	assert.Equal(t, []string{
+	// machine's speed: drop the successful ones, checked above. The
+	// tracking connection hears the theft at once; only a renewal already
+	// on its way comes first and reports it.
+	seq := withoutRenewals(rec.events("obs-life"))
+	want := []string{
 		"acquire:obs-life:acquired",
 		"acquire:obs-life:contended",
-		"renew:obs-life:err",
 		"loss:obs-life:taken",
 		"release:obs-life",
-	}, withoutRenewals(rec.events("obs-life")))
+	}
+	if slices.Contains(seq, "renew:obs-life:err") {
+		want = slices.Insert(want, 2, "renew:obs-life:err")
+	}
+	assert.Equal(t, want, seq)
 	assert.Equal(t, "renew:obs-life:ok", rec.events("obs-life")[1], "first event after the acquisition")
 
 	rec.mu.Lock()

@@ -101,7 +101,7 @@ func (o *obtaining) unwait(ctx context.Context) {
 	keys := []string{a.tag + writersSuffix, a.tag}
 	timeout := a.cfg.timeout(a.cfg.ttl)
 	call := func(ctx context.Context, n *node, cl Client) reply {
-		return reply{err: scriptUnwait.Run(ctx, cl, keys, a.ww.id, a.channel, ttlMillis(timeout)).Err()}
+		return reply{err: sharded(scriptUnwait, a.cfg.sharded).Run(ctx, cl, keys, a.ww.id, a.channel, ttlMillis(timeout)).Err()}
 	}
 	if _, _, err := p.round(detached(ctx), p.nodes, timeout, timeout, call, time.Now().Add(timeout), nil, never); err != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)

@@ -32,6 +32,8 @@ type config struct {
 	replicas      int           // 0: no WAIT
 	ackTimeout    time.Duration // WAIT's timeout when replicas > 0
 	retention     time.Duration // fence counters' life after a grant (WithFenceRetention)
+	noTracking    bool          // WithLossTracking(false)
+	sharded       bool          // every node is a Cluster: publish with SPUBLISH (set by newCore)
 	ttlBoxed      any           // ttlMillis of the core's TTL, boxed once (see ttlArg)
 }
 
@@ -242,6 +244,18 @@ func WithLogger(l *slog.Logger) Option {
 		c.logger = l
 	}
 }
+
+// WithLossTracking turns off (false) or on the tracking connection that
+// lets a Locker or Redlock hear at once that a held lock's key was changed
+// by someone else (deleted, overwritten, flushed, evicted): one connection
+// per node, opened by the constructor, on which the server pushes the names
+// of changed keys under the key prefix (CLIENT TRACKING in broadcast mode).
+// Default on, for a *redis.Client (standalone or Sentinel) on a server that
+// allows CLIENT TRACKING; a Cluster or Ring client, or a server that refuses
+// it, finds such a loss at the next renewal. Without it, or per call, loss
+// is found by renewals only. Given per call it has no effect: the
+// connection is the constructor's. See "Hearing a loss" in SAFETY.md.
+func WithLossTracking(on bool) Option { return func(c *config) { c.noTracking = !on } }
 
 // with returns a copy of c with opts applied and validated.
 func (c config) with(opts []Option) (config, error) {

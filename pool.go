@@ -591,6 +591,18 @@ func ackPipeline(ctx context.Context, cl Client, key string) (redis.Pipeliner, e
 	return cl.Pipeline(), nil
 }
 
+// allClusters reports that every client is a *redis.ClusterClient: the
+// releases then publish with SPUBLISH (sharded pub/sub), which keeps each
+// message on the shard of its channel's slot, and waiters SSUBSCRIBE.
+func allClusters(clients []Client) bool {
+	for _, cl := range clients {
+		if _, ok := cl.(*redis.ClusterClient); !ok {
+			return false
+		}
+	}
+	return len(clients) > 0
+}
+
 // keyRouted reports a client whose pipelines spread over several servers by
 // key, so that one WAIT per pipeline does not cover every script in it.
 func keyRouted(cl Client) bool {
@@ -1042,14 +1054,10 @@ func releaseOnce(ctx context.Context, n *node, l *Lock) {
 
 // remaining is Lock.TTL (engine).
 func (p *pool) remaining(ctx context.Context, l *Lock) (time.Duration, error) {
-	ch, err := p.fanOut(ctx, p.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node, cl Client) reply {
-		v, err := runParts(ctx, cl, l, kinds[l.kind].pttl, 0, foldPTTL)
-		return reply{ok: err == nil && v != replyNotOurs, val: v, err: err}
-	})
+	rs, interrupted, err := p.leases(ctx, l)
 	if err != nil {
 		return 0, err
 	}
-	rs, interrupted := gather(ch, p.nodes, time.Now().Add(l.timeout), ctx.Done(), never)
 	t := p.count(rs)
 	if t.ok >= p.quorum {
 		var ttls []time.Duration
@@ -1078,6 +1086,24 @@ func (p *pool) remaining(ctx context.Context, l *Lock) (time.Duration, error) {
 	return 0, p.shortOf("TTL of", l.name, t, "", ctxErrIf(ctx, interrupted))
 }
 
+// leases reads l's lease on every node (the pttl scripts): each reply's val
+// is a lease in ms (-1: no expiry), or replyNotOurs (gone) or replyOthers
+// (another owner's, or a key of another type) with ok false.
+func (p *pool) leases(ctx context.Context, l *Lock) (rs []reply, interrupted bool, err error) {
+	ch, err := p.fanOut(ctx, p.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node, cl Client) reply {
+		v, err := runParts(ctx, cl, l, kinds[l.kind].pttl, 0, foldPTTL)
+		if redis.HasErrorPrefix(err, "WRONGTYPE") {
+			v, err = replyOthers, nil // a value of another type where the set of holds was
+		}
+		return reply{ok: err == nil && v != replyNotOurs && v != replyOthers, val: v, err: err}
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	rs, interrupted = gather(ch, p.nodes, time.Now().Add(l.timeout), ctx.Done(), never)
+	return rs, interrupted, nil
+}
+
 // releaseCall runs the release script of l: release.lua by argv (from
 // releaseArgv), or, for the kinds with no argv, their own script.
 func releaseCall(ctx context.Context, cl Client, l *Lock, argv []any) reply {
@@ -1085,7 +1111,7 @@ func releaseCall(ctx context.Context, cl Client, l *Lock, argv []any) reply {
 		v, err := runParts(ctx, cl, l, kinds[l.kind].release, 0, foldRelease)
 		return releaseReply(l, v, err)
 	}
-	v, err := runEval(ctx, cl, scriptRelease, argv).Int64()
+	v, err := runEval(ctx, cl, sharded(scriptRelease, l.sharded), argv).Int64()
 	return releaseReply(l, v, err)
 }
 

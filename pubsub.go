@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"maps"
 	"slices"
@@ -13,8 +14,9 @@ import (
 )
 
 // The pub/sub transport that wakes waiting Lock calls: one connection per
-// node (per channel on a Ring, which shards channels like keys), and
-// whether release messages can be trusted. It hands what it hears to the
+// node (per channel on a Ring, which shards channels like keys, and on a
+// Cluster, where releases use sharded pub/sub: SSUBSCRIBE on the shard that
+// owns the channel's slot), and whether release messages can be trusted. It hands what it hears to the
 // local queue (queue.go) through the listener interface, and holds no
 // pointer back to the core.
 
@@ -25,6 +27,10 @@ type pubsub struct {
 	life   *lifecycle
 	logger *slog.Logger
 	sink   listener
+	// sharded: the nodes are Clusters, whose releases publish with SPUBLISH
+	// (scripts.go's sharded twins); waiters SSUBSCRIBE, one connection per
+	// channel, and follow the channel's slot when it moves.
+	sharded bool
 
 	mu     sync.Mutex
 	subs   []*nodeSubs // one per node, nil until the first waiter
@@ -50,8 +56,19 @@ type listener interface {
 	missedAll()                       // the connections are re-homed: messages may have been missed
 }
 
-func newPubsub(nodes []*node, quorum int, life *lifecycle, logger *slog.Logger, sink listener) *pubsub {
-	return &pubsub{nodes: nodes, quorum: quorum, life: life, logger: logger, sink: sink, heard: make(map[string]int)}
+func newPubsub(nodes []*node, quorum int, life *lifecycle, logger *slog.Logger, sink listener, sharded bool) *pubsub {
+	return &pubsub{nodes: nodes, quorum: quorum, life: life, logger: logger, sink: sink, sharded: sharded, heard: make(map[string]int)}
+}
+
+// shardSubscriber is what a client needs for sharded pub/sub
+// (*redis.ClusterClient has it).
+type shardSubscriber interface {
+	SSubscribe(ctx context.Context, channels ...string) *redis.PubSub
+}
+
+// stateReloader is a Cluster client's way to learn where slots moved.
+type stateReloader interface {
+	ReloadState(ctx context.Context)
 }
 
 // close ends the connections' goroutines, which close the connections; it
@@ -84,17 +101,23 @@ type nodeSubs struct {
 	kick chan struct{} // buffered 1: ops were added
 
 	// Owned by run.
-	main     *subConn            // all channels, except on a Ring
-	perChan  map[string]*subConn // a Ring: one connection per channel
-	channels map[string]bool     // subscribed now
+	main    *subConn            // all channels, except on a Ring or sharded
+	perChan map[string]*subConn // a Ring, or sharded: one connection per channel
+	// legacy: sharded, but the server has no SSUBSCRIBE (before 7.0), so
+	// the scripts fell back to PUBLISH: SUBSCRIBE.
+	legacy   bool
+	channels map[string]bool // subscribed now
 	rehomed  time.Time
 }
 
 // subConn is one pub/sub connection and the goroutine reading it.
 type subConn struct {
-	ps   *redis.PubSub
-	stop chan struct{} // closed when the connection is retired
-	up   bool          // owned by the reading goroutine
+	ps      *redis.PubSub
+	s       *nodeSubs
+	channel string        // a per-channel connection's channel, else ""
+	sharded bool          // subscribed with SSUBSCRIBE
+	stop    chan struct{} // closed when the connection is retired
+	up      bool          // owned by the reading goroutine
 }
 
 type subOpKind uint8
@@ -103,11 +126,13 @@ const (
 	opSubscribe subOpKind = iota
 	opUnsubscribe
 	opRehome
+	opReopen // a sharded channel's slot moved, or its shard refused it: subscribe anew where it lives now
 )
 
 type subOp struct {
 	kind    subOpKind
 	channel string
+	legacy  bool            // opReopen: the server has no SSUBSCRIBE
 	ack     chan<- struct{} // receives once sent (or failed); buffered to the node count
 }
 
@@ -234,7 +259,7 @@ func (s *nodeSubs) do(op subOp) {
 	switch op.kind {
 	case opSubscribe:
 		s.channels[op.channel] = true
-		if s.n.ring {
+		if s.n.ring || s.ps.sharded {
 			if s.perChan[op.channel] == nil {
 				s.perChan[op.channel] = s.open(ctx, op.channel)
 			}
@@ -272,6 +297,28 @@ func (s *nodeSubs) do(op subOp) {
 			s.retire(sc)
 			s.perChan[ch] = s.open(ctx, ch)
 		}
+	case opReopen:
+		sc := s.perChan[op.channel]
+		if sc == nil || !s.channels[op.channel] {
+			return // unsubscribed meanwhile
+		}
+		if op.legacy && !s.legacy {
+			s.legacy = true
+			s.ps.logger.Info("redlock: the server has no sharded pub/sub (SSUBSCRIBE); waiters use SUBSCRIBE", "node", s.n.idx)
+		}
+		s.retire(sc)
+		// Not sooner than a refusing shard's pause allows.
+		t := time.NewTimer(50 * time.Millisecond)
+		select {
+		case <-s.ps.life.closing:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if r, ok := s.n.client.(stateReloader); ok {
+			r.ReloadState(ctx)
+		}
+		s.perChan[op.channel] = s.open(ctx, op.channel)
 	}
 }
 
@@ -281,7 +328,16 @@ func (s *nodeSubs) open(ctx context.Context, channels ...string) *subConn {
 	if !s.ps.life.goCount(1) {
 		return nil
 	}
-	sc := &subConn{ps: s.n.client.Subscribe(ctx, channels...), stop: make(chan struct{})}
+	sc := &subConn{s: s, stop: make(chan struct{})}
+	if len(channels) == 1 && (s.n.ring || s.ps.sharded) {
+		sc.channel = channels[0]
+	}
+	if ss, ok := s.n.client.(shardSubscriber); ok && s.ps.sharded && !s.legacy {
+		sc.sharded = true
+		sc.ps = ss.SSubscribe(ctx, channels...)
+	} else {
+		sc.ps = s.n.client.Subscribe(ctx, channels...)
+	}
 	s.ps.down.Add(1) // until its first confirmed read
 	go s.ps.receive(sc)
 	return sc
@@ -331,6 +387,14 @@ func (ps *pubsub) receive(sc *subConn) {
 		msg, err := sc.ps.Receive(context.Background())
 		if err != nil {
 			setUp(false)
+			var rerr redis.Error
+			if sc.sharded && sc.channel != "" && errors.As(err, &rerr) {
+				// The shard refused SSUBSCRIBE: the slot moved (MOVED), or the
+				// server has no sharded pub/sub. Subscribe anew, after the
+				// pause below.
+				defer sc.s.push(subOp{kind: opReopen, channel: sc.channel, legacy: isUnknownCommand(err)})
+				return
+			}
 			// go-redis reconnects (and resubscribes) on the next call. Pause
 			// briefly so a node that refuses connections is not dialled in a
 			// tight loop.
@@ -348,8 +412,21 @@ func (ps *pubsub) receive(sc *subConn) {
 		}
 		switch m := msg.(type) {
 		case *redis.Subscription:
+			if m.Kind == "sunsubscribe" && sc.channel != "" {
+				// Not ours (a per-channel connection is closed, never
+				// unsubscribed): the channel's slot moved to another shard,
+				// which the server says this way. Releases meanwhile may be
+				// missed: heads poll until the channel is subscribed where
+				// it lives now.
+				setUp(false)
+				ps.mu.Lock()
+				ps.heard[m.Channel] = max(ps.heard[m.Channel]-1, 0)
+				ps.mu.Unlock()
+				sc.s.push(subOp{kind: opReopen, channel: m.Channel})
+				continue
+			}
 			setUp(true)
-			ps.confirmed(m.Channel, m.Kind == "subscribe")
+			ps.confirmed(m.Channel, m.Kind == "subscribe" || m.Kind == "ssubscribe")
 		case *redis.Message:
 			setUp(true)
 			ps.sink.dispatch(m.Channel, m.Payload)
@@ -392,3 +469,7 @@ func (ps *pubsub) trusted() bool {
 	ps.mu.Unlock()
 	return opened && ps.down.Load() == 0
 }
+
+// isUnknownCommand reports the server's answer to a command it does not
+// have ("ERR unknown command 'ssubscribe'..." before Redis 7.0).
+func isUnknownCommand(err error) bool { return redis.HasErrorPrefix(err, "unknown command") }

@@ -5,27 +5,29 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/redlockgo/redlock/internal/redistest"
 )
 
 // TestUncontendedLockSkipsPubSub: a Lock that gets the lock at once opens no
-// pub/sub connection and subscribes nothing.
+// pub/sub connection and subscribes nothing: the one subscription of a
+// Locker is its tracking connection's, made by NewLocker (track.go).
 func TestUncontendedLockSkipsPubSub(t *testing.T) {
 	srv := redistest.Start(t)
 	lk := newLocker(t, srv.Client(t))
+	subs := commandCalls(t, srv, "subscribe")
+	require.Equal(t, 1, subs, "SUBSCRIBE calls of NewLocker: its tracking connection")
 	ctx := context.Background()
 	for range 100 {
 		l, err := lk.Lock(ctx, "alone")
-		if err != nil {
-			t.Fatalf("Lock() = %v", err)
-		}
-		if err := l.Unlock(ctx); err != nil {
-			t.Fatalf("Unlock() = %v", err)
-		}
+		require.NoError(t, err)
+		require.NoError(t, l.Unlock(ctx))
 	}
-	if n := commandCalls(t, srv, "subscribe"); n != 0 {
-		t.Errorf("%d SUBSCRIBE calls for 100 uncontended Lock calls, want 0", n)
-	}
+	assert.Equal(t, subs, commandCalls(t, srv, "subscribe"), "SUBSCRIBE calls after 100 uncontended Lock calls")
+	channels, _ := srv.Do(t, "PUBSUB", "CHANNELS").([]any)
+	assert.Equal(t, []any{invalidateChannel}, channels, "channels with subscribers")
 }
 
 // TestWaitWakesOnRelease: a waiter sleeps through a long hold without

@@ -70,7 +70,7 @@ func releaseOwner(ctx context.Context, c *core, name, owner string) error {
 		if err := c.pool.ids.identify(ctx, n); err != nil {
 			return reply{err: err}
 		}
-		v, err := scriptRelease.Run(ctx, cl, keys, args...).Int64()
+		v, err := sharded(scriptRelease, c.cfg.sharded).Run(ctx, cl, keys, args...).Int64()
 		if err == nil && v == replyUnpublished {
 			c.cfg.logger.Warn("redlock: released, but the server refused to publish the release message; waiters wake by their timers", "name", name)
 		}
@@ -115,7 +115,7 @@ func releaseSetOwner(ctx context.Context, c *core, name, key, owner string, time
 			keys = append(keys, set.key+permitsSuffix)
 		}
 		ch, err := c.pool.fanOut(context.WithoutCancel(ctx), c.pool.nodes, timeout, timeout, func(ctx context.Context, n *node, cl Client) reply {
-			v, err := scriptZRelease.Run(ctx, cl, keys, owner, set.channel, 1, set.reads).Int64()
+			v, err := sharded(scriptZRelease, c.cfg.sharded).Run(ctx, cl, keys, owner, set.channel, 1, set.reads).Int64()
 			if err == nil && v == replyUnpublished {
 				c.cfg.logger.Warn("redlock: released, but the server refused to publish the release message; waiters wake by their timers", "name", name)
 			}

@@ -61,7 +61,7 @@ var (
 //	extend family (extend, multi_extend, zextend): replyOK, replyGone,
 //	  replyTaken, replyLate
 //	pttl family (pttl, multi_pttl, zpttl): a lease in ms (-1: no expiry),
-//	  or replyNotOurs
+//	  replyNotOurs, or (pttl, multi_pttl) replyOthers
 //	fence scripts: {replyOK}, {replyStale, mark}
 //	unwait: replyOK. raise and inspect answer values, never a code.
 //
@@ -117,6 +117,9 @@ const (
 	// replyPermits (sem_acquire): the live holders took their permits under
 	// another permit count, which the reply gives; not granted.
 	replyPermits = -7
+	// replyOthers (pttl, multi_pttl): the key holds another owner's value;
+	// their replyNotOurs then means it is gone.
+	replyOthers = -8
 )
 
 // replyCodes are the reply codes by the names the scripts use.
@@ -130,6 +133,7 @@ var replyCodes = map[string]int64{
 	"REPLY_WRITER_FIRST": replyWriterFirst,
 	"REPLY_STALE":        replyStale,
 	"REPLY_NOT_OURS":     replyNotOurs,
+	"REPLY_OTHERS":       replyOthers,
 	"REPLY_OOM":          replyOOM,
 	"REPLY_EXHAUSTED":    replyExhausted,
 	"REPLY_BAD_FENCE":    replyBadFence,
@@ -168,16 +172,51 @@ var scriptFS embed.FS
 // retention written in. go-redis runs it with EVALSHA and falls back to EVAL on NOSCRIPT,
 // so a SCRIPT FLUSH, a restart or a failover to a node with an empty
 // script cache costs one extra round trip, never an error.
+//
+// A script that publishes (publishto in _lib.lua) gets a sharded twin, the
+// same script with SPUBLISH, which Lock.script picks on a Cluster.
 func newScript(name string) *redis.Script {
+	s, publishes := assemble(name, "PUBLISH")
+	if publishes {
+		shardedTwin[s], _ = assemble(name, "SPUBLISH")
+	}
+	return s
+}
+
+// assemble builds one script with publishCmd as PUBLISH_COMMAND, and says
+// whether it publishes.
+func assemble(name, publishCmd string) (*redis.Script, bool) {
 	body := string(embedded(name))
 	lib := strings.ReplaceAll(string(embedded("_lib.lua")), "DEFAULT_FENCE_RETENTION_MS",
 		strconv.FormatInt(defaultFenceRetention.Milliseconds(), 10))
-	src, err := luasrc.Assemble(lib, body, constant)
+	publishes := false
+	src, err := luasrc.Assemble(lib, body, func(name string) (string, bool) {
+		if name == "PUBLISH_COMMAND" {
+			publishes = true
+			return strconv.Quote(publishCmd), true
+		}
+		return constant(name)
+	})
 	if err != nil {
 		panic("redlock: script " + name + ": " + err.Error()) // a build defect, not a runtime condition
 	}
 	s := redis.NewScript(src)
 	scriptSources[s] = scriptSource{sha: s.Hash(), body: src}
+	return s, publishes
+}
+
+// shardedTwin maps each script that publishes to its twin that publishes
+// with SPUBLISH (sharded pub/sub), for a core whose nodes are Clusters.
+// Filled at init, only read after.
+var shardedTwin = map[*redis.Script]*redis.Script{}
+
+// sharded returns s's sharded twin when on says so and s has one, else s.
+func sharded(s *redis.Script, on bool) *redis.Script {
+	if on {
+		if t := shardedTwin[s]; t != nil {
+			return t
+		}
+	}
 	return s
 }
 

@@ -176,6 +176,7 @@ func (w *watchdog) renew(due []*Lock) {
 			due[i].renewFailed(r.err, r.no > 0)
 			return
 		}
+		c.track.settle(due[i], true)
 		w.apply(due[i], ttls[i], t1, r)
 		due[i].io.Unlock()
 	}
@@ -184,6 +185,9 @@ func (w *watchdog) renew(due []*Lock) {
 			l.io.Unlock()
 		}
 		return
+	}
+	for _, l := range due {
+		c.track.expect(l)
 	}
 	moveOn := make(chan struct{})
 	go func() {

@@ -147,6 +147,20 @@ local function firstwaiter(lock)
   return nil
 end
 
+-- publishto(channel, message) publishes message on channel with
+-- PUBLISH_COMMAND: PUBLISH, or, in the scripts run on a Cluster, SPUBLISH,
+-- whose message stays on the shard that owns the channel's slot instead of
+-- crossing the cluster bus to every node. Where SPUBLISH fails (a server
+-- before 7.0) it falls back to PUBLISH. It returns the reply, an error table
+-- when the server refused it.
+local function publishto(channel, message)
+  local res = redis.pcall(PUBLISH_COMMAND, channel, message)
+  if PUBLISH_COMMAND ~= 'PUBLISH' and type(res) == 'table' and res.err then
+    res = redis.pcall('PUBLISH', channel, message)
+  end
+  return res
+end
+
 -- pass gives up lock, which the caller holds: to the first live waiting
 -- writer, for which it is reserved ("queued:<id>", for at most reserve ms)
 -- and woken alone by "w:<id>" on channel; or, with nobody queued, it frees
@@ -161,11 +175,11 @@ local function pass(lock, channel, released, reserve)
     if not id then break end
     if redis.call('DEL', q .. ':' .. id) == 1 then
       redis.call('SET', lock, PREFIX_RESERVED .. id, 'PX', reserve)
-      return redis.pcall('PUBLISH', channel, PREFIX_PASSED .. id)
+      return publishto(channel, PREFIX_PASSED .. id)
     end
   end
   redis.call('DEL', lock)
-  return redis.pcall('PUBLISH', channel, released)
+  return publishto(channel, released)
 end
 
 -- checktoken(mark, token) checks a fencing token (ARGV, a decimal string)

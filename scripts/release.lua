@@ -33,9 +33,9 @@
 -- reply would read "not held" instead of "already released", and the
 -- release itself would still stand.
 --
--- PUBLISH rather than SPUBLISH: it works on every server and on Cluster
--- (where it is broadcast over the cluster bus). Both keys, and the queue
--- keys pass derives from KEYS[1], share one hash tag.
+-- pass publishes with PUBLISH, or SPUBLISH on a Cluster (publish in
+-- _lib.lua). Both keys, the channel, and the queue keys pass derives from
+-- KEYS[1], share one hash tag, so SPUBLISH stays on the keys' shard.
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   local ttl = tonumber(ARGV[2])
   local res = pass(KEYS[1], KEYS[1] .. SUFFIX_CHANNEL, ARGV[1], math.min(tonumber(ARGV[3]) or math.min(math.max(math.floor(ttl / 10), 100), 1000), ttl))

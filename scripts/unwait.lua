@@ -20,6 +20,6 @@ redis.call('DEL', KEYS[1] .. ':' .. ARGV[1])
 if redis.call('GET', KEYS[2]) == PREFIX_RESERVED .. ARGV[1] then
   pass(KEYS[2], ARGV[2], ARGV[1], tonumber(ARGV[3] or 1000))
 elseif redis.call('EXISTS', KEYS[1]) == 0 and redis.call('EXISTS', KEYS[2]) == 0 then
-  redis.pcall('PUBLISH', ARGV[2], ARGV[1])
+  publishto(ARGV[2], ARGV[1])
 end
 return REPLY_OK

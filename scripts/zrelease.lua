@@ -37,7 +37,7 @@ if s then
       publish = redis.call('EXISTS', KEYS[1]) == 0
     end
     if publish then
-      local res = redis.pcall('PUBLISH', ARGV[2], ARGV[1])
+      local res = publishto(ARGV[2], ARGV[1])
       if type(res) == 'table' and res.err then return REPLY_UNPUBLISHED end
     end
     return REPLY_OK

@@ -17,11 +17,11 @@ import (
 var libFunc = regexp.MustCompile(`(?ms)^local function (\w+)\(.*?^end\n`)
 
 // constName finds the constants a script names.
-var constName = regexp.MustCompile(`\b(?:REPLY|SUFFIX|PREFIX)_[A-Z_]+\b`)
+var constName = regexp.MustCompile(`\b(?:REPLY|SUFFIX|PREFIX|PUBLISH)_[A-Z_]+\b`)
 
 // Assemble returns body with the functions of lib that it calls (and that
 // they call), in lib's order, in front, and each constant it names
-// (REPLY_..., SUFFIX_..., PREFIX_...) replaced by consts's text for it. A
+// (REPLY_..., SUFFIX_..., PREFIX_..., PUBLISH_...) replaced by consts's text for it. A
 // function a script defines is a closure made on every run, and the Lua
 // garbage it leaves is collected by the server's one thread: a script
 // carries only what it runs. A constant consts does not know is an error.

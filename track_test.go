@@ -1,0 +1,327 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlockgo/redlock/internal/redistest"
+)
+
+// heardWithin is the bound on the 90th percentile of how long after an
+// outside change a holder's Done closes (issue "signals": 250 ms).
+const heardWithin = 250 * time.Millisecond
+
+// heardAfter waits (bounded) for Done of each lock and returns how long
+// after since each closed; a lock whose Done does not close within limit
+// counts as limit.
+func heardAfter(t *testing.T, since time.Time, limit time.Duration, locks ...*Lock) []time.Duration {
+	t.Helper()
+	deadline := time.NewTimer(limit)
+	defer deadline.Stop()
+	got := make([]time.Duration, 0, len(locks))
+	for _, l := range locks {
+		select {
+		case <-l.Done():
+			got = append(got, time.Since(since))
+		case <-deadline.C:
+			t.Errorf("Done of %q not closed within %v of the change", l.Name(), limit)
+			return append(got, limit)
+		}
+	}
+	return got
+}
+
+// p90 is the 90th percentile of ds.
+func p90(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[(len(s)*9+9)/10-1]
+}
+
+// holdKind is one kind of hold, and the key an outsider changes to end it.
+type holdKind struct {
+	name string
+	hold func(ctx context.Context, lk *Locker, name string) (*Lock, error)
+	key  func(name string) string
+	// taken is the reason an outside SET of another value gives.
+	taken LossReason
+}
+
+var holdKinds = []holdKind{
+	{"lock", func(ctx context.Context, lk *Locker, name string) (*Lock, error) { return lk.TryLock(ctx, name) },
+		func(name string) string { return "{redlock:" + name + "}" }, LossTaken},
+	{"read hold", func(ctx context.Context, lk *Locker, name string) (*Lock, error) { return lk.TryRLock(ctx, name) },
+		func(name string) string { return "{redlock:" + name + "}:readers" }, LossTaken},
+	{"permit", func(ctx context.Context, lk *Locker, name string) (*Lock, error) {
+		s, err := lk.Semaphore(name, 3)
+		if err != nil {
+			return nil, err
+		}
+		return s.TryAcquire(ctx)
+	}, func(name string) string { return "{redlock:" + name + "}:sem" }, LossTaken},
+	{"multi-name", func(ctx context.Context, lk *Locker, name string) (*Lock, error) {
+		return lk.TryLockAll(ctx, []string{name + "-a", name})
+	}, func(name string) string { return "{redlock:" + name + "}" }, LossTaken},
+}
+
+// TestLossHeardAtOnce: an outside DEL, or SET of another value, of a held
+// key closes Done at once (p90 of 10 trials within 250 ms), with the reason,
+// for every kind of hold; the lease (30 s, renewed every 10 s) is far from
+// any renewal, so only the tracking connection can have told.
+func TestLossHeardAtOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	out := srv.Client(t)
+	lk := newLocker(t, srv.Client(t), WithTTL(30*time.Second))
+	ctx := context.Background()
+	changes := []struct {
+		name   string
+		change func(key string) error
+		reason func(k holdKind) LossReason
+	}{
+		{"DEL", func(key string) error { return out.Del(ctx, key).Err() }, func(holdKind) LossReason { return LossDeleted }},
+		{"SET of another value", func(key string) error { return out.Set(ctx, key, "someone-else", time.Minute).Err() },
+			func(k holdKind) LossReason { return k.taken }},
+	}
+	for _, k := range holdKinds {
+		for _, ch := range changes {
+			t.Run(k.name+"/"+ch.name, func(t *testing.T) {
+				var delays []time.Duration
+				for i := range 10 {
+					name := fmt.Sprintf("heard-%s-%d", strings.ReplaceAll(k.name+ch.name, " ", ""), i)
+					l, err := k.hold(ctx, lk, name)
+					require.NoError(t, err)
+					at := time.Now()
+					require.NoError(t, ch.change(k.key(name)))
+					delays = append(delays, heardAfter(t, at, 5*time.Second, l)...)
+					requireLoss(t, l.Err(), ch.reason(k))
+				}
+				assert.LessOrEqual(t, p90(delays), heardWithin, "p90 of %v", delays)
+			})
+		}
+	}
+}
+
+// TestLossHeardFlushAll: FLUSHALL under 100 holds of every kind closes
+// every Done at once, as deleted.
+func TestLossHeardFlushAll(t *testing.T) {
+	srv := redistest.Start(t)
+	out := srv.Client(t)
+	lk := newLocker(t, srv.Client(t), WithTTL(30*time.Second))
+	ctx := context.Background()
+	var locks []*Lock
+	for i := range 100 {
+		k := holdKinds[i%len(holdKinds)]
+		l, err := k.hold(ctx, lk, fmt.Sprintf("flush-%d", i))
+		require.NoError(t, err)
+		locks = append(locks, l)
+	}
+	at := time.Now()
+	require.NoError(t, out.FlushAll(ctx).Err())
+	delays := heardAfter(t, at, 5*time.Second, locks...)
+	for _, l := range locks {
+		requireLoss(t, l.Err(), LossDeleted)
+	}
+	assert.LessOrEqual(t, p90(delays), heardWithin, "p90 of %v", delays)
+}
+
+// TestLossHeardEviction: a held key evicted by maxmemory closes Done at
+// once, as deleted.
+func TestLossHeardEviction(t *testing.T) {
+	srv := redistest.Start(t, "--maxmemory-policy", "volatile-lru")
+	out := srv.Client(t)
+	lk := newLocker(t, srv.Client(t), WithTTL(30*time.Second))
+	ctx := context.Background()
+	var delays []time.Duration
+	for i := range 10 {
+		l, err := lk.TryLock(ctx, fmt.Sprintf("evicted-%d", i))
+		require.NoError(t, err)
+		// Only the lock's keys have an expiry, so volatile-lru can evict
+		// nothing else; a limit below what the server uses evicts them.
+		used := infoField(t, srv, "memory", "used_memory")
+		at := time.Now()
+		require.NoError(t, out.ConfigSet(ctx, "maxmemory", fmt.Sprint(used/2)).Err())
+		delays = append(delays, heardAfter(t, at, 5*time.Second, l)...)
+		requireLoss(t, l.Err(), LossDeleted)
+		require.NoError(t, out.ConfigSet(ctx, "maxmemory", "0").Err())
+		assert.Positive(t, infoField(t, srv, "stats", "evicted_keys"), "evicted keys")
+	}
+	assert.LessOrEqual(t, p90(delays), heardWithin, "p90 of %v", delays)
+}
+
+// TestLossHeardRedlock: on a Redlock, an outside DEL on one master of three
+// leaves the lock held; on a second (a majority no longer holds it) Done
+// closes at once.
+func TestLossHeardRedlock(t *testing.T) {
+	srvs := redistest.StartN(t, 3)
+	clients := make([]Client, len(srvs))
+	for i, s := range srvs {
+		clients[i] = s.Client(t)
+	}
+	rl, err := NewRedlock(clients, WithTTL(30*time.Second))
+	require.NoError(t, err)
+	t.Cleanup(func() { rl.Close() })
+	ctx := context.Background()
+	var delays []time.Duration
+	for i := range 10 {
+		name := fmt.Sprintf("heard-redlock-%d", i)
+		l, err := rl.TryLock(ctx, name)
+		require.NoError(t, err)
+		key := "{redlock:" + name + "}"
+		for _, s := range srvs {
+			// TryLock returns at a quorum; wait for the third grant too.
+			require.Eventually(t, func() bool { return s.Client(t).Exists(ctx, key).Val() == 1 }, 5*time.Second, time.Millisecond)
+		}
+		require.NoError(t, srvs[0].Client(t).Del(ctx, key).Err())
+		// A read of every master after the first DEL: the lock must stand.
+		_, err = l.TTL(ctx)
+		require.NoError(t, err, "TTL after one master of three lost the key")
+		require.NoError(t, l.Err(), "after one master of three lost the key")
+		at := time.Now()
+		require.NoError(t, srvs[1].Client(t).Del(ctx, key).Err())
+		delays = append(delays, heardAfter(t, at, 5*time.Second, l)...)
+		requireLoss(t, l.Err(), LossDeleted)
+	}
+	assert.LessOrEqual(t, p90(delays), heardWithin, "p90 of %v", delays)
+}
+
+// TestLossHeardAfterReconnect: a change made while the tracking connection
+// was down is found when it comes back, not at the next renewal.
+func TestLossHeardAfterReconnect(t *testing.T) {
+	srv := redistest.Start(t)
+	out := srv.Client(t)
+	lk := newLocker(t, srv.Client(t), WithTTL(30*time.Second))
+	ctx := context.Background()
+	l, err := lk.TryLock(ctx, "reconnect")
+	require.NoError(t, err)
+	// One step on the server: the tracking connection is killed, then the
+	// key deleted, before that connection can be back.
+	at := time.Now()
+	_, err = out.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.ClientKillByFilter(ctx, "TYPE", "pubsub")
+		p.Del(ctx, "{redlock:reconnect}")
+		return nil
+	})
+	require.NoError(t, err)
+	heardAfter(t, at, 2*time.Second, l)
+	requireLoss(t, l.Err(), LossDeleted)
+}
+
+// readHook counts the lease reads (the pttl scripts) sent through a client:
+// what the tracker sends to check a suspect lock.
+type readHook struct{ reads atomic.Int64 }
+
+func (h *readHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *readHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if args := cmd.Args(); len(args) > 1 && cmd.Name() == "evalsha" {
+			switch args[1] {
+			case scriptSources[scriptPTTL].sha, scriptSources[scriptZPTTL].sha, scriptSources[scriptMultiPTTL].sha:
+				h.reads.Add(1)
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *readHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestOwnWritesStayQuiet: a holder's own acquisitions, renewals, Extends,
+// hand-offs and releases, from goroutines contending for a few names, are
+// not taken for outside changes: no lock is lost and no lease is read.
+func TestOwnWritesStayQuiet(t *testing.T) {
+	srv := redistest.Start(t)
+	cl := srv.Client(t)
+	hook := &readHook{}
+	cl.AddHook(hook)
+	lk := newLocker(t, cl, WithTTL(300*time.Millisecond), WithRenewInterval(20*time.Millisecond))
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 20 {
+				l, err := lk.Lock(ctx, fmt.Sprintf("quiet-%d", i%3))
+				if !assert.NoError(t, err) {
+					return
+				}
+				assert.NoError(t, l.Extend(ctx, 300*time.Millisecond))
+				// Held across renewals of its own.
+				<-time.After(30 * time.Millisecond)
+				assert.NoError(t, l.Unlock(ctx), "goroutine %d round %d", g, i)
+			}
+		})
+	}
+	wg.Wait()
+	assert.Zero(t, hook.reads.Load(), "lease reads for own writes")
+}
+
+// TestTrackingAddsNoCommand: with tracking on, an uncontended TryLock+Unlock
+// sends exactly its two scripts (INFO commandstats): no lease read, no
+// tracking command; SUBSCRIBE is the tracking connection's one, at
+// NewLocker.
+func TestTrackingAddsNoCommand(t *testing.T) {
+	srv := redistest.Start(t)
+	subs := commandCalls(t, srv, "subscribe")
+	lk := newLocker(t, srv.Client(t))
+	require.Equal(t, subs+1, commandCalls(t, srv, "subscribe"), "SUBSCRIBE calls of NewLocker: its tracking connection")
+	ctx := context.Background()
+	srv.Do(t, "CONFIG", "RESETSTAT")
+	const pairs = 200
+	for range pairs {
+		l, err := lk.TryLock(ctx, "alone")
+		require.NoError(t, err)
+		require.NoError(t, l.Unlock(ctx))
+	}
+	// The scripts' own commands count too; the client sends only these.
+	calls := allCalls(t, srv)
+	for _, cmd := range []string{"evalsha", "eval", "subscribe", "client|tracking", "client|id"} {
+		want := 0
+		if cmd == "evalsha" {
+			want = 2 * pairs
+		}
+		assert.Equal(t, want, calls[cmd], "%s calls for %d uncontended pairs", cmd, pairs)
+	}
+}
+
+// allCalls reads how often the server ran each command (INFO commandstats).
+func allCalls(t testing.TB, srv *redistest.Server) map[string]int {
+	t.Helper()
+	calls := map[string]int{}
+	for _, line := range strings.Split(srv.Info(t, "commandstats"), "\n") {
+		name, rest, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(line), "cmdstat_"), ":calls=")
+		if !ok {
+			continue
+		}
+		n, err := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+		require.NoError(t, err, line)
+		calls[name] = n
+	}
+	return calls
+}
+
+// infoField reads one numeric field of an INFO section.
+func infoField(t testing.TB, srv *redistest.Server, section, field string) int64 {
+	t.Helper()
+	for _, line := range strings.Split(srv.Info(t, section), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			require.NoError(t, err, line)
+			return n
+		}
+	}
+	t.Fatalf("no %s in INFO %s", field, section)
+	return 0
+}
