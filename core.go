@@ -146,7 +146,6 @@ func newCore(clients []Client, opts []Option) (*core, error) {
 	p.ids.nodes = p.nodes
 	c.waits = newWaiters(c.names)
 	c.waits.ps = newPubsub(p.nodes, p.quorum, life, cfg.logger, c.waits, c.cfg.sharded)
-	start := time.Now()
 	if !cfg.noTracking {
 		c.track = newTracker(p.nodes, cfg.prefix, life, cfg.logger, c.verify)
 	}
@@ -156,8 +155,6 @@ func newCore(clients []Client, opts []Option) (*core, error) {
 		waitUntil(&life.wg, time.Now().Add(warmUpLimit))
 		return nil, err
 	}
-	// Armed before the first lock, so that no lock's path carries it.
-	c.track.ready(start.Add(max(warmUpLimit, cfg.timeout(cfg.ttl))))
 	c.wd = newWatchdog(c)
 	c.exp = newExpiry()
 	return c, nil
@@ -178,6 +175,7 @@ func (c *core) activate(l *Lock, token int64, until time.Time) error {
 	// lock held (and releases it) or refuses it above; never in between.
 	c.held[l] = struct{}{}
 	c.names.add(l.Key(), 1)
+	c.track.heldNow(l)
 	c.exp.set(l, l.hold(token, until))
 	c.mu.Unlock()
 	if l.autoRenew {

@@ -211,7 +211,8 @@ func (l *Lock) Until() time.Time {
 // [Lock.Err] is exact: it compares the clock with Until whenever it is
 // called. A key deleted, overwritten, evicted or flushed by someone else
 // closes Done within milliseconds when the Locker or Redlock has its
-// tracking connection ([WithLossTracking]), else at the next renewal.
+// tracking connection ([WithLossTracking]; open once a lock has been held
+// for 50 ms), else at the next renewal.
 func (l *Lock) Done() <-chan struct{} {
 	if l == nil {
 		return closedChan

@@ -248,8 +248,9 @@ func WithLogger(l *slog.Logger) Option {
 // WithLossTracking turns off (false) or on the tracking connection that
 // lets a Locker or Redlock hear at once that a held lock's key was changed
 // by someone else (deleted, overwritten, flushed, evicted): one connection
-// per node, opened by the constructor, on which the server pushes the names
-// of changed keys under the key prefix (CLIENT TRACKING in broadcast mode).
+// per node, open while a lock has been held for 50 ms or more (and 2 s
+// after), on which the server pushes the names of changed keys under the
+// key prefix (CLIENT TRACKING in broadcast mode).
 // Default on, for a *redis.Client (standalone or Sentinel) on a server that
 // allows CLIENT TRACKING; a Cluster or Ring client, or a server that refuses
 // it, finds such a loss at the next renewal. Without it, or per call, loss

@@ -15,18 +15,22 @@ import (
 )
 
 // Loss heard at once. Each node of a core whose client is a *redis.Client
-// (standalone or Sentinel-managed) gets one connection of its own that asks
-// the server to tell it of every change to a key under the library's prefix:
-// CLIENT TRACKING ON REDIRECT <itself> BCAST PREFIX "{<prefix>", then
-// SUBSCRIBE __redis__:invalidate, so that the server's invalidation messages
-// arrive as pub/sub messages (RESP2) on the same connection. Every change
-// to a key the core holds that is not one of its own writes makes the locks
-// on it suspect, and they are read at once (the pttl scripts): a lock that
-// is no longer ours on enough nodes is lost then, with the reason the read
-// found, instead of at its next renewal. A FLUSHALL (a message without
-// keys) and every (re)connection of the tracking connection make every held
-// lock suspect. Nothing is sent on a lock's own path: the tracking
-// connection is set up when the core is made.
+// (standalone or Sentinel-managed) may get one connection of its own that
+// asks the server to tell it of every change to a key under the library's
+// prefix: CLIENT TRACKING ON REDIRECT <itself> BCAST PREFIX "{<prefix>",
+// then SUBSCRIBE __redis__:invalidate, so that the server's invalidation
+// messages arrive as pub/sub messages (RESP2) on the same connection. The
+// connections open once a lock of the core has been held for armAfter, and
+// close after disarmAfter with none held: short critical sections never
+// open them (a BCAST connection hears every lock event under the prefix,
+// from every process, which costs the server a message per event), and
+// their own path sends nothing extra in any case. Every change to a key the
+// core holds that is not one of its own writes makes the locks on it
+// suspect, and they are read at once (the pttl scripts): a lock that is no
+// longer ours on enough nodes is lost then, with the reason the read found,
+// instead of at its next renewal. A FLUSHALL (a message without keys) and
+// every (re)connection of a tracking connection (its opening included:
+// changes before it were not heard) make every held lock suspect.
 //
 // Own writes are told apart by count: before each write to its key, a
 // lock gets a credit per node, and an invalidation of the key consumes a
@@ -49,6 +53,14 @@ const creditFor = 2 * time.Second
 // acquired is looked at again.
 const acquiringRecheck = 2 * time.Millisecond
 
+// armAfter is how long a lock must have been held for the tracking
+// connections to open, and disarmAfter how long they stay open with no lock
+// held.
+const (
+	armAfter    = 50 * time.Millisecond
+	disarmAfter = 2 * time.Second
+)
+
 // verifyBatch bounds the reads in flight when many locks are suspect at
 // once (a FLUSHALL under many holds).
 const verifyBatch = 16
@@ -61,14 +73,13 @@ type tracker struct {
 	verify func(*Lock) (later bool)
 	nodes  int
 	conns  []*trackConn
-	// on: some node's tracking connection is (or may get) armed, so the
-	// bookkeeping below is worth its cost.
-	on atomic.Bool
-	// started: the constructor stopped waiting for the connections; a
-	// first subscription confirmed after that may have missed changes.
-	started atomic.Bool
-	ctx     context.Context
-	cancel  context.CancelFunc
+	// on: some node's tracking connection may be armed, so the bookkeeping
+	// below is worth its cost.
+	on     atomic.Bool
+	armed  atomic.Bool   // the connections are open (the keeper's)
+	held   chan struct{} // buffered 1: a lock became held
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	mu      sync.Mutex
 	watched map[string]watchers
@@ -95,6 +106,7 @@ type lockTrack struct {
 	// invalidation comes (or its credit lapses), so that a next lock on
 	// the key does not take it for a change.
 	retired atomic.Bool
+	heldAt  atomic.Int64 // when it became held (UnixNano), 0 before
 }
 
 // creditNodes is how many nodes' credits a lockTrack counts.
@@ -110,24 +122,22 @@ func creditMask(n int) uint64 {
 
 // trackConn is one node's tracking connection.
 type trackConn struct {
-	t     *tracker
-	idx   int
-	cl    *redis.Client
-	ps    *redis.PubSub
-	ready chan struct{} // closed at the first confirmed SUBSCRIBE, or when tracking is given up
-
-	gone bool // tracking given up (t.mu)
+	t    *tracker
+	idx  int
+	cl   *redis.Client
+	ps   *redis.PubSub // while armed (the keeper's)
+	stop chan struct{} // closed when the armed connection is closed
+	gone atomic.Bool   // the server refused tracking: never armed again
 
 	mu     sync.Mutex
 	armErr error // the last OnConnect's error
 }
 
-// newTracker opens a tracking connection for each node whose client can
-// have one, and starts their readers; nil if none can. The connections
-// confirm (or give up) on ready.
+// newTracker prepares a tracking connection for each node whose client can
+// have one, and starts the keeper that opens them; nil if none can.
 func newTracker(nodes []*node, prefix string, life *lifecycle, logger *slog.Logger, verify func(*Lock) bool) *tracker {
 	t := &tracker{life: life, logger: logger, verify: verify, nodes: len(nodes), watched: map[string]watchers{},
-		suspect: map[*Lock]struct{}{}, kick: make(chan struct{}, 1)}
+		suspect: map[*Lock]struct{}{}, kick: make(chan struct{}, 1), held: make(chan struct{}, 1)}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	for _, n := range nodes {
 		base, ok := n.client.(*redis.Client)
@@ -136,7 +146,7 @@ func newTracker(nodes []*node, prefix string, life *lifecycle, logger *slog.Logg
 		}
 		t.conns = append(t.conns, newTrackConn(t, n.idx, base, "{"+prefix))
 	}
-	if len(t.conns) == 0 || !life.goCount(len(t.conns)+1) {
+	if len(t.conns) == 0 || !life.goCount(2) {
 		t.cancel()
 		for _, tc := range t.conns {
 			_ = tc.cl.Close()
@@ -145,20 +155,20 @@ func newTracker(nodes []*node, prefix string, life *lifecycle, logger *slog.Logg
 	}
 	t.on.Store(true)
 	go t.verifier()
-	for _, tc := range t.conns {
-		go tc.run()
-	}
+	go t.keeper()
 	return t
 }
 
 // newTrackConn makes the client of one node's tracking connection: the
 // node client's options (address, dialer, credentials, TLS; a Sentinel
-// client's dialer follows the master), RESP2, and the tracking command run
-// on every new connection before it subscribes.
+// client's dialer follows the master), RESP2, the name redlock-tracking,
+// and the tracking command run on every new connection before it
+// subscribes.
 func newTrackConn(t *tracker, idx int, base *redis.Client, prefix string) *trackConn {
-	tc := &trackConn{t: t, idx: idx, ready: make(chan struct{})}
+	tc := &trackConn{t: t, idx: idx}
 	opt := *base.Options()
 	opt.Protocol = 2
+	opt.ClientName = "redlock-tracking"
 	opt.PoolSize, opt.MinIdleConns, opt.MaxIdleConns = 1, 0, 0
 	prev := opt.OnConnect
 	opt.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
@@ -179,53 +189,151 @@ func newTrackConn(t *tracker, idx int, base *redis.Client, prefix string) *track
 		return err
 	}
 	tc.cl = redis.NewClient(&opt)
-	tc.ps = tc.cl.Subscribe(t.ctx) // connects in run
 	return tc
 }
 
-// ready waits until every tracking connection confirmed its subscription
-// or gave up, or deadline passes.
-func (t *tracker) ready(deadline time.Time) {
-	if t == nil {
-		return
-	}
-	defer t.started.Store(true)
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
-	for _, tc := range t.conns {
-		select {
-		case <-tc.ready:
-		case <-timer.C:
-			return
-		}
-	}
-}
-
-// close ends the readers and the verifier (Close waits for them with the
-// core's goroutines).
+// close ends the keeper, which closes the connections, and the verifier
+// (Close waits for them with the core's goroutines).
 func (t *tracker) close() {
 	if t == nil {
 		return
 	}
 	t.on.Store(false)
 	t.cancel()
-	for _, tc := range t.conns {
-		_ = tc.ps.Close()
-		_ = tc.cl.Close()
+}
+
+// heldNow records that l became held, for the keeper.
+func (t *tracker) heldNow(l *Lock) {
+	if t == nil || !t.on.Load() {
+		return
+	}
+	l.trk.heldAt.Store(time.Now().UnixNano())
+	if !t.armed.Load() {
+		select {
+		case t.held <- struct{}{}:
+		default:
+		}
 	}
 }
 
-// run subscribes the node's tracking connection and reads it until Close.
-func (tc *trackConn) run() {
+// keeper opens the tracking connections once a lock has been held for
+// armAfter, and closes them after disarmAfter with no lock held, until
+// Close.
+func (t *tracker) keeper() {
+	defer t.life.wg.Done()
+	defer func() {
+		t.disarm()
+		for _, tc := range t.conns {
+			_ = tc.cl.Close()
+		}
+	}()
+	for {
+		select {
+		case <-t.ctx.Done():
+			return
+		case <-t.held:
+		}
+		for !t.armed.Load() { // bounded: ends when no lock is held
+			if !t.pause(armAfter) {
+				return
+			}
+			old, any := t.heldSince(time.Now().Add(-armAfter).UnixNano())
+			if old {
+				t.arm()
+			} else if !any {
+				break
+			}
+		}
+		for idle := 0; t.armed.Load(); {
+			if !t.pause(disarmAfter / 4) {
+				return
+			}
+			if _, any := t.heldSince(0); any {
+				idle = 0
+			} else if idle++; idle == 4 {
+				t.disarm()
+			}
+		}
+	}
+}
+
+// pause waits d, or reports false at Close.
+func (t *tracker) pause(d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-t.ctx.Done():
+		return false
+	case <-timer.C:
+		return true
+	}
+}
+
+// heldSince reports whether a watched lock held since before cutoff
+// (UnixNano) exists, and whether any is held.
+func (t *tracker) heldSince(cutoff int64) (old, any bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, w := range t.watched {
+		for i := -1; i < len(w.more); i++ {
+			l := w.one
+			if i >= 0 {
+				l = w.more[i]
+			}
+			at := l.trk.heldAt.Load()
+			if at == 0 || l.trk.retired.Load() {
+				continue
+			}
+			any = true
+			if at <= cutoff {
+				return true, true
+			}
+		}
+	}
+	return false, any
+}
+
+// arm opens the tracking connections (the keeper's).
+func (t *tracker) arm() {
+	for _, tc := range t.conns {
+		if tc.gone.Load() || !t.life.goCount(1) {
+			continue
+		}
+		tc.ps, tc.stop = tc.cl.Subscribe(t.ctx), make(chan struct{}) // connects in run
+		go tc.run(tc.ps, tc.stop)
+	}
+	t.armed.Store(true)
+}
+
+// disarm closes them.
+func (t *tracker) disarm() {
+	t.armed.Store(false)
+	for _, tc := range t.conns {
+		if tc.ps != nil {
+			close(tc.stop)
+			_ = tc.ps.Close()
+			tc.ps, tc.stop = nil, nil
+		}
+	}
+}
+
+// run subscribes one node's tracking connection and reads it until it is
+// closed.
+func (tc *trackConn) run(ps *redis.PubSub, stop <-chan struct{}) {
 	t := tc.t
 	defer t.life.wg.Done()
-	readyOnce := sync.OnceFunc(func() { close(tc.ready) })
-	defer readyOnce()
-	first := true
-	_ = tc.ps.Subscribe(t.ctx, invalidateChannel) // on failure, Receive reconnects and subscribes
+	closed := func() bool {
+		select {
+		case <-stop:
+			return true
+		default:
+			return t.ctx.Err() != nil
+		}
+	}
+	_ = ps.Subscribe(t.ctx, invalidateChannel) // on failure, Receive reconnects and subscribes
 	for {
-		msg, err := tc.ps.Receive(t.ctx)
-		if t.ctx.Err() != nil {
+		msg, err := ps.Receive(t.ctx)
+		if closed() {
 			return
 		}
 		if err != nil {
@@ -244,6 +352,9 @@ func (tc *trackConn) run() {
 			t.forgetCredits() // invalidations may have been lost
 			pause := time.NewTimer(50 * time.Millisecond)
 			select {
+			case <-stop:
+				pause.Stop()
+				return
 			case <-t.ctx.Done():
 				pause.Stop()
 				return
@@ -253,15 +364,9 @@ func (tc *trackConn) run() {
 		}
 		switch m := msg.(type) {
 		case *redis.Subscription:
-			if first {
-				first = false
-				readyOnce()
-				if !t.started.Load() {
-					continue // armed before the constructor returned: before any lock
-				}
-			}
-			// Reconnected: what changed while no connection listened was
-			// not heard, and own writes' invalidations may be gone.
+			// (Re)connected: what changed while no connection listened was
+			// not heard, and credits of writes made before may have no
+			// invalidation to meet.
 			t.forgetCredits()
 			t.suspectAll()
 		case *redis.Message:
@@ -293,15 +398,14 @@ func connErr(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, redis.ErrClosed) || errors.As(err, &ne) || errors.As(err, new(redis.Error))
 }
 
-// giveUp stops tracking on one node; with no node left, the bookkeeping
-// stops too.
+// giveUp stops tracking on one node for good; with no node left, the
+// bookkeeping stops too.
 func (t *tracker) giveUp(tc *trackConn) {
-	_ = tc.ps.Close()
+	tc.gone.Store(true)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	tc.gone = true
 	for _, o := range t.conns {
-		if !o.gone {
+		if !o.gone.Load() {
 			return
 		}
 	}
