@@ -122,12 +122,18 @@ func creditMask(n int) uint64 {
 
 // trackConn is one node's tracking connection.
 type trackConn struct {
-	t    *tracker
-	idx  int
-	cl   *redis.Client
-	ps   *redis.PubSub // while armed (the keeper's)
-	stop chan struct{} // closed when the armed connection is closed
-	gone atomic.Bool   // the server refused tracking: never armed again
+	t   *tracker
+	idx int
+	cl  *redis.Client
+	// dial is the Sentinel client's dialer, which dials the master of the
+	// moment; nil for a client of one address. remote is the address the
+	// tracking connection last reached through it.
+	dial   func(ctx context.Context, network, addr string) (net.Conn, error)
+	addr   string
+	remote atomic.Pointer[string]
+	ps     *redis.PubSub // while armed (the keeper's)
+	stop   chan struct{} // closed when the armed connection is closed
+	gone   atomic.Bool   // the server refused tracking: never armed again
 
 	mu     sync.Mutex
 	armErr error // the last OnConnect's error
@@ -188,8 +194,46 @@ func newTrackConn(t *tracker, idx int, base *redis.Client, prefix string) *track
 		tc.mu.Unlock()
 		return err
 	}
+	if opt.Addr == "FailoverClient" && opt.Dialer != nil {
+		// go-redis's Sentinel client: its dialer follows the master. The
+		// tracking connection stays on the old master after a failover
+		// until the sentinels reconfigure it; the keeper compares where a
+		// fresh dial lands (masterMoved) and moves it.
+		tc.dial, tc.addr = opt.Dialer, opt.Addr
+		opt.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			cn, err := tc.dial(ctx, network, addr)
+			if err == nil {
+				a := cn.RemoteAddr().String()
+				tc.remote.Store(&a)
+			}
+			return cn, err
+		}
+	}
 	tc.cl = redis.NewClient(&opt)
 	return tc
+}
+
+// followEvery is how often, while armed, the keeper checks that a
+// Sentinel client's master is still where the tracking connection is.
+const followEvery = 250 * time.Millisecond
+
+// masterMoved reports that a fresh dial of a Sentinel client reaches
+// another address than the tracking connection: a failover happened. The
+// dial is a TCP connection closed at once, no command.
+func (tc *trackConn) masterMoved(ctx context.Context) bool {
+	was := tc.remote.Load()
+	if tc.dial == nil || was == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, followEvery)
+	defer cancel()
+	cn, err := tc.dial(ctx, "tcp", tc.addr)
+	if err != nil {
+		return false
+	}
+	now := cn.RemoteAddr().String()
+	_ = cn.Close()
+	return now != *was
 }
 
 // close ends the keeper, which closes the connections, and the verifier
@@ -245,14 +289,36 @@ func (t *tracker) keeper() {
 			}
 		}
 		for idle := 0; t.armed.Load(); {
-			if !t.pause(disarmAfter / 4) {
+			if !t.pause(followEvery) {
 				return
 			}
+			t.follow()
 			if _, any := t.heldSince(0); any {
 				idle = 0
-			} else if idle++; idle == 4 {
+			} else if idle++; time.Duration(idle)*followEvery >= disarmAfter {
 				t.disarm()
 			}
+		}
+	}
+}
+
+// follow moves the tracking connection of a Sentinel client whose master
+// changed to the new master, where its subscription then makes every held
+// lock suspect (the keeper's).
+func (t *tracker) follow() {
+	for _, tc := range t.conns {
+		if tc.ps == nil || !tc.masterMoved(t.ctx) {
+			continue
+		}
+		t.logger.Info("redlock: the master moved; tracking follows it", "node", tc.idx)
+		close(tc.stop)
+		_ = tc.ps.Close()
+		tc.remote.Store(nil)
+		if t.life.goCount(1) {
+			tc.ps, tc.stop = tc.cl.Subscribe(t.ctx), make(chan struct{})
+			go tc.run(tc.ps, tc.stop)
+		} else {
+			tc.ps, tc.stop = nil, nil
 		}
 	}
 }

@@ -370,3 +370,26 @@ func infoField(t testing.TB, srv *redistest.Server, section, field string) int64
 	t.Fatalf("no %s in INFO %s", field, section)
 	return 0
 }
+
+// TestLossHeardAfterFailover: after a Sentinel failover the tracking
+// connection follows the new master (the old one keeps running, as after
+// SENTINEL FAILOVER until the sentinels reconfigure it), so a lock whose
+// key is deleted on the new master is lost within a second.
+func TestLossHeardAfterFailover(t *testing.T) {
+	g := redistest.StartSentinel(t)
+	lk := newLocker(t, g.FailoverClient(t, nil), WithTTL(30*time.Second))
+	ctx := context.Background()
+	l, err := lk.TryLock(ctx, "failover")
+	require.NoError(t, err)
+	old := g.Master(t)
+	require.Eventually(t, func() bool { return trackingSubscribers(t, old) == 1 }, 5*time.Second, time.Millisecond)
+	g.Failover(t)
+	now := g.Master(t)
+	require.NotEqual(t, old.Addr(), now.Addr())
+	require.Eventually(t, func() bool { return trackingSubscribers(t, now) == 1 }, time.Second, time.Millisecond,
+		"the tracking connection on the new master")
+	at := time.Now()
+	now.Do(t, "DEL", "{redlock:failover}")
+	heardAfter(t, at, time.Second, l)
+	requireLoss(t, l.Err(), LossDeleted)
+}
