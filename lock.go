@@ -109,9 +109,9 @@ type Lock struct {
 	acquired time.Time
 	onEnds   []func(cause error)
 
-	renewal slot      // in the watchdog's heap, guarded by its mutex
-	loss    slot      // in the loss clock's heap, guarded by its mutex
-	trk     lockTrack // credits for its own writes (track.go)
+	renewal slot       // in the watchdog's heap, guarded by its mutex
+	loss    slot       // in the loss clock's heap, guarded by its mutex
+	trk     *lockTrack // credits for its own writes (track.go); nil without tracking
 }
 
 // outcome is how one node answered a lock's acquire call.
