@@ -387,10 +387,8 @@ func (c *core) attempt(ctx context.Context, a *acquisition) (*Lock, verdict, err
 	c.track.expect(l)
 	granted, err := at.run(ctx, a.cfg.ttlArg(), a.waitID(l))
 	c.track.settle(l, granted)
-	if !granted {
-		c.track.unwatch(l)
-	}
 	if err != nil {
+		c.track.unwatch(l)
 		return nil, verdict{hint: -1, permanent: true}, join(notObtained(a.name), err)
 	}
 	if granted {
@@ -407,6 +405,7 @@ func (c *core) attempt(ctx context.Context, a *acquisition) (*Lock, verdict, err
 		}
 		at.t.errs = append(at.t.errs, fmt.Errorf("redlock: validity of %v used up before the grant completed", a.cfg.ttl))
 	}
+	c.track.unwatch(l) // refused, or granted too late: l.fail ends it without ended
 	permanent, err := at.fail(ctx)
 	return nil, verdict{hint: at.hint, permanent: permanent, answered: at.t.ok+at.t.no >= c.pool.quorum}, err
 }

@@ -3,7 +3,6 @@ package redlock
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,13 +39,6 @@ func heardAfter(t *testing.T, since time.Time, limit time.Duration, locks ...*Lo
 		}
 	}
 	return got
-}
-
-// p90 is the 90th percentile of ds.
-func p90(ds []time.Duration) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[(len(s)*9+9)/10-1]
 }
 
 // holdKind is one kind of hold, and the key an outsider changes to end it.
@@ -106,7 +98,7 @@ func TestLossHeardAtOnce(t *testing.T) {
 					delays = append(delays, heardAfter(t, at, 5*time.Second, l)...)
 					requireLoss(t, l.Err(), ch.reason(k))
 				}
-				assert.LessOrEqual(t, p90(delays), heardWithin, "p90 of %v", delays)
+				assert.LessOrEqual(t, quantile(delays, 0.9), heardWithin, "p90 of %v", delays)
 			})
 		}
 	}
@@ -132,7 +124,7 @@ func TestLossHeardFlushAll(t *testing.T) {
 	for _, l := range locks {
 		requireLoss(t, l.Err(), LossDeleted)
 	}
-	assert.LessOrEqual(t, p90(delays), heardWithin, "p90 of %v", delays)
+	assert.LessOrEqual(t, quantile(delays, 0.9), heardWithin, "p90 of %v", delays)
 }
 
 // TestLossHeardEviction: a held key evicted by maxmemory closes Done at
@@ -156,7 +148,7 @@ func TestLossHeardEviction(t *testing.T) {
 		require.NoError(t, out.ConfigSet(ctx, "maxmemory", "0").Err())
 		assert.Positive(t, infoField(t, srv, "stats", "evicted_keys"), "evicted keys")
 	}
-	assert.LessOrEqual(t, p90(delays), heardWithin, "p90 of %v", delays)
+	assert.LessOrEqual(t, quantile(delays, 0.9), heardWithin, "p90 of %v", delays)
 }
 
 // TestLossHeardRedlock: on a Redlock, an outside DEL on one master of three
@@ -192,7 +184,7 @@ func TestLossHeardRedlock(t *testing.T) {
 		delays = append(delays, heardAfter(t, at, 5*time.Second, l)...)
 		requireLoss(t, l.Err(), LossDeleted)
 	}
-	assert.LessOrEqual(t, p90(delays), heardWithin, "p90 of %v", delays)
+	assert.LessOrEqual(t, quantile(delays, 0.9), heardWithin, "p90 of %v", delays)
 }
 
 // trackingSubscribers is how many tracking connections listen on srv.
