@@ -174,17 +174,16 @@ func (at *attempt) settleToken(ctx context.Context, rs []reply, fence any) (int6
 		}
 	}
 	arg, counter, timeout := strconv.FormatInt(token, 10), fenceKeys(l), at.timeout
-	ch, err := p.fanOut(context.WithoutCancel(ctx), behind, timeout, timeout, func(ctx context.Context, n *node, cl Client) reply {
+	need := p.quorum - atToken
+	got, _, err := p.round(detached(ctx), behind, timeout, timeout, func(ctx context.Context, n *node, cl Client) reply {
 		v, err := scriptRaise.Run(ctx, cl, counter, arg, fence).Int64()
 		return reply{ok: err == nil && v >= token, val: v, err: err}
+	}, earliest(time.Now().Add(timeout), at.until), ctx.Done(), func(rs []reply) bool {
+		return p.count(rs).ok >= need
 	})
 	if err != nil {
 		return 0, err
 	}
-	need := p.quorum - atToken
-	got, _ := gather(ch, behind, earliest(time.Now().Add(timeout), at.until), ctx.Done(), func(rs []reply) bool {
-		return p.count(rs).ok >= need
-	})
 	if t := p.count(got); t.ok < need {
 		return 0, join(append([]error{fmt.Errorf("redlock: fencing token %d reached %d of %d nodes, need a majority", token, atToken+t.ok, len(p.nodes))}, t.errs...)...)
 	}

@@ -23,9 +23,10 @@ type core struct {
 	exp   *expiry
 	hooks hooks
 
-	names *heldNames
-	waits *waiters // the local queues of waiting Lock calls (queue.go), woken by pub/sub (pubsub.go)
-	track *tracker // hears outside changes of held keys (track.go); nil without tracking
+	names    *heldNames
+	withdraw withdrawals // writers that gave up and are leaving their name's queue (obtain.go)
+	waits    *waiters    // the local queues of waiting Lock calls (queue.go), woken by pub/sub (pubsub.go)
+	track    *tracker    // hears outside changes of held keys (track.go); nil without tracking
 
 	closed chan struct{} // closed when Close returns: a second Close waits for it
 
@@ -396,14 +397,21 @@ func (c *core) attempt(ctx context.Context, a *acquisition) (*Lock, verdict, err
 			c.hooks.beforeFinalCheck()
 		}
 		// Step 3, last: the lock counts only if it is still valid now,
-		// after every round trip, so any pause before this line is caught.
-		if time.Now().Before(at.until) {
+		// after every round trip, so any pause before this line is caught,
+		// and only if the caller still waits for it: a grant whose reply
+		// raced the end of ctx (gather picks either) is released, and the
+		// call says why, as when ctx ended first.
+		switch {
+		case ctx.Err() != nil:
+			at.interrupted = true
+		case time.Now().Before(at.until):
 			if err := c.activate(l, at.token, at.until); err != nil {
 				return nil, verdict{hint: -1, permanent: true}, join(notObtained(a.name), err)
 			}
 			return l, verdict{hint: -1, answered: true}, nil
+		default:
+			at.t.errs = append(at.t.errs, fmt.Errorf("redlock: validity of %v used up before the grant completed", a.cfg.ttl))
 		}
-		at.t.errs = append(at.t.errs, fmt.Errorf("redlock: validity of %v used up before the grant completed", a.cfg.ttl))
 	}
 	c.track.unwatch(l) // refused, or granted too late: l.fail ends it without ended
 	permanent, err := at.fail(ctx)
@@ -422,6 +430,7 @@ type verdict struct {
 // unlock releases l on every node where it is still ours (engine: see
 // Lock.Unlock).
 func (c *core) unlock(ctx context.Context, l *Lock) error {
+	c.withdraw.wait(l.channel, l.timeout)
 	changed, wasLost := l.release()
 	if changed {
 		defer c.track.retire(l)

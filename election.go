@@ -182,17 +182,16 @@ func (e *Election) announce(ctx context.Context, l *Lock, value string, write bo
 	p := e.c.pool
 	// Detached, as every call of the core: gather stops waiting when ctx
 	// ends, and the call left behind is bounded by the node timeout.
-	ch, err := p.fanOut(context.WithoutCancel(ctx), p.nodes, e.timeout, e.timeout, func(ctx context.Context, n *node, cl Client) reply {
+	rs, interrupted, err := p.round(detached(ctx), p.nodes, e.timeout, e.timeout, func(ctx context.Context, n *node, cl Client) reply {
 		v, err := scriptProclaim.Run(ctx, cl, keys, args...).Int64()
 		if err != nil {
 			return reply{err: err}
 		}
 		return reply{ok: v == replyOK || v == replyUnpublished, code: v}
-	})
+	}, time.Now().Add(e.timeout), ctx.Done(), p.settled)
 	if err != nil {
 		return err
 	}
-	rs, interrupted := gather(ch, p.nodes, time.Now().Add(e.timeout), ctx.Done(), p.settled)
 	switch t := p.count(rs); {
 	case t.ok >= p.quorum && !interrupted:
 		return nil

@@ -452,6 +452,9 @@ func TestReservationForGoneWaiter(t *testing.T) {
 	proxy.Blackhole(true) // the withdrawal is lost
 	cancel()
 	require.ErrorIs(t, <-gaveUp, context.Canceled)
+	// The withdrawal runs on after Lock returned (its ctx ended): the
+	// partition stays until it has given up.
+	require.True(t, eventually(5*time.Second, func() bool { return waiterLk.c.withdraw.n.Load() == 0 }), "the withdrawal never ended")
 	proxy.Blackhole(false)
 	writersQueued(t, srv, "gone-waiter", 1) // still queued on the server
 

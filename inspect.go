@@ -109,19 +109,18 @@ func inspectKey(ctx context.Context, c *core, op, name, key string, timeout time
 	keys := []string{key, key + fenceSuffix, key + metaSuffix, key + readersSuffix}
 	// Detached, as every call of the core: gather stops waiting when ctx
 	// ends, and the read left behind is bounded by the node timeout.
-	ch, err := c.pool.fanOut(context.WithoutCancel(ctx), c.pool.nodes, timeout, timeout, func(ctx context.Context, n *node, _ Client) reply {
+	rs, interrupted, err := c.pool.round(detached(ctx), c.pool.nodes, timeout, timeout, func(ctx context.Context, n *node, _ Client) reply {
 		if err := c.pool.ids.identify(ctx, n); err != nil {
 			return reply{err: err}
 		}
 		return inspectOn(ctx, n, keys)
+	}, time.Now().Add(timeout), ctx.Done(), func(rs []reply) bool {
+		_, decided := judge(c.pool, rs)
+		return decided
 	})
 	if err != nil {
 		return Holder{}, nil, err
 	}
-	rs, interrupted := gather(ch, c.pool.nodes, time.Now().Add(timeout), ctx.Done(), func(rs []reply) bool {
-		_, decided := judge(c.pool, rs)
-		return decided
-	})
 	h, decided := judge(c.pool, rs)
 	if decided && !interrupted {
 		return h, rs, nil

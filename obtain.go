@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -86,12 +88,13 @@ type writerWait struct {
 const maxTrustedSleep = time.Second
 
 // unwait takes a writer that gave up waiting out of its name's queue of
-// waiting writers (unwait.lua), before its Lock call returns, as every key
-// a failed call set: neither the writers behind it nor new read holds wait
-// for its entry to lapse, and a name already passed to it passes on. The
-// call is bounded by the node timeout like every other: on a hung server
-// Lock returns at its ctx's end plus that, not at the client's read timeout
-// and retries, and the entry lapses by itself (5s) if the call fails.
+// waiting writers (unwait.lua), as every key a failed call set: neither the
+// writers behind it nor new read holds wait for its entry to lapse, and a
+// name already passed to it passes on. It runs before its Lock call
+// returns, except when the caller's ctx ended (leave): that call returns at
+// once and this one runs from a goroutine of the core. The call is bounded
+// by the node timeout like every other, and the entry lapses by itself
+// (5s) if it fails.
 //
 // After Close, when the core may start no goroutine, it still runs, from the
 // caller's goroutine (as releaseOn does): a closed Locker's waiters must not
@@ -107,6 +110,66 @@ func (o *obtaining) unwait(ctx context.Context) {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 		defer cancel()
 		call(cctx, p.nodes[0], p.nodes[0].clientFor(timeout))
+	}
+}
+
+// withdrawals tracks the unwait calls still on their way for each release
+// channel, so that a release of the same name by the same core waits for
+// them: release.lua reserves a name for the first writer in its queue, and
+// one that gave up must not be it. Empty, it costs a release one atomic
+// load.
+type withdrawals struct {
+	n  atomic.Int32 // calls on their way, all names
+	mu sync.Mutex
+	m  map[string]*withdrawal
+}
+
+type withdrawal struct {
+	calls int
+	done  chan struct{} // closed when calls drops to 0
+}
+
+// begin registers a withdrawal on channel; the func it returns ends it.
+func (w *withdrawals) begin(channel string) func() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.m == nil {
+		w.m = map[string]*withdrawal{}
+	}
+	e := w.m[channel]
+	if e == nil {
+		e = &withdrawal{done: make(chan struct{})}
+		w.m[channel] = e
+	}
+	e.calls++
+	w.n.Add(1)
+	return func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.n.Add(-1)
+		if e.calls--; e.calls == 0 {
+			close(e.done)
+			delete(w.m, channel)
+		}
+	}
+}
+
+// wait returns once no withdrawal on channel is on its way, or at limit.
+func (w *withdrawals) wait(channel string, limit time.Duration) {
+	if w.n.Load() == 0 {
+		return
+	}
+	w.mu.Lock()
+	e := w.m[channel]
+	w.mu.Unlock()
+	if e == nil {
+		return
+	}
+	t := getTimer(limit)
+	defer putTimer(t)
+	select {
+	case <-e.done:
+	case <-t.C:
 	}
 }
 
@@ -299,7 +362,20 @@ func (o *obtaining) sleepFor(attempt int) (d time.Duration, trusted, ok bool) {
 func (o *obtaining) leave(ctx context.Context) {
 	c, a := o.c, o.a
 	if !o.acquired && a.writer && a.ww.entered {
-		o.unwait(ctx)
+		// A caller whose ctx ended gets its answer now (the call returns
+		// at its ctx's end); the withdrawal runs on, and a release of the
+		// name by this core waits for it (withdrawals), so that it does
+		// not reserve the name for a writer that left.
+		if ctx.Err() != nil && c.life.goCount(1) {
+			done := c.withdraw.begin(a.channel)
+			go func() {
+				defer c.life.wg.Done()
+				defer done()
+				o.unwait(ctx)
+			}()
+		} else {
+			o.unwait(ctx)
+		}
 	}
 	if o.w == nil {
 		return

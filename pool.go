@@ -343,14 +343,16 @@ type reply struct {
 	err       error
 }
 
-// inline reports whether fanOut calls nodes from the caller's goroutine, and
-// whether with a ctx deadline (see callInline). Only for a ctx nothing
-// cancels: go-redis turns a ctx deadline into a socket deadline but does not
-// interrupt a read on cancellation, so a cancellable caller (the watchdog,
-// which Close stops) needs the goroutine path for gather to stop waiting at
-// once.
-func inline(ctx context.Context, nodes []*node, timeout time.Duration) (withDeadline, ok bool) {
-	if len(nodes) != 1 || ctx.Done() != nil {
+// inline reports whether a round calls nodes from the caller's goroutine,
+// and whether with a ctx deadline (see callInline). Only when nothing can
+// end the caller's wait: neither the ctx the call runs on nor done, the
+// caller's own ctx that a detached call leaves behind. go-redis turns a ctx
+// deadline into a socket deadline but does not interrupt a read on
+// cancellation, so a cancellable caller needs the goroutine path for gather
+// to stop waiting at once: a Lock whose ctx ends returns then, and the
+// grant that arrives later is released by its own call (Lock.settle).
+func inline(ctx context.Context, done <-chan struct{}, nodes []*node, timeout time.Duration) (withDeadline, ok bool) {
+	if len(nodes) != 1 || ctx.Done() != nil || done != nil {
 		return false, false
 	}
 	return nodes[0].bounded(timeout)
@@ -676,14 +678,21 @@ func ackError(wait *redis.Cmd, replicas int, timeout time.Duration) error {
 // a release that reaches a resumed server late is still worth making, and
 // go-redis's EVALSHA-to-EVAL fallback after NOSCRIPT is a second command that
 // a spent context would stop. A single node whose client bounds the call
-// itself (see node.bounded) is called inline, when nothing else can cancel
-// ctx: no goroutine, no timer.
+// itself (see node.bounded) is called inline, when nothing can cancel ctx
+// (a caller that gathers until its own ctx ends uses round): no goroutine,
+// no timer.
 func (p *pool) fanOut(ctx context.Context, nodes []*node, timeout, callLimit time.Duration, call func(context.Context, *node, Client) reply) (<-chan reply, error) {
-	ch := make(chan reply, len(nodes))
-	if withDeadline, ok := inline(ctx, nodes, timeout); ok {
+	if withDeadline, ok := inline(ctx, nil, nodes, timeout); ok {
+		ch := make(chan reply, 1)
 		ch <- p.callInline(ctx, nodes[0], withDeadline, timeout, call)
 		return ch, nil
 	}
+	return p.spawn(ctx, nodes, timeout, callLimit, call)
+}
+
+// spawn is fanOut's goroutine path: a goroutine per node.
+func (p *pool) spawn(ctx context.Context, nodes []*node, timeout, callLimit time.Duration, call func(context.Context, *node, Client) reply) (<-chan reply, error) {
+	ch := make(chan reply, len(nodes))
 	if !p.life.goCount(len(nodes)) {
 		return nil, ErrClosed
 	}
@@ -721,10 +730,10 @@ func (p *pool) fanOut(ctx context.Context, nodes []*node, timeout, callLimit tim
 // straight into the result, with no channel to allocate for it.
 func (p *pool) round(ctx context.Context, nodes []*node, timeout, callLimit time.Duration, call func(context.Context, *node, Client) reply,
 	deadline time.Time, done <-chan struct{}, stop func([]reply) bool) (rs []reply, interrupted bool, err error) {
-	if withDeadline, ok := inline(ctx, nodes, timeout); ok {
+	if withDeadline, ok := inline(ctx, done, nodes, timeout); ok {
 		return []reply{p.callInline(ctx, nodes[0], withDeadline, timeout, call)}, false, nil
 	}
-	ch, err := p.fanOut(ctx, nodes, timeout, callLimit, call)
+	ch, err := p.spawn(ctx, nodes, timeout, callLimit, call)
 	if err != nil {
 		return nil, false, err
 	}
@@ -925,7 +934,7 @@ func (ids *idents) warmUp(life *lifecycle, timeout time.Duration) error {
 // gathers the replies until the outcome is settled, deadline passes or ctx
 // ends (interrupted).
 func (p *pool) extend(ctx context.Context, l *Lock, ttl time.Duration, deadline time.Time) (rs []reply, interrupted bool, err error) {
-	ch, err := p.fanOut(context.WithoutCancel(ctx), p.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node, cl Client) reply {
+	return p.round(detached(ctx), p.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node, cl Client) reply {
 		if l.replicas == 0 {
 			v, err := runParts(ctx, cl, l, kinds[l.kind].extend, ttl, foldExtend)
 			return reply{ok: v == replyOK, code: v, err: err}
@@ -938,12 +947,7 @@ func (p *pool) extend(ctx context.Context, l *Lock, ttl time.Duration, deadline 
 			return reply{code: v, err: ackErr}
 		}
 		return reply{ok: v == replyOK, code: v, err: err}
-	})
-	if err != nil {
-		return nil, false, err
-	}
-	rs, interrupted = gather(ch, p.nodes, deadline, ctx.Done(), p.settled)
-	return rs, interrupted, nil
+	}, deadline, ctx.Done(), p.settled)
 }
 
 // released is the verdict of an Unlock's release round: nil once a quorum

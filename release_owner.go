@@ -66,7 +66,7 @@ func releaseOwner(ctx context.Context, c *core, name, owner string) error {
 	keys := []string{key, key + operatorSuffix}
 	args := []any{owner, 1}
 	timeout := c.cfg.timeout(c.cfg.ttl)
-	ch, err := c.pool.fanOut(context.WithoutCancel(ctx), c.pool.nodes, timeout, timeout, func(ctx context.Context, n *node, cl Client) reply {
+	rs, interrupted, err := c.pool.round(detached(ctx), c.pool.nodes, timeout, timeout, func(ctx context.Context, n *node, cl Client) reply {
 		if err := c.pool.ids.identify(ctx, n); err != nil {
 			return reply{err: err}
 		}
@@ -77,11 +77,10 @@ func releaseOwner(ctx context.Context, c *core, name, owner string) error {
 		// replyAlready would be a retried call of this one after a lost
 		// reply; it reads as "not held", like any owner that is gone.
 		return reply{ok: err == nil && (v == replyOK || v == replyUnpublished), code: v, err: err}
-	})
+	}, time.Now().Add(timeout), ctx.Done(), c.pool.settled)
 	if err != nil {
 		return err
 	}
-	rs, interrupted := gather(ch, c.pool.nodes, time.Now().Add(timeout), ctx.Done(), c.pool.settled)
 	t := c.pool.count(rs)
 	switch {
 	case t.ok >= c.pool.quorum:
@@ -114,17 +113,16 @@ func releaseSetOwner(ctx context.Context, c *core, name, key, owner string, time
 		if set.counted {
 			keys = append(keys, set.key+permitsSuffix)
 		}
-		ch, err := c.pool.fanOut(context.WithoutCancel(ctx), c.pool.nodes, timeout, timeout, func(ctx context.Context, n *node, cl Client) reply {
+		rs, interrupted, err := c.pool.round(detached(ctx), c.pool.nodes, timeout, timeout, func(ctx context.Context, n *node, cl Client) reply {
 			v, err := sharded(scriptZRelease, c.cfg.sharded).Run(ctx, cl, keys, owner, set.channel, 1, set.reads).Int64()
 			if err == nil && v == replyUnpublished {
 				c.cfg.logger.Warn("redlock: released, but the server refused to publish the release message; waiters wake by their timers", "name", name)
 			}
 			return reply{ok: err == nil && (v == replyOK || v == replyUnpublished), code: v, err: err}
-		})
+		}, time.Now().Add(timeout), ctx.Done(), never)
 		if err != nil {
 			return err
 		}
-		rs, interrupted := gather(ch, c.pool.nodes, time.Now().Add(timeout), ctx.Done(), never)
 		if interrupted {
 			return join(fmt.Errorf("redlock: release %q not answered", name), ctx.Err())
 		}
