@@ -72,11 +72,7 @@ func (at *attempt) run(ctx context.Context, ttl any, wait string) (bool, error) 
 			// released or lost: nobody else will delete this key, so we do.
 			// A grant is known to have run: one release. An error leaves
 			// the outcome unknown: released until the node answers.
-			if o == granted {
-				releaseOnce(ctx, n, l)
-			} else {
-				p.releaseNode(ctx, n, l)
-			}
+			p.releaseNode(ctx, n, l, o == granted)
 		}
 		return r
 	}

@@ -244,9 +244,8 @@ func (c *core) forget(l *Lock) {
 // close cancels every Do and marks every held lock released (Done closes
 // first), releases them on the nodes in one pipelined round per node settled
 // by quorum, closes the pub/sub connections, and waits for the core's
-// goroutines; all within one node timeout. Calls still stuck on a hung
-// server after that (only possible when the client does not apply ctx
-// deadlines itself) end by the client's own read timeout.
+// goroutines; all within one node timeout. What a node did not answer by
+// then is released again after Close returns (releaseNode).
 func (c *core) close() error {
 	if c == nil {
 		return nil
@@ -274,7 +273,16 @@ func (c *core) close() error {
 			live = append(live, l)
 		}
 	}
-	c.pool.batch(context.Background(), live, nil, deadline, nil, nil, nil)
+	var unsure []*Lock
+	for i, res := range c.pool.batch(context.Background(), live, nil, deadline, nil, nil, nil) {
+		if res.ok+res.no < len(c.pool.nodes) {
+			unsure = append(unsure, live[i])
+		}
+	}
+	// A node that did not answer may run the release later, or never (a
+	// call bounded by the node timeout drops its connection): released
+	// until it answers, after Close has returned (releaseNode).
+	c.pool.releaseInBackground(context.Background(), c.pool.nodes, unsure...)
 	c.waits.close()
 	c.track.close()
 	c.exp.stop()

@@ -96,10 +96,15 @@ func (lk *Locker) Do(ctx context.Context, name string, fn func(ctx context.Conte
 // cause, is a [*LostError] with reason [LossClosed], matching ErrLost,
 // ErrReleased and ErrClosed), releases them on the server in one
 // pipelined round, stops the watchdog and pub/sub, and waits for the
-// Locker's goroutines; all of it within one node timeout. A call still stuck
-// on an unresponsive server after that (only possible when the client does
-// not apply ctx deadlines itself, see ContextTimeoutEnabled) ends by the
-// client's own read timeout. An acquisition whose grant arrives after Close
+// Locker's goroutines; all of it within one node timeout. A release the
+// server did not answer in time (paused, or behind a silent link) is sent
+// again after Close returns, until the server runs it or the lease it
+// releases would have ended (at most one TTL; it stops at once on a server
+// that refuses connections, or when the client is closed). A call still
+// stuck on an unresponsive
+// server after that (only possible when the client does not apply ctx
+// deadlines itself, see ContextTimeoutEnabled) ends by the client's own read
+// timeout. An acquisition whose grant arrives after Close
 // started releases it and fails with ErrClosed; acquire calls after Close
 // fail with ErrClosed. It does not close the client. Close is idempotent and
 // returns nil; a concurrent second Close returns when the first does.

@@ -966,9 +966,13 @@ func (p *pool) released(l *Lock, rs []reply) error {
 // releaseOn sends the release script for l to nodes and waits for their
 // replies up to timeout, or until stop says enough. Callers use it for
 // cleanup, so it runs detached from the caller's cancellation: a cancelled
-// caller still releases. After Close, when the core may start no goroutine,
-// it releases node by node from the caller's goroutine: a grant that nobody
-// will own must not hold the name for a whole lease.
+// caller still releases. A node that did not answer by then (a paused
+// server, a silent link: a call bounded by the node timeout drops its
+// connection, and the command waiting in it with it) is released again in
+// the background until it answers (releaseNode). After Close, when the core
+// may start no goroutine, it releases node by node from the caller's
+// goroutine: a grant that nobody will own must not hold the name for a
+// whole lease.
 func (p *pool) releaseOn(ctx context.Context, l *Lock, nodes []*node, timeout time.Duration, stop func([]reply) bool) []reply {
 	if len(nodes) == 0 {
 		return nil
@@ -976,7 +980,11 @@ func (p *pool) releaseOn(ctx context.Context, l *Lock, nodes []*node, timeout ti
 	argv := releaseArgv(l) // one command for every node: go-redis only reads it
 	call := func(ctx context.Context, n *node, cl Client) reply { return releaseCall(ctx, cl, l, argv) }
 	rs, _, err := p.round(detached(ctx), nodes, timeout, l.leaseTTL(), call, time.Now().Add(timeout), nil, stop)
-	if err != nil {
+	if err == nil {
+		p.releaseInBackground(ctx, unanswered(nodes, rs), l)
+		return rs
+	}
+	{
 		rs = make([]reply, 0, len(nodes))
 		for _, n := range nodes {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
@@ -987,7 +995,19 @@ func (p *pool) releaseOn(ctx context.Context, l *Lock, nodes []*node, timeout ti
 		}
 		return rs
 	}
-	return rs
+}
+
+// unanswered returns the nodes among nodes that have no answer in rs: no
+// reply, or an error that is not the server's (the call may or may not have
+// run).
+func unanswered(nodes []*node, rs []reply) []*node {
+	var out []*node
+	for _, n := range nodes {
+		if r, ok := replyOf(rs, n.idx); !ok || (r.err != nil && !isServerError(r.err)) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // releaseInBackground releases locks, in order, on each of nodes from a
@@ -996,35 +1016,41 @@ func (p *pool) releaseOn(ctx context.Context, l *Lock, nodes []*node, timeout ti
 // the release any sooner. A goroutine per node, so that a hung node does not
 // keep the others' keys.
 func (p *pool) releaseInBackground(ctx context.Context, nodes []*node, locks ...*Lock) {
-	if len(nodes) == 0 || !p.life.goCount(len(nodes)) {
+	if len(nodes) == 0 || len(locks) == 0 || !p.life.goCount(len(nodes)) {
 		return
 	}
 	for _, n := range nodes {
 		go func() {
 			defer p.life.wg.Done()
 			for _, l := range locks {
-				p.releaseNode(ctx, n, l)
+				p.releaseNode(ctx, n, l, false)
 			}
 		}()
 	}
 }
 
-// releaseNode releases l on node n, where a call of l's may have run or may
-// still run (its outcome is unknown), from a goroutine the core already
-// owns. A paused server, or one behind a stalled link, runs the commands
-// waiting in its sockets when it resumes, in no set order across
-// connections: a release sent meanwhile may run before the grant or
-// renewal it is meant to undo. So it releases until the node answers, and
-// when the answer is "not ours", once more: by then the server has run
-// every command that was waiting when it answered, and a grant among them
-// is ours to delete. Each call is bounded by the node timeout, so a link
-// that heals is used within that much (see clientFor). It gives up after
-// releaseRetryFor (three leases, if longer), or at Close.
-func (p *pool) releaseNode(ctx context.Context, n *node, l *Lock) {
+// releaseNode releases l on node n from a goroutine the core already owns,
+// until the node answers. ran says a call of l's is known to have run there
+// (a grant whose reply came late): the first answer settles it. Otherwise
+// its outcome is unknown: a paused server, or one behind a stalled link,
+// runs the commands waiting in its sockets when it resumes, in no set order
+// across connections, so a release sent meanwhile may run before the grant
+// or renewal it is meant to undo; an answer "not ours" is then followed by
+// one more release: by then the server has run every command that was
+// waiting when it answered, and a grant among them is ours to delete. Each
+// call is bounded by the node timeout, so a link that heals is used within
+// that much (see clientFor). It gives up after releaseRetryFor (three
+// leases, if longer); once Close has begun, when the lease it releases
+// would have ended (it outlives Close by that much at most), or at once on
+// a node that refuses connections (a server that is not running holds no
+// command of ours in a socket), or when the client is closed.
+func (p *pool) releaseNode(ctx context.Context, n *node, l *Lock, ran bool) {
 	ctx = context.WithoutCancel(ctx)
-	end := time.Now().Add(max(3*l.leaseTTL(), releaseRetryFor))
+	begun := time.Now()
+	end := begun.Add(max(3*l.leaseTTL(), releaseRetryFor))
+	leaseEnd := begun.Add(l.leaseTTL())
 	cl := n.clientFor(l.timeout)
-	answered := false
+	answered := ran
 	for time.Now().Before(end) {
 		start := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, l.timeout)
@@ -1039,21 +1065,26 @@ func (p *pool) releaseNode(ctx context.Context, n *node, l *Lock) {
 		case isPermanent(r.err):
 			return
 		}
-		select {
-		case <-time.After(l.timeout - time.Since(start)):
-		case <-p.life.closing:
-			return
+		closing := p.life.closing // the wait ends there, to take up the bound below
+		if p.life.isClosing() {
+			if isDialError(r.err) {
+				return
+			}
+			end, closing = earliest(end, leaseEnd), nil
 		}
+		t := getTimer(l.timeout - time.Since(start))
+		select {
+		case <-t.C:
+		case <-closing:
+		}
+		putTimer(t)
 	}
 }
 
-// releaseOnce releases l on node n, where a grant of l's is known to have
-// run (its reply came back late), from a goroutine the core already owns:
-// one call, until the lease would end anyway.
-func releaseOnce(ctx context.Context, n *node, l *Lock) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.leaseTTL())
-	defer cancel()
-	releaseCall(ctx, n.client, l, releaseArgv(l)) // the key expires by itself if this fails
+// isDialError reports a failure to connect at all (refused, unreachable).
+func isDialError(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "dial"
 }
 
 // remaining is Lock.TTL (engine).
