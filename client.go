@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"maps"
+	"net"
 	"runtime"
 	"slices"
 	"sync"
@@ -54,7 +55,11 @@ type divertedClient struct {
 	rebuilds  atomic.Uint64
 	innermost atomic.Uint64
 	active    atomic.Pointer[diverter]
-	clones    atomic.Pointer[map[time.Duration]*boundedClient] // copy on write
+	// dialErr is the error of the client's latest dial, nil after one that
+	// connected: the cause of a call that go-redis's retries kept past the
+	// node timeout, whose own error is then only the deadline.
+	dialErr atomic.Pointer[error]
+	clones  atomic.Pointer[map[time.Duration]*boundedClient] // copy on write
 }
 
 // sharedDiverted holds the divertedClient of each *redis.Client in use,
@@ -128,7 +133,16 @@ func (d *diverter) DialHook(next redis.DialHook) redis.DialHook {
 	if d.dc.active.Load() == d {
 		d.dc.rebuilds.Add(1)
 	}
-	return next
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := next(ctx, network, addr)
+		switch {
+		case err != nil:
+			d.dc.dialErr.Store(&err)
+		case d.dc.dialErr.Load() != nil:
+			d.dc.dialErr.Store(nil)
+		}
+		return conn, err
+	}
 }
 
 func (d *diverter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {

@@ -109,13 +109,30 @@ func (n *node) note(err error) {
 }
 
 // timedOut is the error of a call on the node that did not answer in time,
-// naming the node's last error when there is one (a refused connection
-// that go-redis retried past the deadline, say).
+// naming the node's last error when there is one: a refused connection
+// that go-redis retried past the deadline, say, which the client's failed
+// dials tell when no call has said it yet (see diverter).
 func (n *node) timedOut() error {
-	if p := n.lastErr.Load(); p != nil {
+	p := n.lastErr.Load()
+	if p == nil && n.shared != nil {
+		p = n.shared.dialErr.Load()
+	}
+	if p != nil {
 		return fmt.Errorf("%w (last error: %w)", errNodeTimeout, *p)
 	}
 	return errNodeTimeout
+}
+
+// outcome records how a call on the node ended (note) and returns its
+// error as the caller is to see it: a call runs on a ctx detached from the
+// caller's, so a context.DeadlineExceeded is the library's own bound, the
+// node timeout, and must not read as the caller's deadline (errors.Is).
+func (n *node) outcome(err error) error {
+	n.note(err)
+	if err != nil && errors.Is(err, context.DeadlineExceeded) {
+		return n.timedOut()
+	}
+	return err
 }
 
 func newNode(idx int, cl Client) *node {
@@ -374,7 +391,7 @@ func (f *fan) run() {
 	defer f.life.wg.Done()
 	n := f.nodes[f.next.Add(1)-1]
 	r := f.call(f.ctx, n, n.client)
-	n.note(r.err)
+	r.err = n.outcome(r.err)
 	if f.left.Add(-1) == 0 {
 		f.cancel()
 	}
@@ -705,7 +722,7 @@ func (p *pool) spawn(ctx context.Context, nodes []*node, timeout, callLimit time
 			cctx, cancel := context.WithTimeout(ctx, limit)
 			r := call(cctx, n, n.client)
 			cancel()
-			n.note(r.err)
+			r.err = n.outcome(r.err)
 			r.node = n.idx
 			ch <- r
 		}()
@@ -751,8 +768,8 @@ func (p *pool) callInline(ctx context.Context, n *node, withDeadline bool, timeo
 		defer cancel()
 	}
 	r := call(ctx, n, n.clientFor(timeout))
-	n.note(r.err)
-	if r.err != nil && time.Since(start) >= timeout && !isServerError(r.err) {
+	r.err = n.outcome(r.err)
+	if r.err != nil && time.Since(start) >= timeout && !isServerError(r.err) && !errors.Is(r.err, errNodeTimeout) {
 		// The socket deadline fired: same error as the goroutine path.
 		r.err = fmt.Errorf("%w (%w)", errNodeTimeout, r.err)
 	}
