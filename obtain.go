@@ -22,7 +22,10 @@ func (o *obtaining) run(ctx context.Context) (l *Lock, err error) {
 	// FIFO within this core: no attempt while others of ours wait or hold the
 	// name; queue behind them instead (see queue.go). An uncontended Lock
 	// never touches pub/sub: it subscribes only after a failed attempt.
-	o.try = !c.waits.busy(a.queue) && (a.held == "" || !c.names.has(a.held))
+	// A policy that allows no wait at all (NoRetry) makes its one attempt
+	// whatever this process holds, so the caller hears from the server who
+	// holds the name (a TakenError), as from any other process.
+	o.try = a.cfg.retry(0) < 0 || !c.waits.busy(a.queue) && (a.held == "" || !c.names.has(a.held))
 	// A channel already confirmed subscribed before the first attempt (a
 	// name this process waits for often) hears any release after it: the
 	// first wait can trust messages instead of polling.
