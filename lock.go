@@ -282,8 +282,11 @@ func (l *Lock) errLocked() error {
 // release that Redis carried out but whose reply was lost, and that go-redis
 // retried, still returns nil. It returns an error matching ErrNotHeld when
 // the lock was already released, was lost, or the nodes say it is no longer
-// ours; any other error means the outcome is unknown on too many nodes and
-// the lock frees itself when its TTL runs out. Cancelling ctx does not stop
+// ours; any other error means the outcome is unknown on too many nodes: the
+// release is then sent again in the background to each node that did not
+// answer, until it runs there (a paused server, a silent link that heals)
+// or for three leases (10s at least), so the name is free right after
+// the fault rather than at the lease's end. Cancelling ctx does not stop
 // the release: it runs detached from ctx, bounded by the node timeout, so a
 // cancelled caller still unlocks. When a goroutine of the same Locker waits
 // for the name, Unlock hands the lock to the first of them in the same
