@@ -998,7 +998,7 @@ func (p *pool) releaseOn(ctx context.Context, l *Lock, nodes []*node, timeout ti
 	call := func(ctx context.Context, n *node, cl Client) reply { return releaseCall(ctx, cl, l, argv) }
 	rs, _, err := p.round(detached(ctx), nodes, timeout, l.leaseTTL(), call, time.Now().Add(timeout), nil, stop)
 	if err == nil {
-		p.releaseInBackground(ctx, unanswered(nodes, rs), l)
+		p.releaseInBackground(ctx, unanswered(rs, p.nodes), l)
 		return rs
 	}
 	{
@@ -1014,14 +1014,17 @@ func (p *pool) releaseOn(ctx context.Context, l *Lock, nodes []*node, timeout ti
 	}
 }
 
-// unanswered returns the nodes among nodes that have no answer in rs: no
-// reply, or an error that is not the server's (the call may or may not have
-// run).
-func unanswered(nodes []*node, rs []reply) []*node {
+// unanswered returns the nodes whose reply in rs is an error that is not
+// the server's: the call may or may not have run (the round's deadline
+// gives every silent node such a reply). A node with no reply at all is
+// one the round stopped waiting for once a quorum had decided: its call
+// goes on, bounded by the lease, and a healthy Redlock's slowest master is
+// not released twice.
+func unanswered(rs []reply, nodes []*node) []*node {
 	var out []*node
-	for _, n := range nodes {
-		if r, ok := replyOf(rs, n.idx); !ok || (r.err != nil && !isServerError(r.err)) {
-			out = append(out, n)
+	for _, r := range rs {
+		if r.err != nil && !isServerError(r.err) {
+			out = append(out, nodes[r.node])
 		}
 	}
 	return out
