@@ -100,6 +100,7 @@ type observer struct {
 	nUp     int
 	sent    Leader // the last Leader sent (Term 0 at first: "none")
 	highest int64  // the largest Term sent
+	heard   heardValues
 	timer   *time.Timer
 
 	mu     sync.Mutex
@@ -165,6 +166,7 @@ func (o *observer) take(ev observeEvent) (anns []Leader, reread bool) {
 		}
 		return nil, true
 	case eventDown:
+		o.heard = heardValues{} // messages may be missed from here on
 		if o.up[ev.node] {
 			o.up[ev.node] = false
 			o.nUp--
@@ -177,15 +179,75 @@ func (o *observer) take(ev observeEvent) (anns []Leader, reread bool) {
 	if ev.channel == o.e.elect {
 		if a, ok := parseAnnouncement(ev.payload); ok {
 			anns = append(anns, a)
+			o.heard.note(a, ev.node)
 		}
 	}
 	return anns, true
+}
+
+// heardValues orders the values announced for the latest term heard, by
+// when each Proclaim was first heard from any node: a Proclaim returns once
+// a quorum has run it, so a later value is announced after an earlier one.
+// On a Redlock a read can lag (a quorum that includes a master the last
+// Proclaim has not reached yet); this order keeps it from putting an older
+// value after a newer one. Every node announces each Proclaim once, so a
+// value a node announces again is a new Proclaim of it. Reset whenever a
+// connection drops: then messages may be missed.
+type heardValues struct {
+	term   int64
+	next   int
+	order  map[string]int         // value -> when its latest Proclaim was first heard
+	byNode map[int]map[string]int // node -> value -> the order it announced it at
+	newest string
+}
+
+func (h *heardValues) note(a Leader, node int) {
+	switch {
+	case a.Term < h.term:
+		return
+	case a.Term > h.term || h.order == nil:
+		*h = heardValues{term: a.Term, order: map[string]int{}, byNode: map[int]map[string]int{}}
+	}
+	seen := h.byNode[node]
+	if seen == nil {
+		seen = map[string]int{}
+		h.byNode[node] = seen
+	}
+	i, ok := h.order[a.Value]
+	if at, again := seen[a.Value]; !ok || (again && at == i) {
+		i = h.next // first heard, or this node's second Proclaim of it
+		h.order[a.Value] = i
+		h.next++
+	}
+	seen[a.Value] = i
+	if j, ok := h.order[h.newest]; !ok || i >= j {
+		h.newest = a.Value
+	}
+}
+
+// older reports that v was heard, for term, before w; a value not heard is
+// older than any heard.
+func (h *heardValues) older(term int64, v, w string) bool {
+	if term != h.term {
+		return false
+	}
+	i, vHeard := h.order[v]
+	j, wHeard := h.order[w]
+	return wHeard && (!vHeard || i < j)
 }
 
 // refresh reads the leader and sends what changed: first the announcements
 // heard since the last read that the read did not supersede, then the
 // leader read. It arms the timer for the end of the leader's lease, or
 // for a retry when the read failed.
+//
+// A read supersedes every announcement of its own term: it was made after
+// they were heard, so it holds their latest value, and an announcement
+// sent after it would put an older value after a newer one (a leader that
+// Proclaims v1, v2, v3 in a row is heard v1, read v3, then heard v2). What
+// is left are leaders that came and went between two reads (a term between
+// the last one sent and the one read), or every announcement when the read
+// failed.
 func (o *observer) refresh(ctx context.Context, anns []Leader) {
 	o.timer.Stop()
 	if o.nUp < o.e.c.pool.quorum {
@@ -196,11 +258,12 @@ func (o *observer) refresh(ctx context.Context, anns []Leader) {
 	cur, err := o.e.read(ctx)
 	known := err == nil || errors.Is(err, ErrNoLeader)
 	for _, a := range anns {
-		if known && cur.Term != 0 && a.Term > cur.Term {
+		switch {
+		case !known:
+		case a.Term == cur.Term:
+			continue // the read has this term's latest value
+		case cur.Term != 0 && a.Term > cur.Term:
 			continue // a read of a Redlock that lags the announcement: the next read says
-		}
-		if a.Term == cur.Term {
-			a.TTL = cur.TTL
 		}
 		o.send(a)
 	}
@@ -214,6 +277,9 @@ func (o *observer) refresh(ctx context.Context, anns []Leader) {
 	case cur.Term == 0:
 		o.send(Leader{})
 	default:
+		if o.heard.older(cur.Term, cur.Value, o.heard.newest) {
+			cur.Value = o.heard.newest // a lagging read (Redlock): the newest announced
+		}
 		o.send(cur)
 		if cur.TTL > 0 {
 			o.timer.Reset(cur.TTL + expiryMargin)
@@ -232,7 +298,7 @@ func (o *observer) send(l Leader) {
 		}
 	case l.Term < o.highest:
 		return
-	case l.Term == o.sent.Term && l.Value == o.sent.Value:
+	case l.Term == o.sent.Term && (l.Value == o.sent.Value || o.heard.older(l.Term, l.Value, o.sent.Value)):
 		return
 	}
 	o.sent = l

@@ -1,0 +1,77 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlockgo/redlock/internal/redistest"
+)
+
+// TestObserveProclaimOrder: a leader Proclaims 50 values in a row, each
+// after the previous Proclaim returned. The observer reports them in
+// Proclaim order, never one twice, and its last report is the last value;
+// it may skip a value only when a newer one replaced it before it read.
+// On one server and on a Redlock of three, whose reads may lag a Proclaim
+// that has not reached every master yet.
+func TestObserveProclaimOrder(t *testing.T) {
+	for _, masters := range []int{1, 3} {
+		t.Run(fmt.Sprintf("masters=%d", masters), func(t *testing.T) {
+			t.Parallel()
+			servers := redistest.StartN(t, masters)
+			elect := func() *Election {
+				clients := make([]Client, masters)
+				for i, srv := range servers {
+					clients[i] = goRedisDefaults(t, srv.Addr())
+				}
+				if masters == 1 {
+					return newLocker(t, clients[0]).Election("observe-order")
+				}
+				r, err := NewRedlock(clients)
+				require.NoError(t, err)
+				t.Cleanup(func() { r.Close() })
+				return r.Election("observe-order")
+			}
+			proclaimInOrder(t, servers, elect(), elect())
+		})
+	}
+}
+
+func proclaimInOrder(t *testing.T, servers []*redistest.Server, observer, e *Election) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const values = 50
+	w := watch(observer.Observe(ctx))
+	for _, srv := range servers {
+		subscribedObserver(t, srv, "observe-order", 1)
+	}
+	lead, err := e.Campaign(ctx, "v-00")
+	require.NoError(t, err)
+	defer lead.Unlock(context.Background())
+	for i := 1; i <= values; i++ {
+		require.NoError(t, e.Proclaim(ctx, lead, fmt.Sprintf("v-%02d", i)))
+	}
+	last := fmt.Sprintf("v-%02d", values)
+	at, _, _ := w.next(t, 0, 5*time.Second, func(l Leader) bool { return l.Value == last })
+
+	prev := -1
+	for _, l := range w.leaders() {
+		if l.Term != lead.Token() {
+			continue
+		}
+		var i int
+		_, err := fmt.Sscanf(l.Value, "v-%d", &i)
+		require.NoError(t, err, "value %q", l.Value)
+		assert.Greater(t, i, prev, "Observe reported %q after v-%02d: out of Proclaim order, or twice (%v)", l.Value, prev, w.leaders())
+		prev = i
+	}
+	assert.Equal(t, values, prev, "the last report is the last value")
+
+	// A value proclaimed again is a change like any other.
+	require.NoError(t, e.Proclaim(ctx, lead, "v-01"))
+	w.next(t, at+1, 5*time.Second, func(l Leader) bool { return l.Value == "v-01" })
+}
