@@ -28,7 +28,9 @@ import (
 // background, sleeping 1s between tries, and that goroutine notices only
 // after its sleep that the client was closed; a test that ends right after
 // refused dials (a killed server) would otherwise fail the run by its timing.
+// go-redis's log of those dials is turned off (redistest.QuietGoRedis).
 func TestMain(m *testing.M) {
+	redistest.QuietGoRedis()
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
 }
 
