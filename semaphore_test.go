@@ -89,10 +89,16 @@ func TestSemaphoreAllHeldAndWake(t *testing.T) {
 			got <- l
 		}()
 	}
-	// Both waiters of lks[1] wait; each release lets one in.
+	// Both waiters of lks[1] wait; each release lets one in. A waiter is
+	// queued before its SUBSCRIBE reaches the server: a release sent in
+	// between would go unheard, and the waiter would sleep past its ctx
+	// (on a busy machine that gap is long enough to hit). So wait for the
+	// server to count the subscription too.
+	channel := releaseChannel("{redlock:sem-wake}" + semSuffix)
 	require.True(t, eventually(5*time.Second, func() bool {
-		return lks[1].c.waits.busy(queueKey(releaseChannel("{redlock:sem-wake}"+semSuffix), queuePermits))
+		return lks[1].c.waits.busy(queueKey(channel, queuePermits))
 	}))
+	waitSubscribers(t, srv, channel, 1)
 	require.NoError(t, a.Unlock(ctx))
 	require.NoError(t, b.Unlock(ctx))
 	for range 2 {
