@@ -19,6 +19,7 @@ import (
 // someone else, lost with that reason; a contended TryLock and a waiting
 // Lock report contention, the holder and the wait.
 func TestObserverSequence(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	cl := srv.Client(t)
 	ctx := context.Background()
@@ -133,6 +134,7 @@ func withoutRenewals(seq []string) []string {
 // TestObserverCanceledAndClosed: a Lock cut short by its ctx reports
 // Canceled; Close reports the loss of every held lock.
 func TestObserverCanceledAndClosed(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	rec := &eventLog{}
 	lk, err := NewLocker(srv.Client(t), WithObserver(rec))
@@ -162,6 +164,7 @@ func TestObserverCanceledAndClosed(t *testing.T) {
 // TestObserverRedlockNodeErrors: a dead master shows up as node errors of
 // the acquire and of the renewals, while the lock is held by the others.
 func TestObserverRedlockNodeErrors(t *testing.T) {
+	t.Parallel()
 	nodes := startRLNodes(t, 3, false, time.Second)
 	rec := &eventLog{}
 	r := newRL(t, nodes, WithObserver(rec), WithTTL(2*time.Second), WithRenewInterval(50*time.Millisecond))
@@ -202,6 +205,7 @@ func TestObserverRedlockNodeErrors(t *testing.T) {
 
 // TestObserverMaxHold: the cap is reported as a loss with its reason.
 func TestObserverMaxHold(t *testing.T) {
+	t.Parallel()
 	cl, _ := miniClient(t)
 	rec := &eventLog{}
 	lk := newLocker(t, cl, WithObserver(rec), WithMaxHold(100*time.Millisecond))

@@ -51,6 +51,7 @@ func TestWaitCrashedHolder(t *testing.T) {
 // WithUnansweredLimit for a server that does not answer (the attempts are
 // logged at WARN meanwhile). Contention never counts toward that limit.
 func TestLockEndsWhenNotContention(t *testing.T) {
+	t.Parallel()
 	master := redistest.Start(t)
 	host, port, _ := strings.Cut(master.Addr(), ":")
 	replica := redistest.Start(t, "--replicaof", host, port)
@@ -135,6 +136,7 @@ func TestLockEndsWhenNotContention(t *testing.T) {
 
 // TestUnansweredLimitDefault: the documented default, and 0 turning it off.
 func TestUnansweredLimitDefault(t *testing.T) {
+	t.Parallel()
 	assert.Equal(t, 10*time.Second, defaultConfig().unanswered)
 	cfg, err := defaultConfig().with([]Option{WithUnansweredLimit(0)})
 	require.NoError(t, err)

@@ -19,6 +19,7 @@ import (
 )
 
 func TestWatchdogKeepsLockHeld(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	lk := newLocker(t, srv.Client(t), WithTTL(300*time.Millisecond))
 	other := newLocker(t, srv.Client(t))
@@ -236,6 +237,7 @@ func TestWatchdogScale(t *testing.T) {
 // FLUSH (go-redis's EVAL fallback does not apply to pipelines); they must be
 // resent with EVAL, never read as "not held".
 func TestWatchdogScriptFlush(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	cl := srv.Client(t)
 	hook := &countingHook{}
@@ -279,6 +281,7 @@ func TestWatchdogScriptFlush(t *testing.T) {
 // go-redis's 3s read timeout, under which the round once waited for the
 // paused master until X's validity ran out, and took Y down with it.
 func TestRedlockRenewalPerLock(t *testing.T) {
+	t.Parallel()
 	const ttl = time.Second
 	nodes := startRLNodes(t, 3, false, 3*time.Second)
 	r := newRL(t, nodes, WithTTL(ttl))
