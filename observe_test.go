@@ -47,6 +47,14 @@ func TestObserverSequence(t *testing.T) {
 	require.NoError(t, cl.Set(ctx, "{redlock:obs-life}", "thief", 10*time.Second).Err())
 	waitDone(t, l, 3*time.Second)
 	requireLoss(t, l.Err(), LossTaken)
+	// OnLoss comes from the goroutine that closed Done, right after it:
+	// wait for it before Unlock, whose OnRelease comes from this one, or on
+	// a busy machine the sequence below is read before the loss is in it.
+	require.True(t, eventually(3*time.Second, func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return len(rec.losses) > 0
+	}), "OnLoss within 3s of Done closing")
 	assert.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
 
 	// How many renewals fall between the other events depends on the
