@@ -285,7 +285,6 @@ func timedOut(err error, idx []int) []int {
 // at quorum instead of waiting for the stragglers, and the late grants the
 // paused masters make after SIGCONT are released by the library.
 func TestRedlockTwoPaused(t *testing.T) {
-	t.Parallel()
 	const iters = 60
 	// The read timeout outlasts the pause, so every call queued on a paused
 	// node gets its answer after SIGCONT and can clean up a late grant.
