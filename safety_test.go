@@ -316,7 +316,6 @@ func TestSafetyRestartEmpty(t *testing.T) {
 // overlap is the documented loss without persistence or delayed restarts;
 // B's token, floored by time, is above A's, so the fence rejects A's write.
 func TestSafetyRedlockRestartBareMajority(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	nodes := startRLNodes(t, 3, true, time.Second)
 	a := newRL(t, nodes, WithTTL(time.Second), WithNodeTimeout(100*time.Millisecond))
