@@ -17,6 +17,7 @@ import (
 // TestFenceCounterExhausted: at 2^53-1 a Lua double cannot count up by
 // one; the acquisition fails with a clear error and sets nothing.
 func TestFenceCounterExhausted(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	admin := srv.Client(t)
 	lk := newLocker(t, srv.Client(t))
@@ -49,6 +50,7 @@ func TestFenceCounterExhausted(t *testing.T) {
 // TestReadOnlyReplicaSaysSo: a server's refusal reaches the caller as the
 // server's error, not as a timeout hidden by go-redis's retries.
 func TestReadOnlyReplicaSaysSo(t *testing.T) {
+	t.Parallel()
 	master := redistest.Start(t)
 	host, port, _ := strings.Cut(master.Addr(), ":")
 	replica := redistest.Start(t, "--replicaof", host, port)

@@ -75,6 +75,7 @@ func BenchmarkLockUnlockAllocs(b *testing.B) {
 // TestOwnerAndKeys: newLock's one-allocation key layout is the one the
 // scripts expect, and the owner value is a fresh random UUID.
 func TestOwnerAndKeys(t *testing.T) {
+	t.Parallel()
 	for _, metadata := range []bool{false, true} {
 		owner, keys := ownerAndKeys(nil, "{redlock:x}", metadata)
 		want := []string{"{redlock:x}", "{redlock:x}:fence", "{redlock:x}", "{redlock:x}:released"}
@@ -97,6 +98,7 @@ func TestOwnerAndKeys(t *testing.T) {
 // TestKeyAndChannel: the Lock call's one-allocation key and channel are
 // lockKey's and releaseChannel's.
 func TestKeyAndChannel(t *testing.T) {
+	t.Parallel()
 	key, channel := keyAndChannel("redlock:", "x")
 	if want := lockKey("redlock:", "x"); key != want {
 		t.Errorf("keyAndChannel() key = %q, want %q", key, want)

@@ -35,6 +35,7 @@ var (
 )
 
 func TestWrappedClientLocks(t *testing.T) {
+	t.Parallel()
 	cl, _ := miniClient(t)
 	lk := newLocker(t, wrappedClient{Scripter: cl, inner: cl})
 	ctx := context.Background()
@@ -111,6 +112,7 @@ func (wrapHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 // TestNoScriptThroughWrappingHook: after SCRIPT FLUSH, a hook that wraps
 // errors must not turn NOSCRIPT into a failure or into "not held".
 func TestNoScriptThroughWrappingHook(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	cl := srv.Client(t)
 	cl.AddHook(wrapHook{})
@@ -139,6 +141,7 @@ func TestNoScriptThroughWrappingHook(t *testing.T) {
 // TestClientHooksSeeLockCommands: the user's hooks (tracing, metrics) see
 // every lock command, on the inline and the goroutine call paths alike.
 func TestClientHooksSeeLockCommands(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	for name, opt := range map[string]*redis.Options{
 		"defaults (goroutine path)": {Addr: srv.Addr()},
@@ -180,6 +183,7 @@ func (h *rebuildHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 // including hooks added after the Locker's first calls, for two Lockers on
 // one client alike, and steady locking adds no hooks to the client.
 func TestHooksAddedLaterSeeLockCommands(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	cl := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { cl.Close() })

@@ -67,6 +67,7 @@ func handOffs(t *testing.T, lks [2]*Locker, name string, n, migrateAt int, migra
 // leaves it asleep for its capped sleep), except the one right after the
 // slot moved, which may be missed once.
 func TestClusterReleasesStayOnShard(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		migrate bool

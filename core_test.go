@@ -18,6 +18,7 @@ import (
 // TestCloseReleases: Close releases held locks (Done closed, ErrReleased, keys
 // gone), stops the watchdog, and refuses new acquisitions.
 func TestCloseReleases(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	cl := srv.Client(t)
 	lk, err := NewLocker(cl)
@@ -60,6 +61,7 @@ func TestCloseReleases(t *testing.T) {
 // TestCloseWhileWaiting: Close with goroutines waiting (and some about to
 // wait) returns, the waiters fail with ErrClosed, and no goroutine is left.
 func TestCloseWhileWaiting(t *testing.T) {
+	t.Parallel()
 	cl, _ := miniClient(t)
 	lk, err := NewLocker(cl)
 	if err != nil {
@@ -98,6 +100,7 @@ func TestCloseWhileWaiting(t *testing.T) {
 // may start no goroutine: otherwise the holder's release would reserve the
 // name for a waiter that is gone.
 func TestClosedWaiterLeavesQueue(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	admin := srv.Client(t)
 	holder := newLocker(t, srv.Client(t))
@@ -126,6 +129,7 @@ func TestClosedWaiterLeavesQueue(t *testing.T) {
 // TestCloseCancelsDo: Close cancels running Do calls before their locks
 // can be taken by another owner.
 func TestCloseCancelsDo(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	lk, err := NewLocker(srv.Client(t))
 	require.NoError(t, err)
@@ -157,6 +161,7 @@ func TestCloseCancelsDo(t *testing.T) {
 // TestGrantAfterCloseReleased: an acquisition whose grant arrives after
 // Close started releases it; the name is free at once, not after the TTL.
 func TestGrantAfterCloseReleased(t *testing.T) {
+	t.Parallel()
 	for _, inline := range []bool{false, true} {
 		t.Run(fmt.Sprintf("inline=%v", inline), func(t *testing.T) {
 			srv := redistest.Start(t)
@@ -188,6 +193,7 @@ func TestGrantAfterCloseReleased(t *testing.T) {
 // TestConcurrentUnlockAndClose: Close racing Unlock, renewal and in-flight
 // grants leaves no key and no held lock behind.
 func TestConcurrentUnlockAndClose(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	admin := srv.Client(t)
 	for round := range 10 {
@@ -250,6 +256,7 @@ func TestCloseBoundedDuringInlineRenewal(t *testing.T) {
 
 // TestHandOffClose: Close while Unlocks hand locks to waiters leaves no key.
 func TestHandOffClose(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	admin := srv.Client(t)
 	ctx := context.Background()

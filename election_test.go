@@ -176,6 +176,7 @@ func rounds(t *testing.T, rec *recorder, es []*Election, n int, hold time.Durati
 // strictly increase, the next leader follows a resignation at once, and an
 // observer sees every leader in order.
 func TestElectionFiveCandidates(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	rec := newRecorder(t)
 	const name = "election-five"
@@ -215,6 +216,7 @@ func TestElectionFiveCandidates(t *testing.T) {
 // process frozen or killed) loses leadership by its own clock (Done), and
 // only after that is the next one elected, within about a TTL of the cut.
 func TestElectionLeaderCutOff(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	rec := newRecorder(t)
 	const name = "election-cutoff"
@@ -395,6 +397,7 @@ func TestElectionLeaderExpiry(t *testing.T) {
 
 // TestElectionLeader: Leader, Proclaim and the errors of bad input.
 func TestElectionLeader(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -467,6 +470,7 @@ func TestElectionLeader(t *testing.T) {
 
 // TestElectionObserveClose: Close of the Locker ends its observers.
 func TestElectionObserveClose(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	lk, err := NewLocker(srv.Client(t))
 	require.NoError(t, err)
@@ -482,6 +486,7 @@ func TestElectionObserveClose(t *testing.T) {
 // each candidate with its own Redlock and clients, while one master is
 // paused (SIGSTOP).
 func TestElectionRedlockPausedMaster(t *testing.T) {
+	t.Parallel()
 	nodes := startRLNodes(t, 3, false, time.Second)
 	rec := newRecorder(t)
 	const name = "election-redlock"

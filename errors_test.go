@@ -42,6 +42,7 @@ func requireOneLine(t *testing.T, err error) {
 // say each cause once; errors.Is and errors.As still find every sentinel
 // and type in them.
 func TestErrorsOneLine(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	srv := redistest.Start(t)
 	cl := srv.Client(t)
@@ -134,6 +135,7 @@ func TestErrorsOneLine(t *testing.T) {
 // TestJoinOneLine: join prints the head in full and the rest once each,
 // without their prefixes, and flattens nested joins.
 func TestJoinOneLine(t *testing.T) {
+	t.Parallel()
 	a := errors.New("redlock: node 0: boom")
 	err := join(notObtained("n"), a, join(errors.New("redlock: node 0: boom"), context.Canceled), nil, quietError{errTaken})
 	assert.Equal(t, `redlock: lock "n" not obtained: node 0: boom; context canceled`, err.Error())

@@ -75,6 +75,7 @@ func (h *logRecords) evictionWarnings() []map[string]string {
 // keys with an expiry logs exactly one warning naming the node and the
 // policy, once per constructor; noeviction logs none.
 func TestEvictionWarning(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	cl := srv.Client(t)
 	for _, tt := range []struct {
@@ -114,6 +115,7 @@ func TestEvictionWarning(t *testing.T) {
 // TestEvictionWarningRedlock: NewRedlock warns once for each master with an
 // evicting policy, naming it, and not for the others.
 func TestEvictionWarningRedlock(t *testing.T) {
+	t.Parallel()
 	srvs := redistest.StartN(t, 3)
 	srvs[0].Do(t, "CONFIG", "SET", "maxmemory-policy", "volatile-lru")
 	srvs[2].Do(t, "CONFIG", "SET", "maxmemory-policy", "allkeys-lfu")
@@ -143,6 +145,7 @@ func TestEvictionWarningRedlock(t *testing.T) {
 // warning, on a server whose policy evicts; the default user, who may run
 // CONFIG, is warned on the same server.
 func TestEvictionWarningConfigRefused(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t, "--maxmemory-policy", "volatile-lru")
 	srv.ACLUser(t, "noconfig", "pw", "~*", "&*", "+@all", "-config")
 	narrow := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "noconfig", Password: "pw", MaxRetries: -1})
@@ -167,6 +170,7 @@ func TestEvictionWarningConfigRefused(t *testing.T) {
 // node, whose policy stands for the deployment: one warning, for the one
 // client.
 func TestEvictionWarningCluster(t *testing.T) {
+	t.Parallel()
 	cc := startCluster(t)
 	require.NoError(t, cc.ConfigSet(context.Background(), "maxmemory-policy", "volatile-ttl").Err())
 	h := &logRecords{}

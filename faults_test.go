@@ -35,6 +35,7 @@ func lossyClient(t *testing.T) (*redistest.Server, *redistest.Proxy, *redis.Clie
 // and which go-redis then retried on a new connection, reports what
 // happened, not what the retry found.
 func TestLostReplies(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	drop := func(t *testing.T, cl *redis.Client, p *redistest.Proxy) {
 		t.Helper()
@@ -127,6 +128,7 @@ func TestLostReplies(t *testing.T) {
 // rights cannot PUBLISH. The release still stands and says so, waiters still
 // get the lock (by their timers), and the refusal is logged.
 func TestReleaseWithoutChannelRights(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	srv.ACLUser(t, "locker", "secret", "~*", "+@all") // channels: none (resetchannels)
 	client := func() *redis.Client {
@@ -252,6 +254,7 @@ func TestWaitAcrossFailover(t *testing.T) {
 
 // TestLockerFailoverClientBasics: the whole API over a failover client.
 func TestLockerFailoverClientBasics(t *testing.T) {
+	t.Parallel()
 	g := redistest.StartSentinel(t)
 	lk := newLocker(t, g.FailoverClient(t, nil))
 	ctx := context.Background()
@@ -319,6 +322,7 @@ func TestServerRefusals(t *testing.T) {
 // gets the acquire again from go-redis's retry, after Unlock already ran
 // there; that second grant must be released, not left owned by nobody.
 func TestRedlockRetriedAcquireAfterUnlock(t *testing.T) {
+	t.Parallel()
 	srvs := redistest.StartN(t, 3)
 	proxy := redistest.NewProxy(t, srvs[2].Addr())
 	var clients []Client
@@ -360,6 +364,7 @@ func TestRedlockRetriedAcquireAfterUnlock(t *testing.T) {
 // that reads the late reply (go-redis defaults), one whose call was cut at
 // its deadline (ContextTimeoutEnabled), whose reply nobody reads.
 func TestNameFreeAfterPause(t *testing.T) {
+	t.Parallel()
 	for _, deadlines := range []bool{false, true} {
 		t.Run(fmt.Sprintf("ContextTimeoutEnabled=%v", deadlines), func(t *testing.T) {
 			srv := redistest.Start(t)
@@ -388,6 +393,7 @@ func TestNameFreeAfterPause(t *testing.T) {
 // at go-redis defaults a cleanup call would otherwise wait out the 3s read
 // timeout before its retry.
 func TestNameFreeAfterPartition(t *testing.T) {
+	t.Parallel()
 	for _, deadlines := range []bool{false, true} {
 		t.Run(fmt.Sprintf("ContextTimeoutEnabled=%v", deadlines), func(t *testing.T) {
 			srv := redistest.Start(t)
@@ -431,6 +437,7 @@ func TestNameFreeAfterPartition(t *testing.T) {
 // (100ms here), not after a second as before, so the name is free for
 // others soon after the release.
 func TestReservationForGoneWaiter(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	proxy := redistest.NewProxy(t, srv.Addr())
 	viaProxy := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
@@ -489,6 +496,7 @@ func takeWithin(t *testing.T, lk *Locker, name string, since time.Time, d time.D
 // deadline too. Before, TryLock on a dead port took the retries' ~400ms
 // against a 100ms node timeout.
 func TestDeadServerFailsWithinNodeTimeout(t *testing.T) {
+	t.Parallel()
 	addr := closedAddr(t) // nothing listens there now
 	const timeout = 100 * time.Millisecond
 	cl := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 50 * time.Millisecond, ReadTimeout: 50 * time.Millisecond,

@@ -57,6 +57,7 @@ func checkFenceOutcome(t *testing.T, call string, err error, want fenceOutcome, 
 }
 
 func TestFenceAdmitSequences(t *testing.T) {
+	t.Parallel()
 	type step struct {
 		token       int64
 		want        fenceOutcome
@@ -95,6 +96,7 @@ func TestFenceAdmitSequences(t *testing.T) {
 }
 
 func TestStaleTokenError(t *testing.T) {
+	t.Parallel()
 	var err error = &StaleTokenError{Token: 4, Highest: 9}
 	wrapped := fmt.Errorf("writing: %w", err)
 	if !errors.Is(wrapped, ErrStaleToken) {
@@ -288,6 +290,7 @@ func fenceHistoryError(calls []fenceCall, finalHighest int64) error {
 // not vacuous: it accepts a valid history with overlapping calls and rejects
 // each kind of violation.
 func TestFenceHistoryChecker(t *testing.T) {
+	t.Parallel()
 	stale := func(token, highest int64) error { return &StaleTokenError{Token: token, Highest: highest} }
 	tests := []struct {
 		name    string
@@ -338,12 +341,14 @@ func TestFenceHistoryChecker(t *testing.T) {
 }
 
 func TestFenceAdmitConcurrent(t *testing.T) {
+	t.Parallel()
 	var f Fence
 	calls := runFenceHistory(t, 8, 5000, f.Admit)
 	checkFenceHistory(t, calls, f.Highest())
 }
 
 func TestFenceCRC16(t *testing.T) {
+	t.Parallel()
 	// The check value of CRC-16/XMODEM, and slots documented by Redis
 	// (CLUSTER KEYSLOT and the cluster specification).
 	if got := fenceCRC16("123456789"); got != 0x31C3 {
@@ -412,6 +417,7 @@ func fenceTestKeys(maxLen int) []string {
 }
 
 func TestFenceMarkKeySharesSlot(t *testing.T) {
+	t.Parallel()
 	seen := map[string]string{} // mark key -> key
 	for _, key := range fenceTestKeys(8) {
 		mark := fenceMarkKey(key)
@@ -445,6 +451,7 @@ func TestFenceMarkKeySharesSlot(t *testing.T) {
 }
 
 func TestFenceSlotTags(t *testing.T) {
+	t.Parallel()
 	tags := fenceSlotTags()
 	for slot := range uint16(16384) {
 		tag := fenceSlotTag(slot)
@@ -460,6 +467,7 @@ func TestFenceSlotTags(t *testing.T) {
 }
 
 func TestFenceMarkKeyClusterKeyslot(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t, "--cluster-enabled", "yes")
 	c := srv.Client(t)
 	ctx := context.Background()
@@ -488,6 +496,7 @@ func TestFenceMarkKeyClusterKeyslot(t *testing.T) {
 // owning all slots, which refuses a script whose keys are in two slots with
 // CROSSSLOT.
 func TestRedisFenceOnCluster(t *testing.T) {
+	t.Parallel()
 	g, err := NewRedisFence(startCluster(t))
 	if err != nil {
 		t.Fatalf("NewRedisFence: %v", err)
@@ -558,6 +567,7 @@ func checkFenceGet(t *testing.T, c *redis.Client, key, want string) {
 }
 
 func TestRedisFenceNilClient(t *testing.T) {
+	t.Parallel()
 	if g, err := NewRedisFence(nil); err == nil || g != nil {
 		t.Errorf("NewRedisFence(nil) = %v, %v, want nil and an error", g, err)
 	}
@@ -570,6 +580,7 @@ func TestRedisFenceNilClient(t *testing.T) {
 }
 
 func TestRedisFenceSet(t *testing.T) {
+	t.Parallel()
 	fenceBackends(t, func(t *testing.T, c *redis.Client) {
 		g := newTestRedisFence(t, c)
 		ctx := context.Background()
@@ -596,6 +607,7 @@ func TestRedisFenceSet(t *testing.T) {
 }
 
 func TestRedisFenceAdmitRegisters(t *testing.T) {
+	t.Parallel()
 	fenceBackends(t, func(t *testing.T, c *redis.Client) {
 		g := newTestRedisFence(t, c)
 		ctx := context.Background()
@@ -623,6 +635,7 @@ func TestRedisFenceAdmitRegisters(t *testing.T) {
 }
 
 func TestRedisFenceDelKeepsMark(t *testing.T) {
+	t.Parallel()
 	fenceBackends(t, func(t *testing.T, c *redis.Client) {
 		g := newTestRedisFence(t, c)
 		ctx := context.Background()
@@ -643,6 +656,7 @@ func TestRedisFenceDelKeepsMark(t *testing.T) {
 }
 
 func TestRedisFenceHSet(t *testing.T) {
+	t.Parallel()
 	fenceBackends(t, func(t *testing.T, c *redis.Client) {
 		g := newTestRedisFence(t, c)
 		ctx := context.Background()
@@ -668,6 +682,7 @@ func TestRedisFenceHSet(t *testing.T) {
 }
 
 func TestRedisFenceSetTTL(t *testing.T) {
+	t.Parallel()
 	fenceBackends(t, func(t *testing.T, c *redis.Client) {
 		g := newTestRedisFence(t, c)
 		ctx := context.Background()
@@ -704,6 +719,7 @@ func TestRedisFenceSetTTL(t *testing.T) {
 }
 
 func TestRedisFenceTokenPrecision(t *testing.T) {
+	t.Parallel()
 	fenceBackends(t, func(t *testing.T, c *redis.Client) {
 		g := newTestRedisFence(t, c)
 		ctx := context.Background()
@@ -731,6 +747,7 @@ func TestRedisFenceTokenPrecision(t *testing.T) {
 }
 
 func TestRedisFenceInvalidInput(t *testing.T) {
+	t.Parallel()
 	fenceBackends(t, func(t *testing.T, c *redis.Client) {
 		g := newTestRedisFence(t, c)
 		ctx := context.Background()
@@ -766,6 +783,7 @@ func TestRedisFenceInvalidInput(t *testing.T) {
 }
 
 func TestRedisFenceScriptFlush(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	c := srv.Client(t)
 	g := newTestRedisFence(t, c)
@@ -780,6 +798,7 @@ func TestRedisFenceScriptFlush(t *testing.T) {
 // TestRedisFenceAdmitConcurrent checks the history of concurrent Admit calls
 // on a real server as TestFenceAdmitConcurrent does in process.
 func TestRedisFenceAdmitConcurrent(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 8, MaxRetries: -1})
 	t.Cleanup(func() { _ = c.Close() })
@@ -799,6 +818,7 @@ func TestRedisFenceAdmitConcurrent(t *testing.T) {
 // its stale computation. Unfenced, A's write lands and B's update is lost;
 // through the RedisFence it is rejected. Run with Locker and Redlock tokens.
 func TestFencePausedHolder(t *testing.T) {
+	t.Parallel()
 	storage := redistest.Start(t) // the resource: never one of the lock servers
 	store := storage.Client(t)
 	guard, err := NewRedisFence(store)

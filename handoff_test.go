@@ -17,6 +17,7 @@ import (
 // waiting passes the lock in one script: no PUBLISH, no acquire by the
 // waiter, a fresh owner and a larger token, and the waiter's own options.
 func TestHandOffInProcess(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	admin := srv.Client(t)
 	lk := newLocker(t, srv.Client(t), WithRetry(ConstantRetry(time.Hour)))
@@ -55,6 +56,7 @@ func TestHandOffInProcess(t *testing.T) {
 // them the lock leave nothing behind: every hand-off either reaches a waiter
 // that then owns the lock, or is released.
 func TestHandOffRacesWaiterLeaving(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	admin := srv.Client(t)
 	lk := newLocker(t, srv.Client(t), WithTTL(5*time.Second))

@@ -12,6 +12,7 @@ import (
 )
 
 func TestInspectLocker(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	srv := redistest.Start(t)
 	admin := srv.Client(t)
@@ -74,6 +75,7 @@ func TestInspectLocker(t *testing.T) {
 }
 
 func TestInspectBadInput(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	cl, _ := miniClient(t)
 	lk := newLocker(t, cl)
@@ -103,6 +105,7 @@ func TestInspectBadInput(t *testing.T) {
 }
 
 func TestInspectRedlock(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	nodes := startRLNodes(t, 3, false, time.Second)
 	r := newRL(t, nodes, WithAutoRenew(false))

@@ -37,6 +37,7 @@ func deleteKeys(t *testing.T, cl *redis.Client, pattern string) int {
 // with it), the next token is still larger: it is floored by a clock in µs,
 // the server's for a Locker, the client's for a Redlock. 50 rounds each.
 func TestTokensIncreaseAcrossExpiredCounters(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	const rounds = 50
 	// round takes and releases the name once; when it returns, no call of
@@ -90,6 +91,7 @@ func TestTokensIncreaseAcrossExpiredCounters(t *testing.T) {
 // left held, every key left on the server has an expiry. Fence counters
 // carry the retention: the default, or WithFenceRetention's.
 func TestEveryKeyExpires(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	srv := redistest.Start(t)
 	admin := srv.Client(t)
@@ -213,6 +215,7 @@ func keyKind(k string) string {
 // one at the next grant; raise.lua's write-back keeps the default retention
 // or the one it is given.
 func TestFenceCounterLife(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	srv := redistest.Start(t)
 	admin := srv.Client(t)

@@ -18,6 +18,7 @@ import (
 )
 
 func TestNewLockerBadInput(t *testing.T) {
+	t.Parallel()
 	cl, _ := miniClient(t)
 	var nilClient *redis.Client
 	tests := []struct {
@@ -53,6 +54,7 @@ func TestNewLockerBadInput(t *testing.T) {
 }
 
 func TestLockBadInput(t *testing.T) {
+	t.Parallel()
 	cl, mr := miniClient(t)
 	lk := newLocker(t, cl)
 	cancelled, cancel := context.WithCancel(context.Background())
@@ -98,6 +100,7 @@ func TestLockBadInput(t *testing.T) {
 // TestLockerBasics runs the single-instance semantics on miniredis and on a
 // real redis-server.
 func TestLockerBasics(t *testing.T) {
+	t.Parallel()
 	t.Run("miniredis", func(t *testing.T) {
 		cl, _ := miniClient(t)
 		testLockerBasics(t, cl)
@@ -197,6 +200,7 @@ func testLockerBasics(t *testing.T, cl *redis.Client) {
 // TestMutualExclusion increments a shared Redis key with a non-atomic
 // GET/SET inside the lock: any overlap of two holders loses an update.
 func TestMutualExclusion(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	cl := srv.Client(t)
 	lk := newLocker(t, cl, WithTTL(2*time.Second), WithRetry(ConstantRetry(time.Millisecond)))
@@ -206,6 +210,7 @@ func TestMutualExclusion(t *testing.T) {
 // TestExpiryTakeover: A's lease runs out (no renewal), B takes the name, and
 // A's stale handle can neither release nor extend B's lock.
 func TestExpiryTakeover(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	cl := srv.Client(t)
 	lk := newLocker(t, cl, WithAutoRenew(false), WithRetry(ConstantRetry(5*time.Millisecond)))
@@ -249,6 +254,7 @@ func TestExpiryTakeover(t *testing.T) {
 // TestExtendNeverResurrects: the key is gone (expired or deleted); Extend
 // must not re-create it.
 func TestExtendNeverResurrects(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	cl := srv.Client(t)
 	lk := newLocker(t, cl, WithAutoRenew(false))
@@ -272,6 +278,7 @@ func TestExtendNeverResurrects(t *testing.T) {
 // TestTokensMonotonic: tokens strictly increase across release, expiry,
 // SCRIPT FLUSH and a restart that loses every key, counter included.
 func TestTokensMonotonic(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	cl := srv.Client(t)
 	lk := newLocker(t, cl, WithAutoRenew(false), WithRetry(ConstantRetry(5*time.Millisecond)))
@@ -316,6 +323,7 @@ func TestTokensMonotonic(t *testing.T) {
 }
 
 func TestLockContextEnd(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	cl := srv.Client(t)
 	lk := newLocker(t, cl)
@@ -350,6 +358,7 @@ func TestLockContextEnd(t *testing.T) {
 }
 
 func TestConcurrentUnlock(t *testing.T) {
+	t.Parallel()
 	cl, _ := miniClient(t)
 	lk := newLocker(t, cl)
 	l, err := lk.TryLock(context.Background(), "once")
@@ -383,6 +392,7 @@ func TestConcurrentUnlock(t *testing.T) {
 // place in the queue of waiting writers, made before Lock returns, is
 // bounded like every other call.
 func TestWaitingLockPausedServer(t *testing.T) {
+	t.Parallel()
 	const nodeTimeout, wait = 200 * time.Millisecond, 1500 * time.Millisecond
 	srv := redistest.Start(t)
 	holder := newLocker(t, srv.Client(t))
@@ -420,6 +430,7 @@ func TestWaitingLockPausedServer(t *testing.T) {
 // TestPausedServer: every call is bounded by the library, not by go-redis's
 // read timeout, and the late grant of a paused server is cleaned up.
 func TestPausedServer(t *testing.T) {
+	t.Parallel()
 	t.Run("library bounds the call", func(t *testing.T) {
 		srv := redistest.Start(t)
 		testPausedServer(t, srv, srv.Client(t))
@@ -441,6 +452,7 @@ func TestPausedServer(t *testing.T) {
 // connection busy waits for it no longer than the node timeout, not the
 // client's PoolTimeout.
 func TestFullPoolBounded(t *testing.T) {
+	t.Parallel()
 	const nodeTimeout = 300 * time.Millisecond
 	srv := redistest.Start(t)
 	cl := redis.NewClient(&redis.Options{
@@ -516,6 +528,7 @@ func testPausedServer(t *testing.T, srv *redistest.Server, cl *redis.Client, opt
 // the name has, so every script runs on Cluster without CROSSSLOT; waiting
 // (pub/sub) and the watchdog's pipelines work through a ClusterClient.
 func TestLockerOnCluster(t *testing.T) {
+	t.Parallel()
 	cl := startCluster(t)
 	lk := newLocker(t, cl, WithTTL(600*time.Millisecond), WithRenewInterval(100*time.Millisecond))
 	ctx := context.Background()
@@ -556,6 +569,7 @@ func TestLockerOnCluster(t *testing.T) {
 // TestLockClosedClient: Lock gives up at once on a closed client instead of
 // retrying until its ctx ends.
 func TestLockClosedClient(t *testing.T) {
+	t.Parallel()
 	mr := redistest.Start(t)
 	cl := mr.Client(t)
 	lk := newLocker(t, cl)
@@ -611,6 +625,7 @@ func TestUnlockServerPaused(t *testing.T) {
 // TestNilLock: the methods of a nil *Lock report "not held" instead of
 // panicking.
 func TestNilLock(t *testing.T) {
+	t.Parallel()
 	var l *Lock
 	ctx := context.Background()
 	assert.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
@@ -629,6 +644,7 @@ func TestNilLock(t *testing.T) {
 
 // TestLockTTLAndValid: the server's view of a held, extended, stolen lock.
 func TestLockTTLAndValid(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	cl := srv.Client(t)
 	ctx := context.Background()
@@ -666,6 +682,7 @@ func TestLockTTLAndValid(t *testing.T) {
 // TestErrExactAtUntil: Err reports the loss the moment Until passes, with
 // or without the loss clock having fired, and Done closes with it.
 func TestErrExactAtUntil(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	lk := newLocker(t, srv.Client(t), WithTTL(300*time.Millisecond), WithNodeTimeout(50*time.Millisecond))
 	ctx := context.Background()
@@ -695,6 +712,7 @@ func TestErrExactAtUntil(t *testing.T) {
 // TestExtendBelowRenewInterval: Extend to a TTL shorter than the renew
 // interval keeps the lock held on a healthy server.
 func TestExtendBelowRenewInterval(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	lk := newLocker(t, srv.Client(t), WithTTL(3*time.Second), WithRenewInterval(time.Second))
 	ctx := context.Background()

@@ -15,6 +15,7 @@ import (
 )
 
 func TestDoLoss(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	cl := srv.Client(t)
 	lk := newLocker(t, cl, WithTTL(2*time.Second), WithRenewInterval(50*time.Millisecond))
@@ -60,6 +61,7 @@ func TestDoLoss(t *testing.T) {
 }
 
 func TestDoPanicReleases(t *testing.T) {
+	t.Parallel()
 	cl, mr := miniClient(t)
 	lk := newLocker(t, cl)
 	defer func() {
@@ -76,6 +78,7 @@ func TestDoPanicReleases(t *testing.T) {
 // TestDoCancelledByUnlockThroughContext: fn's ctx also ends when fn's lock
 // is released through FromContext, and Do then returns fn's result.
 func TestDoCancelledByUnlockThroughContext(t *testing.T) {
+	t.Parallel()
 	cl, _ := miniClient(t)
 	lk := newLocker(t, cl)
 	err := lk.Do(context.Background(), "self", func(ctx context.Context) error {
@@ -92,6 +95,7 @@ func TestDoCancelledByUnlockThroughContext(t *testing.T) {
 // TestNilLocker: a nil or zero Locker or Redlock returns errors, never
 // panics.
 func TestNilLocker(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	fn := func(context.Context) error { return nil }
 	for name, a := range map[string]interface {
@@ -118,6 +122,7 @@ func TestNilLocker(t *testing.T) {
 // replica, a closed port and a port that is not Redis; a Redlock passes with
 // a quorum of masters and fails without one.
 func TestPing(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	master := redistest.Start(t)
 	require.NoError(t, newLocker(t, master.Client(t)).Ping(ctx))

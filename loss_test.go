@@ -14,6 +14,7 @@ import (
 
 // TestLossReasons: each way a lock is lost on a real server says so.
 func TestLossReasons(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	cl := srv.Client(t)
 	ctx := context.Background()
@@ -56,6 +57,7 @@ func TestLossReasons(t *testing.T) {
 // TestLossReasonUnreachable: a paused server makes the lock expire, and the
 // loss carries the failed renewals' error.
 func TestLossReasonUnreachable(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	lk := newLocker(t, srv.Client(t), WithTTL(600*time.Millisecond), WithNodeTimeout(100*time.Millisecond))
 	l, err := lk.TryLock(context.Background(), "loss-paused")
@@ -71,6 +73,7 @@ func TestLossReasonUnreachable(t *testing.T) {
 // whose server stops answering past their TTL are reported lost, as an
 // exclusive lock is (TestLossReasonUnreachable).
 func TestLossWhenPausedEveryKind(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		take func(ctx context.Context, lk *Locker) (*Lock, error)
@@ -102,6 +105,7 @@ func TestLossWhenPausedEveryKind(t *testing.T) {
 
 // TestLossReasonClosed: Close under a held lock and under Do.
 func TestLossReasonClosed(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	lk, err := NewLocker(srv.Client(t))
 	require.NoError(t, err)
@@ -182,6 +186,7 @@ func TestMaxHold(t *testing.T) {
 // the test waits for the third before it changes keys: an acquire still on
 // its way would set the key again after the DEL (seen under busy-test).
 func TestRedlockLossQuorum(t *testing.T) {
+	t.Parallel()
 	nodes := startRLNodes(t, 3, false, time.Second)
 	r := newRL(t, nodes, WithTTL(3*time.Second), WithRenewInterval(50*time.Millisecond))
 	ctx := context.Background()
@@ -205,6 +210,7 @@ func TestRedlockLossQuorum(t *testing.T) {
 }
 
 func TestLossReasonText(t *testing.T) {
+	t.Parallel()
 	err := &LostError{Name: "n", Reason: LossDeleted, Err: errors.New("boom")}
 	assert.Equal(t, `redlock: lock "n" lost: key deleted or expired on the server: boom`, err.Error())
 	assert.Equal(t, "LossReason(99)", LossReason(99).String())

@@ -3,9 +3,11 @@ package redlock
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,9 +30,31 @@ import (
 // background, sleeping 1s between tries, and that goroutine notices only
 // after its sleep that the client was closed; a test that ends right after
 // refused dials (a killed server) would otherwise fail the run by its timing.
+// go-redis's log of those dials is turned off (redistest.QuietGoRedis).
+//
+// Unless the command line sets -parallel, parallelTests of the tests that
+// call t.Parallel run at once: they start servers of their own and spend
+// their time waiting on leases, timeouts and killed servers, not computing,
+// and go test's default (GOMAXPROCS, 2 on a 2-core machine) left the CPU
+// idle most of a 3-minute run. A test with a tight wall-clock bound (a
+// Done within timerSlack of Until, a call back within 50ms) does not call
+// t.Parallel: go test runs those first, one at a time, before any parallel
+// one starts.
 func TestMain(m *testing.M) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		if err := flag.Set("test.parallel", strconv.Itoa(max(parallelTests, runtime.GOMAXPROCS(0)))); err != nil {
+			panic(err)
+		}
+	}
+	redistest.QuietGoRedis()
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
 }
+
+// parallelTests is the default -parallel of this package (see TestMain).
+const parallelTests = 4
 
 // newLocker returns a Locker on client, closed when the test ends.
 func newLocker(t testing.TB, client Client, opts ...Option) *Locker {

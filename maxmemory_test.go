@@ -48,6 +48,7 @@ func fillMemory(t *testing.T, srv *redistest.Server) (unfill func()) {
 // written too (Redis lets a script finish once it has written), so a
 // retried Unlock still knows it succeeded.
 func TestReleaseAtMaxmemory(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	opts := []Option{WithTTL(time.Minute), WithAutoRenew(false)}
 	for _, tc := range []struct {
@@ -107,6 +108,7 @@ func releasedMarkers(l *Lock) []string {
 // gone; the waiter's own attempt meets the server's refusal. Another
 // Locker takes the name once memory is free.
 func TestHandOffAtMaxmemory(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	admin := srv.Client(t)
 	ctx := context.Background()
@@ -145,6 +147,7 @@ func TestHandOffAtMaxmemory(t *testing.T) {
 // kind of hold (renewals run the same scripts): PEXPIRE and ZREM pass
 // there, and a script's writes after them too.
 func TestExtendAtMaxmemory(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	opts := []Option{WithTTL(5 * time.Second), WithAutoRenew(false)}
 	for _, tc := range []struct {
@@ -183,6 +186,7 @@ func TestExtendAtMaxmemory(t *testing.T) {
 // TestRenewalAtMaxmemory: the watchdog keeps a read hold and a permit on a
 // full server: neither is lost over three leases.
 func TestRenewalAtMaxmemory(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	const ttl = time.Second
 	srv := redistest.Start(t)

@@ -16,6 +16,7 @@ import (
 // survives renewals and Extend, follows an in-process hand-off to the new
 // owner's own metadata, and is never shown for a later holder without any.
 func TestMetadata(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	srv := redistest.Start(t)
 	admin := srv.Client(t)
@@ -79,6 +80,7 @@ func TestMetadata(t *testing.T) {
 
 // TestMetadataRedlock: each master stores it; Inspect reports the quorum's.
 func TestMetadataRedlock(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	var clients []Client
 	for range 3 {

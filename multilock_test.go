@@ -19,6 +19,7 @@ import (
 // overlapping sets of names, each in an order of its own. None deadlocks,
 // and no name ever has two holders.
 func TestLockAllOppositeOrders(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	lks := twoLockers(t, srv)
 	ctx := context.Background()
@@ -77,6 +78,7 @@ func TestLockAllOppositeOrders(t *testing.T) {
 // all of them when that name is released (by the release message: the
 // retry policy alone would sleep for the whole lease).
 func TestLockAllAllOrNothing(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	lks := twoLockers(t, srv, WithRetry(hourRetry))
 	ctx := context.Background()
@@ -139,6 +141,7 @@ func TestLockAllAllOrNothing(t *testing.T) {
 // as a failover would) makes the whole lock lost at the next renewal (a
 // paused server: TestLossWhenPausedEveryKind).
 func TestLockAllLost(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	lk := newLocker(t, srv.Client(t), WithTTL(600*time.Millisecond), WithNodeTimeout(100*time.Millisecond))
 	ctx := context.Background()
@@ -152,6 +155,7 @@ func TestLockAllLost(t *testing.T) {
 // TestLockAllCrashedHolder: a multi-name lock nobody renews frees every
 // name when its lease ends.
 func TestLockAllCrashedHolder(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	lks := twoLockers(t, srv)
 	ctx := context.Background()
@@ -168,6 +172,7 @@ func TestLockAllCrashedHolder(t *testing.T) {
 // slots: they are taken one at a time in order, released on refusal, and
 // renewed, extended and released per name, never in one CROSSSLOT script.
 func TestLockAllCluster(t *testing.T) {
+	t.Parallel()
 	cc := startCluster(t)
 	lk := newLocker(t, cc, WithTTL(time.Second))
 	other := newLocker(t, cc)

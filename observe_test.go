@@ -19,6 +19,7 @@ import (
 // someone else, lost with that reason; a contended TryLock and a waiting
 // Lock report contention, the holder and the wait.
 func TestObserverSequence(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	cl := srv.Client(t)
 	ctx := context.Background()
@@ -46,6 +47,14 @@ func TestObserverSequence(t *testing.T) {
 	require.NoError(t, cl.Set(ctx, "{redlock:obs-life}", "thief", 10*time.Second).Err())
 	waitDone(t, l, 3*time.Second)
 	requireLoss(t, l.Err(), LossTaken)
+	// OnLoss comes from the goroutine that closed Done, right after it:
+	// wait for it before Unlock, whose OnRelease comes from this one, or on
+	// a busy machine the sequence below is read before the loss is in it.
+	require.True(t, eventually(3*time.Second, func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return len(rec.losses) > 0
+	}), "OnLoss within 3s of Done closing")
 	assert.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
 
 	// How many renewals fall between the other events depends on the
@@ -133,6 +142,7 @@ func withoutRenewals(seq []string) []string {
 // TestObserverCanceledAndClosed: a Lock cut short by its ctx reports
 // Canceled; Close reports the loss of every held lock.
 func TestObserverCanceledAndClosed(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	rec := &eventLog{}
 	lk, err := NewLocker(srv.Client(t), WithObserver(rec))
@@ -162,6 +172,7 @@ func TestObserverCanceledAndClosed(t *testing.T) {
 // TestObserverRedlockNodeErrors: a dead master shows up as node errors of
 // the acquire and of the renewals, while the lock is held by the others.
 func TestObserverRedlockNodeErrors(t *testing.T) {
+	t.Parallel()
 	nodes := startRLNodes(t, 3, false, time.Second)
 	rec := &eventLog{}
 	r := newRL(t, nodes, WithObserver(rec), WithTTL(2*time.Second), WithRenewInterval(50*time.Millisecond))
@@ -202,6 +213,7 @@ func TestObserverRedlockNodeErrors(t *testing.T) {
 
 // TestObserverMaxHold: the cap is reported as a loss with its reason.
 func TestObserverMaxHold(t *testing.T) {
+	t.Parallel()
 	cl, _ := miniClient(t)
 	rec := &eventLog{}
 	lk := newLocker(t, cl, WithObserver(rec), WithMaxHold(100*time.Millisecond))

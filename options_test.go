@@ -15,6 +15,7 @@ import (
 // TestOptionValuesRejected: every non-finite or out-of-range option value
 // is refused, at construction and per call, and Extend refuses bad TTLs.
 func TestOptionValuesRejected(t *testing.T) {
+	t.Parallel()
 	cl, _ := miniClient(t)
 	bad := map[string]Option{
 		"drift NaN":          WithDriftFactor(math.NaN()),
@@ -54,6 +55,7 @@ func TestOptionValuesRejected(t *testing.T) {
 }
 
 func TestReplicaAcksOptionValidation(t *testing.T) {
+	t.Parallel()
 	mr := miniredis.RunT(t)
 	cl := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	t.Cleanup(func() { _ = cl.Close() })
@@ -95,6 +97,7 @@ func TestReplicaAcksOptionValidation(t *testing.T) {
 }
 
 func TestReplicaAcksTimeoutBudget(t *testing.T) {
+	t.Parallel()
 	c := defaultConfig()
 	base := c.timeout(c.ttl)
 	c.replicas, c.ackTimeout = 1, 250*time.Millisecond
@@ -103,6 +106,7 @@ func TestReplicaAcksTimeoutBudget(t *testing.T) {
 
 // TestFenceRetentionBadInput: a retention below 1s is refused.
 func TestFenceRetentionBadInput(t *testing.T) {
+	t.Parallel()
 	cl, _ := miniClient(t)
 	for _, d := range []time.Duration{0, -time.Hour, time.Second - 1} {
 		_, err := NewLocker(cl, WithFenceRetention(d))
@@ -111,6 +115,7 @@ func TestFenceRetentionBadInput(t *testing.T) {
 }
 
 func TestWithMaxHoldRejectsNegative(t *testing.T) {
+	t.Parallel()
 	cl, _ := miniClient(t)
 	_, err := NewLocker(cl, WithMaxHold(-time.Second))
 	require.Error(t, err)

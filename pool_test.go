@@ -17,6 +17,7 @@ import (
 )
 
 func TestValidUntil(t *testing.T) {
+	t.Parallel()
 	t1 := time.Now()
 	tests := []struct {
 		ttl    time.Duration
@@ -45,6 +46,7 @@ func TestValidUntil(t *testing.T) {
 // TestValidityUsesWholeMilliseconds: a TTL that is not a whole number of
 // milliseconds claims no more validity than the server was given.
 func TestValidityUsesWholeMilliseconds(t *testing.T) {
+	t.Parallel()
 	t0 := time.Now()
 	assert.Equal(t, validUntil(t0, 10*time.Millisecond, 0), validUntil(t0, 10*time.Millisecond+999*time.Microsecond, 0))
 }
@@ -54,6 +56,7 @@ func TestValidityUsesWholeMilliseconds(t *testing.T) {
 // settled exactly when a majority said yes or a majority can no longer say
 // yes, and shortOf names the count it reached. Pure: no server.
 func TestQuorumEveryOutcome(t *testing.T) {
+	t.Parallel()
 	const (
 		yes = iota
 		no
@@ -113,6 +116,7 @@ func TestQuorumEveryOutcome(t *testing.T) {
 // spent: the first call dials nothing and sends no EVAL or SCRIPT LOAD, only
 // the EVALSHA of the acquire script.
 func TestTinyTTLFirstCall(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	ctx := context.Background()
 	for i := range 5 {

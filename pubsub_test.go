@@ -15,6 +15,7 @@ import (
 // pub/sub connection and subscribes nothing, the tracking connection
 // (track.go) included: it opens only for locks held longer.
 func TestUncontendedLockSkipsPubSub(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	lk := newLocker(t, srv.Client(t))
 	ctx := context.Background()
@@ -29,6 +30,7 @@ func TestUncontendedLockSkipsPubSub(t *testing.T) {
 // TestWaitWakesOnRelease: a waiter sleeps through a long hold without
 // polling, then gets the lock right after the release.
 func TestWaitWakesOnRelease(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	holderLk := newLocker(t, srv.Client(t))
 	wcl := srv.Client(t)
@@ -74,6 +76,7 @@ func TestWaitWakesOnRelease(t *testing.T) {
 // waits; the waiter still gets the lock after the release (reconnect or
 // polling fallback).
 func TestWaitPubSubDropped(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	lk := newLocker(t, srv.Client(t))
 	other := newLocker(t, srv.Client(t))

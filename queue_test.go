@@ -28,6 +28,7 @@ func pubsubClients(t testing.TB, srv *redistest.Server) int {
 // counter is exact, no waiter starves, one pub/sub connection serves them
 // all, and a release wakes one goroutine, not all of them.
 func TestWaitContention(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	cl := srv.Client(t)
 	hook := &countingHook{}
@@ -134,6 +135,7 @@ func TestWaitCancel(t *testing.T) {
 // TestWaitFIFO: a goroutine that unlocks and locks again at once goes behind
 // the goroutine already waiting.
 func TestWaitFIFO(t *testing.T) {
+	t.Parallel()
 	cl, _ := miniClient(t)
 	lk := newLocker(t, cl)
 	ctx := context.Background()
@@ -173,6 +175,7 @@ func TestWaitFIFO(t *testing.T) {
 // loop. The channel stays subscribed across hand-offs (idleGrace), so
 // SUBSCRIBE is not paid per critical section.
 func TestWaitTwoProcesses(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	ctx := context.Background()
 	const iters = 100
@@ -208,6 +211,7 @@ func TestWaitTwoProcesses(t *testing.T) {
 // queue full hands the name on among themselves at most maxHandOffs times in
 // a row, so a waiter of another process still gets the lock.
 func TestHandOffLetsOtherProcessesIn(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	busy := newLocker(t, srv.Client(t))
 	other := newLocker(t, srv.Client(t))
@@ -249,6 +253,7 @@ func TestHandOffLetsOtherProcessesIn(t *testing.T) {
 // reservation, wakes it, instead of the name staying reserved for nobody
 // until the reservation lapses.
 func TestReservedWaiterWokenByHead(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	cl := srv.Client(t)
 	lk := newLocker(t, cl, WithRetry(func(int) time.Duration { return 50 * time.Millisecond }))
@@ -293,6 +298,7 @@ func TestReservedWaiterWokenByHead(t *testing.T) {
 // are never handed the lock, and none returns one; the name is free for
 // another Locker as soon as they have all returned. 20 rounds.
 func TestHandOffSkipsWaitersThatGaveUp(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	admin := srv.Client(t)
 	lk := newLocker(t, srv.Client(t), WithRetry(ConstantRetry(time.Hour)))
@@ -344,6 +350,7 @@ func TestHandOffSkipsWaitersThatGaveUp(t *testing.T) {
 // over: the Unlock hands the lock to the live waiter behind it, and the one
 // that gave up is handed nothing.
 func TestHandOffPassesOverGivenUpHead(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	lk := newLocker(t, srv.Client(t), WithRetry(ConstantRetry(time.Hour)))
 	ctx := context.Background()

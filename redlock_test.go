@@ -92,6 +92,7 @@ func median(ds []time.Duration) time.Duration {
 }
 
 func TestNewRedlockGuards(t *testing.T) {
+	t.Parallel()
 	mk := func() *redis.Client { cl, _ := miniClient(t); return cl }
 	a, b, c := mk(), mk(), mk()
 	sameAddr := redis.NewClient(&redis.Options{Addr: a.Options().Addr})
@@ -191,6 +192,7 @@ func TestNewRedlockGuards(t *testing.T) {
 // failed one reports ErrNotObtained with a NodeError per down node and
 // leaves no key anywhere.
 func TestRedlockQuorumTable(t *testing.T) {
+	t.Parallel()
 	const n, nodeTimeout = 5, 100 * time.Millisecond
 	nodes := startRLNodes(t, n, true, 300*time.Millisecond)
 	r := newRL(t, nodes, WithNodeTimeout(nodeTimeout), WithAutoRenew(false))
@@ -364,6 +366,7 @@ func TestRedlockThreeKilled(t *testing.T) {
 // TestRedlockValidityUsedUp: a grant that completes after the lock's
 // validity is not a lock; every node is released before the keys expire.
 func TestRedlockValidityUsedUp(t *testing.T) {
+	t.Parallel()
 	// drift 0.4: validity is 0.6 x TTL - 2ms, so the keys outlive the
 	// validity by 0.4 x TTL and "released" can be told from "expired".
 	const drift = 0.4
@@ -445,6 +448,7 @@ func TestRedlockValidityUsedUp(t *testing.T) {
 // TestRedlockTokensSkewed: tokens strictly increase over 200 acquisitions
 // while one node's counter jumps far ahead and nodes restart empty.
 func TestRedlockTokensSkewed(t *testing.T) {
+	t.Parallel()
 	const name, skew = "skewed", int64(1_000_000_000_000)
 	nodes := startRLNodes(t, 5, false, time.Second)
 	r := newRL(t, nodes, WithNodeTimeout(500*time.Millisecond), WithAutoRenew(false), WithRetry(ConstantRetry(5*time.Millisecond)))
@@ -485,6 +489,7 @@ func TestRedlockTokensSkewed(t *testing.T) {
 // non-atomic GET/SET inside a Redlock over five: any overlap of two holders
 // loses an update.
 func TestRedlockMutualExclusion(t *testing.T) {
+	t.Parallel()
 	nodes := startRLNodes(t, 5, false, time.Second)
 	r := newRL(t, nodes, WithTTL(5*time.Second), WithNodeTimeout(250*time.Millisecond),
 		WithRetry(ExponentialRetry(time.Millisecond, 8*time.Millisecond)))
@@ -498,6 +503,7 @@ func TestRedlockMutualExclusion(t *testing.T) {
 // and keeps the lock until its current Until, unless a quorum says the lock
 // is not ours (ErrNotHeld, lost). It never creates a key.
 func TestRedlockExtend(t *testing.T) {
+	t.Parallel()
 	const nodeTimeout = 200 * time.Millisecond
 	nodes := startRLNodes(t, 5, true, 300*time.Millisecond)
 	r := newRL(t, nodes, WithNodeTimeout(nodeTimeout), WithAutoRenew(false))
@@ -723,6 +729,7 @@ func TestRedlockUnlockTwoPaused(t *testing.T) {
 // TestNewRedlockSameServerTwice: one server given under two spellings is
 // one vote, never two.
 func TestNewRedlockSameServerTwice(t *testing.T) {
+	t.Parallel()
 	srvs := redistest.StartN(t, 2)
 	client := func(addr string) *redis.Client {
 		c := redis.NewClient(&redis.Options{Addr: addr})
@@ -763,6 +770,7 @@ func TestNewRedlockSameServerTwice(t *testing.T) {
 // vote (its acquire script sees our own owner value and grants without a
 // write). NewRedlock refuses it, whichever comes first in the list.
 func TestNewRedlockReplicaOfMaster(t *testing.T) {
+	t.Parallel()
 	srvs := redistest.StartN(t, 2)
 	host, port, _ := strings.Cut(srvs[0].Addr(), ":")
 	replica := redistest.Start(t, "--replicaof", host, port)
@@ -841,6 +849,7 @@ func TestRedlockMinorityHungKeepsLocks(t *testing.T) {
 // TestRedlockTTLAndTaken: a Redlock's TTL is what a quorum grants; a
 // refusal names the holder and the refusing masters.
 func TestRedlockTTLAndTaken(t *testing.T) {
+	t.Parallel()
 	nodes := startRLNodes(t, 3, false, time.Second)
 	r := newRL(t, nodes, WithAutoRenew(false), WithTTL(10*time.Second))
 	ctx := context.Background()

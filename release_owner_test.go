@@ -12,6 +12,7 @@ import (
 )
 
 func TestReleaseLocker(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	srv := redistest.Start(t)
 	admin := srv.Client(t)
@@ -62,6 +63,7 @@ func TestReleaseLocker(t *testing.T) {
 // learns it was not held when it unlocks (no released marker of its owner
 // value makes its Unlock read as its own earlier release).
 func TestReleaseHolderUnlock(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	srv := redistest.Start(t)
 	lk := newLocker(t, srv.Client(t), WithAutoRenew(false))
@@ -76,6 +78,7 @@ func TestReleaseHolderUnlock(t *testing.T) {
 // the other holds of the name alone; the holder's own Unlock then reports
 // not held.
 func TestReleaseReadHoldAndPermit(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	srv := redistest.Start(t)
 	holder := newLocker(t, srv.Client(t), WithAutoRenew(false))
@@ -150,6 +153,7 @@ func TestReleaseReadHoldAndPermit(t *testing.T) {
 }
 
 func TestReleaseBadInput(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	cl, _ := miniClient(t)
 	lk := newLocker(t, cl)
@@ -166,6 +170,7 @@ func TestReleaseBadInput(t *testing.T) {
 }
 
 func TestReleaseRedlock(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	nodes := startRLNodes(t, 3, false, time.Second)
 	holder := newRL(t, nodes, WithAutoRenew(false))

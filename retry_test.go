@@ -12,6 +12,7 @@ import (
 )
 
 func TestRetryHelpers(t *testing.T) {
+	t.Parallel()
 	assert.Negative(t, NoRetry()(0))
 	lim := LimitRetry(ConstantRetry(time.Second), 3)
 	assert.Equal(t, []time.Duration{time.Second, time.Second, -1, -1}, []time.Duration{lim(0), lim(1), lim(2), lim(3)})
@@ -21,6 +22,7 @@ func TestRetryHelpers(t *testing.T) {
 }
 
 func TestExponentialRetry(t *testing.T) {
+	t.Parallel()
 	ms := time.Millisecond
 	tests := []struct {
 		lo, hi  time.Duration
@@ -66,6 +68,7 @@ func TestExponentialRetry(t *testing.T) {
 // attempts and returns ErrNotObtained with the holder, long before its ctx
 // ends; NoRetry makes one.
 func TestLimitRetryGivesUp(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	ctx := context.Background()
 	holderLk := newLocker(t, srv.Client(t))

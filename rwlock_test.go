@@ -18,6 +18,7 @@ import (
 // writes on one name. A writer is never inside with anyone, readers are
 // inside together, and every call gets its turn.
 func TestRWLockExclusion(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	lks := twoLockers(t, srv)
 	ctx := context.Background()
@@ -74,6 +75,7 @@ func TestRWLockExclusion(t *testing.T) {
 // the same moment (each waits inside until all are in), and a writer is
 // refused until the last leaves.
 func TestRWLockReadersOverlap(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	lks := twoLockers(t, srv)
 	ctx := context.Background()
@@ -134,6 +136,7 @@ func TestRWLockReadersOverlap(t *testing.T) {
 // TestRWLockWriterPreference: once a writer waits, new read holds wait
 // behind it, and it gets the name when the readers before it leave.
 func TestRWLockWriterPreference(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	lks := twoLockers(t, srv, WithRetry(hourRetry))
 	ctx := context.Background()
@@ -192,6 +195,7 @@ func TestRWLockWriterPreference(t *testing.T) {
 // TestRWLockWriterGivesUp: a waiting writer whose ctx ends withdraws its
 // entry, and waiting readers get in at once instead of when it lapses.
 func TestRWLockWriterGivesUp(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	lks := twoLockers(t, srv, WithRetry(hourRetry))
 	ctx := context.Background()
@@ -229,6 +233,7 @@ func TestRWLockWriterGivesUp(t *testing.T) {
 // queues of their own, so a reader is never stuck behind a writer that
 // waits for it, nor a writer behind readers.
 func TestRWLockSameLockerNoDeadlock(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	lk := newLocker(t, srv.Client(t))
 	other := newLocker(t, srv.Client(t))
@@ -262,6 +267,7 @@ func TestRWLockSameLockerNoDeadlock(t *testing.T) {
 // TestRWLockCrashedReader: a read hold that is never renewed ends at its own
 // TTL while another reader keeps renewing: the writer gets in then.
 func TestRWLockCrashedReader(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	lks := twoLockers(t, srv)
 	ctx := context.Background()
@@ -290,6 +296,7 @@ func TestRWLockCrashedReader(t *testing.T) {
 // (a retry after a lost reply) reports success, and the hold's lease is
 // measured by TTL and moved by Extend.
 func TestRWLockHandle(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	lk := newLocker(t, srv.Client(t))
 	ctx := context.Background()
@@ -329,6 +336,7 @@ func TestRWLockHandle(t *testing.T) {
 // readers share), releases it after, and cancels fn's ctx with ErrLost
 // when the hold is lost.
 func TestDoRead(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	cl := srv.Client(t)
 	lks := twoLockers(t, srv, WithTTL(time.Second), WithRenewInterval(50*time.Millisecond))

@@ -102,6 +102,7 @@ func lockerOn(t *testing.T, client Client, opts ...Option) *Locker {
 // the holder's renewals are cut off by a partition (its whole process is
 // what pauses).
 func TestSafetyHolderPausedPastTTL(t *testing.T) {
+	t.Parallel()
 	for _, renew := range []bool{false, true} {
 		t.Run(fmt.Sprintf("autorenew=%v", renew), func(t *testing.T) {
 			t.Parallel()
@@ -149,6 +150,7 @@ func TestSafetyHolderPausedPastTTL(t *testing.T) {
 // are tested by TestPausedServer, TestWatchdogServerPaused and
 // TestUnlockServerPaused.
 func TestSafetyRedisPaused(t *testing.T) {
+	t.Parallel()
 	const nodeTimeout = 100 * time.Millisecond
 	ctx := context.Background()
 	t.Run("acquire", func(t *testing.T) {
@@ -236,6 +238,7 @@ func TestSafetyRedisPaused(t *testing.T) {
 // loss at its next renewal. A Redlock whose holder has all three masters
 // loses nothing when one restarts empty.
 func TestSafetyRestartEmpty(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	t.Run("single node", func(t *testing.T) {
 		t.Parallel()
@@ -356,6 +359,7 @@ func TestSafetyRedlockRestartBareMajority(t *testing.T) {
 // separate storage server, because B's token, floored by the server's time,
 // is above A's. When the write had reached the replica, B is refused.
 func TestSafetyFailoverLosesKey(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for _, held := range []bool{true, false} {
 		t.Run(fmt.Sprintf("replication held=%v", held), func(t *testing.T) {
@@ -407,6 +411,7 @@ func TestSafetyFailoverLosesKey(t *testing.T) {
 // 3) and leaves no key behind; a held lock whose renewal replies come too
 // late is lost at Until, before anyone else gets it.
 func TestSafetyLatencyAboveTTL(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	t.Run("acquire", func(t *testing.T) {
 		t.Parallel()
@@ -465,6 +470,7 @@ func TestSafetyLatencyAboveTTL(t *testing.T) {
 // success or as "not held" when go-redis cannot retry it, and another owner
 // never overlaps the first.
 func TestSafetyConnectionCut(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	type env struct {
 		srv   *redistest.Server
@@ -593,6 +599,7 @@ func TestSafetyConnectionCut(t *testing.T) {
 // no overlap, increasing tokens, no stale write and every Done closed
 // before the next owner.
 func TestSafetyEightLockers(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	s := newScene(t)
 	ctx := context.Background()
@@ -630,6 +637,7 @@ func TestSafetyEightLockers(t *testing.T) {
 // Afterwards the other Locker gets every name at once (nothing orphaned),
 // and the history has no violation.
 func TestSafetyCloseRaces(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	ctx := context.Background()
 	names := []string{"cr-0", "cr-1", "cr-2", "cr-3"}

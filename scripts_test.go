@@ -18,6 +18,7 @@ import (
 // TestReplyCodes: each code of the table in scripts.go has one name, and
 // the values keep the rules the table states.
 func TestReplyCodes(t *testing.T) {
+	t.Parallel()
 	byValue := make(map[int64]string)
 	for name, v := range replyCodes {
 		if other, ok := byValue[v]; ok {
@@ -101,6 +102,7 @@ type scriptCase struct {
 // watchdog's pipelines do the same themselves, see TestWatchdogScriptFlush),
 // then with the script cached.
 func TestScripts(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	cl := srv.Client(t)
 	srv.ACLUser(t, "nopub", "pw", "~*", "+@all") // no channels: PUBLISH refused

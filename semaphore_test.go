@@ -17,6 +17,7 @@ import (
 // TestSemaphoreBound: 10 goroutines over two Lockers share 3 permits: never
 // more than 3 inside, all of them inside at some point, tokens unique.
 func TestSemaphoreBound(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	lks := twoLockers(t, srv)
 	ctx := context.Background()
@@ -61,6 +62,7 @@ func TestSemaphoreBound(t *testing.T) {
 // refused with the first holder named, and a waiter is woken by the
 // release message (its retry policy alone would sleep for the whole lease).
 func TestSemaphoreAllHeldAndWake(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	lks := twoLockers(t, srv, WithRetry(hourRetry), WithTTL(30*time.Second))
 	ctx := context.Background()
@@ -89,10 +91,16 @@ func TestSemaphoreAllHeldAndWake(t *testing.T) {
 			got <- l
 		}()
 	}
-	// Both waiters of lks[1] wait; each release lets one in.
+	// Both waiters of lks[1] wait; each release lets one in. A waiter is
+	// queued before its SUBSCRIBE reaches the server: a release sent in
+	// between would go unheard, and the waiter would sleep past its ctx
+	// (on a busy machine that gap is long enough to hit). So wait for the
+	// server to count the subscription too.
+	channel := releaseChannel("{redlock:sem-wake}" + semSuffix)
 	require.True(t, eventually(5*time.Second, func() bool {
-		return lks[1].c.waits.busy(queueKey(releaseChannel("{redlock:sem-wake}"+semSuffix), queuePermits))
+		return lks[1].c.waits.busy(queueKey(channel, queuePermits))
 	}))
+	waitSubscribers(t, srv, channel, 1)
 	require.NoError(t, a.Unlock(ctx))
 	require.NoError(t, b.Unlock(ctx))
 	for range 2 {
@@ -105,6 +113,7 @@ func TestSemaphoreAllHeldAndWake(t *testing.T) {
 // TestSemaphoreCrashedHolder: a permit whose holder stopped renewing comes
 // back when its lease ends, without anyone releasing it.
 func TestSemaphoreCrashedHolder(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	lks := twoLockers(t, srv)
 	ctx := context.Background()
@@ -126,6 +135,7 @@ func TestSemaphoreCrashedHolder(t *testing.T) {
 // TestSemaphoreRenewAndInput: the watchdog keeps a permit past its TTL;
 // bad input is an error.
 func TestSemaphoreRenewAndInput(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	lk := newLocker(t, srv.Client(t))
 	ctx := context.Background()
@@ -171,6 +181,7 @@ func TestSemaphoreRenewAndInput(t *testing.T) {
 // also after the holders' leases were renewed past the first one; once the
 // last permit is released, the next holder may choose a new count.
 func TestSemaphorePermitsDiffer(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	lks := twoLockers(t, srv, WithRetry(hourRetry))
 	ctx := context.Background()
@@ -218,6 +229,7 @@ func TestSemaphorePermitsDiffer(t *testing.T) {
 // TestSemaphoreDo: Do holds one permit while fn runs and returns it after,
 // also when fn fails; fn's ctx carries the permit.
 func TestSemaphoreDo(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	lk := newLocker(t, srv.Client(t))
 	sem, err := lk.Semaphore("pool", 1)

@@ -72,6 +72,7 @@ var holdKinds = []holdKind{
 // for every kind of hold; the lease (30 s, renewed every 10 s) is far from
 // any renewal, so only the tracking connection can have told.
 func TestLossHeardAtOnce(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	out := srv.Client(t)
 	lk := newLocker(t, srv.Client(t), WithTTL(30*time.Second))
@@ -107,6 +108,7 @@ func TestLossHeardAtOnce(t *testing.T) {
 // TestLossHeardFlushAll: FLUSHALL under 100 holds of every kind closes
 // every Done at once, as deleted.
 func TestLossHeardFlushAll(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	out := srv.Client(t)
 	lk := newLocker(t, srv.Client(t), WithTTL(30*time.Second))
@@ -130,6 +132,7 @@ func TestLossHeardFlushAll(t *testing.T) {
 // TestLossHeardEviction: a held key evicted by maxmemory closes Done at
 // once, as deleted.
 func TestLossHeardEviction(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t, "--maxmemory-policy", "volatile-lru")
 	out := srv.Client(t)
 	lk := newLocker(t, srv.Client(t), WithTTL(30*time.Second))
@@ -155,6 +158,7 @@ func TestLossHeardEviction(t *testing.T) {
 // leaves the lock held; on a second (a majority no longer holds it) Done
 // closes at once.
 func TestLossHeardRedlock(t *testing.T) {
+	t.Parallel()
 	srvs := redistest.StartN(t, 3)
 	clients := make([]Client, len(srvs))
 	for i, s := range srvs {
@@ -197,6 +201,7 @@ func trackingSubscribers(t testing.TB, srv *redistest.Server) int64 {
 // TestLossHeardAfterReconnect: a change made while the tracking connection
 // was down is found when it comes back, not at the next renewal.
 func TestLossHeardAfterReconnect(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	out := srv.Client(t)
 	lk := newLocker(t, srv.Client(t), WithTTL(30*time.Second))
@@ -222,6 +227,7 @@ func TestLossHeardAfterReconnect(t *testing.T) {
 // has been held for armAfter, and closes once none has been held for
 // disarmAfter; short critical sections never open it.
 func TestTrackingOpensForHeldLocks(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	lk := newLocker(t, srv.Client(t))
 	ctx := context.Background()
@@ -267,6 +273,7 @@ func (h *readHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // hand-offs and releases, from goroutines contending for a few names, are
 // not taken for outside changes: no lock is lost and no lease is read.
 func TestOwnWritesStayQuiet(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	cl := srv.Client(t)
 	hook := &readHook{}
@@ -308,6 +315,7 @@ func TestOwnWritesStayQuiet(t *testing.T) {
 // also while another lock of the Locker is held long enough for the
 // tracking connection to be open.
 func TestTrackingAddsNoCommand(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	lk := newLocker(t, srv.Client(t))
 	ctx := context.Background()
@@ -368,6 +376,7 @@ func infoField(t testing.TB, srv *redistest.Server, section, field string) int64
 // SENTINEL FAILOVER until the sentinels reconfigure it), so a lock whose
 // key is deleted on the new master is lost within a second.
 func TestLossHeardAfterFailover(t *testing.T) {
+	t.Parallel()
 	g := redistest.StartSentinel(t)
 	lk := newLocker(t, g.FailoverClient(t, nil), WithTTL(30*time.Second))
 	ctx := context.Background()

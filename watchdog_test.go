@@ -19,6 +19,7 @@ import (
 )
 
 func TestWatchdogKeepsLockHeld(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	lk := newLocker(t, srv.Client(t), WithTTL(300*time.Millisecond))
 	other := newLocker(t, srv.Client(t))
@@ -236,6 +237,7 @@ func TestWatchdogScale(t *testing.T) {
 // FLUSH (go-redis's EVAL fallback does not apply to pipelines); they must be
 // resent with EVAL, never read as "not held".
 func TestWatchdogScriptFlush(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	cl := srv.Client(t)
 	hook := &countingHook{}
@@ -279,6 +281,7 @@ func TestWatchdogScriptFlush(t *testing.T) {
 // go-redis's 3s read timeout, under which the round once waited for the
 // paused master until X's validity ran out, and took Y down with it.
 func TestRedlockRenewalPerLock(t *testing.T) {
+	t.Parallel()
 	const ttl = time.Second
 	nodes := startRLNodes(t, 3, false, 3*time.Second)
 	r := newRL(t, nodes, WithTTL(ttl))
@@ -518,10 +521,18 @@ func TestLossClockScales(t *testing.T) {
 	probeStop := make(chan struct{})
 	probeDone := make(chan time.Duration, 1)
 	go func() { probeDone <- timerDelay(probeStop, ttl+time.Minute) }()
+	// Only wait while the losses come: checking each lock as its Done
+	// closes (building its loss error, writing the history, all under
+	// -race) would take CPU from the loss clock under test on a 2-core
+	// machine, and made its last Done late by more than the probe saw.
+	for _, l := range locks {
+		<-l.Done()
+	}
+	close(probeStop)
+	sched := <-probeDone
 	var worst time.Duration
 	open := 0
 	for i, l := range locks {
-		<-l.Done()
 		require.ErrorIs(t, l.Err(), ErrLost)
 		rec.Renewed(acqs[i], l.Until())
 		rec.DoneClosed(acqs[i], doneAt(l))
@@ -534,8 +545,6 @@ func TestLossClockScales(t *testing.T) {
 		}
 		worst = max(worst, late)
 	}
-	close(probeStop)
-	sched := <-probeDone
 	allowance := drift(ttl, 0.01)
 	t.Logf("%d locks on a paused server: %d Done channels closed after their Until, the latest %v after it (drift allowance %v, worst timer delay of the machine meanwhile %v)", n, open, worst, allowance, sched)
 	assert.Less(t, worst, allowance+sched, "Done closed after Until by more than the drift allowance plus the machine's own timer delay")

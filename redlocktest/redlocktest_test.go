@@ -11,10 +11,14 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/redlockgo/redlock"
+	"github.com/redlockgo/redlock/internal/redistest"
 	"github.com/redlockgo/redlock/redlocktest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	redistest.QuietGoRedis()
+	goleak.VerifyTestMain(m)
+}
 
 func TestExpireStealFail(t *testing.T) {
 	lk, srv := redlocktest.NewLocker(t)

@@ -30,7 +30,9 @@ var bin string
 
 // TestMain builds the command once for all tests (a build per test would
 // cost a link each), and fails the run if a goroutine outlives the tests.
+// go-redis's log of the tests' own clients is off (redistest.QuietGoRedis).
 func TestMain(m *testing.M) {
+	redistest.QuietGoRedis()
 	dir, err := os.MkdirTemp("", "redlock-cli-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -19,8 +19,10 @@ import (
 )
 
 // TestMain checks that the proxies, process waiters and clients of every
-// test have ended by the time the tests are done.
+// test have ended by the time the tests are done, with go-redis's log of
+// the redials to killed servers turned off.
 func TestMain(m *testing.M) {
+	QuietGoRedis()
 	goleak.VerifyTestMain(m)
 }
 
