@@ -109,11 +109,11 @@ func inspectKey(ctx context.Context, c *core, op, name, key string, timeout time
 	keys := []string{key, key + fenceSuffix, key + metaSuffix, key + readersSuffix}
 	// Detached, as every call of the core: gather stops waiting when ctx
 	// ends, and the read left behind is bounded by the node timeout.
-	rs, interrupted, err := c.pool.round(detached(ctx), c.pool.nodes, timeout, timeout, func(ctx context.Context, n *node, _ Client) reply {
+	rs, interrupted, err := c.pool.round(detached(ctx), c.pool.nodes, timeout, timeout, func(ctx context.Context, n *node, cl Client) reply {
 		if err := c.pool.ids.identify(ctx, n); err != nil {
 			return reply{err: err}
 		}
-		return inspectOn(ctx, n, keys)
+		return inspectOn(ctx, cl, keys)
 	}, time.Now().Add(timeout), ctx.Done(), func(rs []reply) bool {
 		_, decided := judge(c.pool, rs)
 		return decided
@@ -129,8 +129,8 @@ func inspectKey(ctx context.Context, c *core, op, name, key string, timeout time
 }
 
 // inspectOn runs inspect.lua on one node.
-func inspectOn(ctx context.Context, n *node, keys []string) reply {
-	res, err := scriptInspect.Run(ctx, n.client, keys).Slice()
+func inspectOn(ctx context.Context, cl Client, keys []string) reply {
+	res, err := scriptInspect.Run(ctx, cl, keys).Slice()
 	if err != nil {
 		return reply{err: err}
 	}
