@@ -100,9 +100,10 @@ func TestPromiseUnansweredWarnRateLimited(t *testing.T) {
 	require.ErrorIs(t, err, ErrUnreachable, "Lock() = %v, want it to give up after %v unanswered", err, limit)
 
 	obs.mu.Lock()
-	require.Len(t, obs.acquires, 1)
-	attempts := obs.acquires[0].Attempts
+	acquires := append([]AcquireEvent(nil), obs.acquires...)
 	obs.mu.Unlock()
+	require.Len(t, acquires, 1, "acquire events")
+	attempts := acquires[0].Attempts
 	// Many attempts went unanswered within 5 s: without the rate limit
 	// each would have its line.
 	t.Logf("%d attempts", attempts)
