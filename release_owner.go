@@ -23,9 +23,10 @@ import (
 // (ErrClosed), and when Redis did not answer within the node timeout or ctx
 // ended first (then matching ctx.Err()).
 //
-// The holder's *Lock, if any, learns of the release at its next renewal,
-// when it reports the lock lost ([Lock.Done], [ErrLost]). It is safe for
-// concurrent use.
+// The holder's *Lock, if any, reports the lock lost ([Lock.Done],
+// [ErrLost]) at once when its Locker's tracking connection hears the
+// release (a hold of 50ms or more, see [WithLossTracking]), else at its
+// next renewal. It is safe for concurrent use.
 func (lk *Locker) Release(ctx context.Context, name, owner string) error {
 	return releaseOwner(ctx, lk.core(), name, owner)
 }
