@@ -998,20 +998,18 @@ func (p *pool) releaseOn(ctx context.Context, l *Lock, nodes []*node, timeout ti
 	call := func(ctx context.Context, n *node, cl Client) reply { return releaseCall(ctx, cl, l, argv) }
 	rs, _, err := p.round(detached(ctx), nodes, timeout, l.leaseTTL(), call, time.Now().Add(timeout), nil, stop)
 	if err == nil {
-		p.releaseInBackground(ctx, unanswered(rs, p.nodes), l)
+		p.releaseInBackground(ctx, p.unanswered(rs), l)
 		return rs
 	}
-	{
-		rs = make([]reply, 0, len(nodes))
-		for _, n := range nodes {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-			r := call(cctx, n, n.clientFor(timeout))
-			cancel()
-			r.node = n.idx
-			rs = append(rs, r)
-		}
-		return rs
+	rs = make([]reply, 0, len(nodes))
+	for _, n := range nodes {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+		r := call(cctx, n, n.clientFor(timeout))
+		cancel()
+		r.node = n.idx
+		rs = append(rs, r)
 	}
+	return rs
 }
 
 // unanswered returns the nodes whose reply in rs is an error that is not
@@ -1020,11 +1018,11 @@ func (p *pool) releaseOn(ctx context.Context, l *Lock, nodes []*node, timeout ti
 // one the round stopped waiting for once a quorum had decided: its call
 // goes on, bounded by the lease, and a healthy Redlock's slowest master is
 // not released twice.
-func unanswered(rs []reply, nodes []*node) []*node {
+func (p *pool) unanswered(rs []reply) []*node {
 	var out []*node
 	for _, r := range rs {
 		if r.err != nil && !isServerError(r.err) {
-			out = append(out, nodes[r.node])
+			out = append(out, p.nodes[r.node])
 		}
 	}
 	return out
