@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/redlockgo/redlock/internal/redistest"
 )
@@ -105,5 +107,51 @@ func TestKeyAndChannel(t *testing.T) {
 	}
 	if want := releaseChannel(lockKey("redlock:", "x")); channel != want {
 		t.Errorf("keyAndChannel() channel = %q, want %q", channel, want)
+	}
+}
+
+// TestLockUnlockAllocBudget pins the heap allocations of one uncontended
+// Lock+Unlock pair on the hot paths (BenchmarkLockUnlockAllocs measures
+// the same), so that a change that adds one to the common path fails here
+// rather than in a benchmark run by hand: a cancellation or release fix that
+// moved a Lock call's state to the heap once cost two. The counts do not
+// depend on the machine's load (37 under -race, 36 without). A Redlock's
+// do, by a few: whether a reply is already in when its round starts
+// waiting decides whether a timer is taken, so it has no budget here. Not
+// parallel: the allocation counter is the process's.
+func TestLockUnlockAllocBudget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocation budget; skipped with -short")
+	}
+	srvs := redistest.StartN(t, 1)
+	client := func(s *redistest.Server, ctxTimeout bool) Client {
+		cl := redis.NewClient(&redis.Options{Addr: s.Addr(), ContextTimeoutEnabled: ctxTimeout})
+		t.Cleanup(func() { cl.Close() })
+		return cl
+	}
+	for _, c := range []struct {
+		name    string
+		budget  float64
+		clients func() []Client
+	}{
+		{"locker", 37, func() []Client { return []Client{client(srvs[0], false)} }},
+		{"locker-ctxtimeout", 37, func() []Client { return []Client{client(srvs[0], true)} }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			lk := newLocker(t, c.clients()[0], WithLossTracking(false))
+			ctx := context.Background()
+			name := "alloc-budget-" + c.name
+			once := func() {
+				l, err := lk.Lock(ctx, name)
+				require.NoError(t, err)
+				require.NoError(t, l.Unlock(ctx))
+			}
+			for range 20 { // dial the pool, load the scripts
+				once()
+			}
+			got := testing.AllocsPerRun(500, once)
+			assert.LessOrEqual(t, got, c.budget, "allocations per uncontended Lock+Unlock")
+			t.Logf("%s: %.0f allocations per pair (budget %.0f)", c.name, got, c.budget)
+		})
 	}
 }

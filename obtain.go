@@ -102,18 +102,26 @@ const maxTrustedSleep = time.Second
 // After Close, when the core may start no goroutine, it still runs, from the
 // caller's goroutine (as releaseOn does): a closed Locker's waiters must not
 // leave entries that a release would reserve the name for.
-func (o *obtaining) unwait(ctx context.Context) {
-	p, a := o.c.pool, o.a
-	keys := []string{a.tag + writersSuffix, a.tag}
-	timeout := a.cfg.timeout(a.cfg.ttl)
+func unwait(ctx context.Context, p *pool, w withdrawal) {
+	keys := []string{w.tag + writersSuffix, w.tag}
+	timeout := w.timeout
 	call := func(ctx context.Context, n *node, cl Client) reply {
-		return reply{err: sharded(scriptUnwait, a.cfg.sharded).Run(ctx, cl, keys, a.ww.id, a.channel, ttlMillis(timeout)).Err()}
+		return reply{err: sharded(scriptUnwait, w.sharded).Run(ctx, cl, keys, w.id, w.channel, ttlMillis(timeout)).Err()}
 	}
 	if _, _, err := p.round(detached(ctx), p.nodes, timeout, timeout, call, time.Now().Add(timeout), nil, never); err != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 		defer cancel()
 		call(cctx, p.nodes[0], p.nodes[0].clientFor(timeout))
 	}
+}
+
+// withdrawal is what unwait needs of a waiting writer's acquisition: a
+// value, so that running it from a goroutine moves nothing of the Lock
+// call's to the heap.
+type withdrawal struct {
+	tag, id, channel string
+	timeout          time.Duration
+	sharded          bool
 }
 
 // withdrawals tracks the unwait calls still on their way for each release
@@ -124,10 +132,10 @@ func (o *obtaining) unwait(ctx context.Context) {
 type withdrawals struct {
 	n  atomic.Int32 // calls on their way, all names
 	mu sync.Mutex
-	m  map[string]*withdrawal
+	m  map[string]*pendingWithdrawals
 }
 
-type withdrawal struct {
+type pendingWithdrawals struct {
 	calls int
 	done  chan struct{} // closed when calls drops to 0
 }
@@ -137,11 +145,11 @@ func (w *withdrawals) begin(channel string) func() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.m == nil {
-		w.m = map[string]*withdrawal{}
+		w.m = map[string]*pendingWithdrawals{}
 	}
 	e := w.m[channel]
 	if e == nil {
-		e = &withdrawal{done: make(chan struct{})}
+		e = &pendingWithdrawals{done: make(chan struct{})}
 		w.m[channel] = e
 	}
 	e.calls++
@@ -369,15 +377,16 @@ func (o *obtaining) leave(ctx context.Context) {
 		// at its ctx's end); the withdrawal runs on, and a release of the
 		// name by this core waits for it (withdrawals), so that it does
 		// not reserve the name for a writer that left.
+		w := withdrawal{tag: a.tag, id: a.ww.id, channel: a.channel, timeout: a.cfg.timeout(a.cfg.ttl), sharded: a.cfg.sharded}
 		if ctx.Err() != nil && c.life.goCount(1) {
 			done := c.withdraw.begin(a.channel)
 			go func() {
 				defer c.life.wg.Done()
 				defer done()
-				o.unwait(ctx)
+				unwait(ctx, c.pool, w)
 			}()
 		} else {
-			o.unwait(ctx)
+			unwait(ctx, c.pool, w)
 		}
 	}
 	if o.w == nil {

@@ -998,7 +998,9 @@ func (p *pool) releaseOn(ctx context.Context, l *Lock, nodes []*node, timeout ti
 	call := func(ctx context.Context, n *node, cl Client) reply { return releaseCall(ctx, cl, l, argv) }
 	rs, _, err := p.round(detached(ctx), nodes, timeout, l.leaseTTL(), call, time.Now().Add(timeout), nil, stop)
 	if err == nil {
-		p.releaseInBackground(ctx, p.unanswered(rs), l)
+		if silent := p.unanswered(rs); len(silent) > 0 {
+			p.releaseInBackground(ctx, silent, l) // (locks... escapes: not on the common path)
+		}
 		return rs
 	}
 	rs = make([]reply, 0, len(nodes))
