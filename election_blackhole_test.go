@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -11,38 +12,80 @@ import (
 	"github.com/redlockgo/redlock/internal/redistest"
 )
 
-// TestObserveBlackHole: an observer whose link goes silent (the TCP
-// connection stays open, nothing passes) while A leads says it cannot
-// tell (Term 0) within the TTL plus a second, although no error reaches
-// its connection; B is elected meanwhile; once the link heals the
-// observer reports B within 2s.
+// TestObserveBlackHole: an observer whose links go silent (the TCP
+// connections stay open, nothing passes) while A leads says it cannot tell
+// (Term 0) within the TTL plus a second, although no error reaches its
+// connections; B is elected meanwhile; once the links heal the observer
+// reports B within 2s. On one server, and on a Redlock of three whose
+// observer is cut off from two masters (a quorum).
 func TestObserveBlackHole(t *testing.T) {
-	srv := redistest.Start(t)
-	proxy := redistest.NewProxy(t, srv.Addr())
+	for _, c := range []struct{ masters, cut int }{{1, 1}, {3, 2}} {
+		t.Run(fmt.Sprintf("masters=%d", c.masters), func(t *testing.T) {
+			t.Parallel()
+			observeBlackHole(t, c.masters, c.cut)
+		})
+	}
+}
+
+func observeBlackHole(t *testing.T, masters, cut int) {
+	const name, ttl = "observe-blackhole", 2 * time.Second
+	servers := redistest.StartN(t, masters)
+	proxies := make([]*redistest.Proxy, masters)
+	viaProxy, direct := make([]Client, masters), make([]Client, masters)
+	for i, srv := range servers {
+		proxies[i] = redistest.NewProxy(t, srv.Addr())
+		viaProxy[i], direct[i] = goRedisDefaults(t, proxies[i].Addr()), goRedisDefaults(t, srv.Addr())
+	}
+	election := func(clients []Client) *Election {
+		if masters == 1 {
+			return newLocker(t, clients[0], WithTTL(ttl)).Election(name)
+		}
+		r, err := NewRedlock(clients, WithTTL(ttl))
+		require.NoError(t, err)
+		t.Cleanup(func() { r.Close() })
+		return r.Election(name)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	const name, ttl = "observe-blackhole", 2 * time.Second
-	w := watch(newLocker(t, goRedisDefaults(t, proxy.Addr()), WithTTL(ttl)).Election(name).Observe(ctx))
-	subscribedObserver(t, srv, name, 1)
-	ea := newLocker(t, goRedisDefaults(t, srv.Addr()), WithTTL(ttl)).Election(name)
-	eb := newLocker(t, goRedisDefaults(t, srv.Addr()), WithTTL(ttl)).Election(name)
+	w := watch(election(viaProxy).Observe(ctx))
+	for _, srv := range servers {
+		subscribedObserver(t, srv, name, 1)
+	}
+	ea, eb := election(direct), election(direct)
 	a, err := ea.Campaign(ctx, "a")
 	require.NoError(t, err)
 	i, _, _ := w.next(t, 0, 5*time.Second, func(l Leader) bool { return l.Term == a.Token() })
 
-	proxy.Blackhole(true)
-	cut := time.Now()
+	for _, p := range proxies[:cut] {
+		p.Blackhole(true)
+	}
+	cutAt := time.Now()
 	require.NoError(t, a.Unlock(ctx))
 	b, err := eb.Campaign(ctx, "b")
 	require.NoError(t, err)
 	defer b.Unlock(context.Background())
 	i, _, at := w.next(t, i+1, ttl+3*time.Second, func(l Leader) bool { return l.Term == 0 })
-	assert.Less(t, at.Sub(cut), ttl+time.Second, "Term 0 %v after the cut", at.Sub(cut))
-	t.Logf("Term 0 %v after the cut", at.Sub(cut))
+	assert.Less(t, at.Sub(cutAt), ttl+time.Second, "Term 0 %v after the cut", at.Sub(cutAt))
 
-	proxy.Blackhole(false)
+	for _, p := range proxies[:cut] {
+		p.Blackhole(false)
+	}
 	healed := time.Now()
 	_, l, at := w.next(t, i+1, 5*time.Second, func(l Leader) bool { return l.Term != 0 })
 	assert.Equal(t, b.Token(), l.Term, "after the heal: the leader elected meanwhile (%v)", w.leaders())
 	assert.Less(t, at.Sub(healed), 2*time.Second, "the leader %v after the heal", at.Sub(healed))
+	assertTermsNeverBack(t, w.leaders())
+}
+
+// assertTermsNeverBack: on Observe's channel a term never goes backwards
+// except through 0.
+func assertTermsNeverBack(t *testing.T, ls []Leader) {
+	t.Helper()
+	var last int64
+	for _, l := range ls {
+		if l.Term != 0 {
+			assert.GreaterOrEqual(t, l.Term, last, "term went backwards without a 0 between: %v", ls)
+		}
+		last = l.Term
+	}
 }
