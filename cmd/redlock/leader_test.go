@@ -6,6 +6,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -71,4 +72,35 @@ func TestLeaderWatch(t *testing.T) {
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	assert.Equal(t, exitOK, p.wait(t, longWait))
 	require.NoError(t, second.Unlock(ctx))
+}
+
+// TestLeaderWatchCutOff: leader --watch whose link to Redis goes silent (a
+// black hole: no error reaches it) prints term=0, "not known", once the
+// leader's lease it last read has run out, instead of the leader it last
+// saw; once the link heals it prints the leader elected meanwhile.
+func TestLeaderWatchCutOff(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := redistest.NewProxy(t, srv.Addr())
+	ctx := context.Background()
+	lk, err := redlock.NewLocker(srv.Client(t), redlock.WithTTL(2*time.Second))
+	require.NoError(t, err)
+	defer lk.Close()
+	e := lk.Election("cut-off")
+	first, err := e.Campaign(ctx, "a")
+	require.NoError(t, err)
+
+	p := start(t, nil, "", "leader", "--watch", "--addr", proxy.Addr(), "cut-off")
+	waitFor(t, p.stdout, func(s string) bool { return strings.Contains(s, fmt.Sprintf(`term=%d `, first.Token())) })
+	proxy.Blackhole(true)
+	require.NoError(t, first.Unlock(ctx))
+	second, err := e.Campaign(ctx, "b")
+	require.NoError(t, err)
+	defer second.Unlock(ctx)
+	waitFor(t, p.stdout, func(s string) bool { return strings.Contains(s, "term=0 ") })
+	proxy.Blackhole(false)
+	out := waitFor(t, p.stdout, func(s string) bool { return strings.Contains(s, fmt.Sprintf(`term=%d `, second.Token())) })
+	assert.Contains(t, out, `value="b"`)
+
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	assert.Equal(t, exitOK, p.wait(t, longWait))
 }
