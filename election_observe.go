@@ -52,9 +52,17 @@ const expiryMargin = 2 * time.Millisecond
 //
 // Term 0 also means "cannot tell": when fewer than a quorum of the
 // observer's pub/sub connections are up (a follower cut off from Redis),
-// or a read fails, the observer sends a Leader with Term 0 at once and the
-// current leader again once it has read it after reconnecting. Terms
-// never go backwards on the channel except through such a 0.
+// or a read fails (a silent link is found when the lease it last read
+// ends), the observer sends a Leader with Term 0 at once and the current
+// leader again once it has read it after reconnecting. Terms never go
+// backwards on the channel except through such a 0, and the values of one
+// term come in the order they were proclaimed, each once.
+//
+// A leader is what the server holds: an attempt that a quorum of masters
+// granted and that then gave the lock up (its validity spent on a slow
+// master, its caller's ctx ended) held the name for that while and may be
+// reported, though its Campaign returned no lock and nothing was written
+// with its term.
 //
 // The channel is buffered (16 changes). A reader that falls further behind
 // loses the oldest changes, never the latest: Observe never blocks on its
