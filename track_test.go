@@ -284,7 +284,9 @@ func TestOwnWritesStayQuiet(t *testing.T) {
 	// reads that lock once (changes before it were not heard).
 	keep, err := lk.TryLock(ctx, "quiet-keep")
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return hook.reads.Load() == 1 }, 5*time.Second, time.Millisecond,
+	// At least one: a load that delays a renewal past its credit can add a
+	// second before this poll sees the first (counted in the bound below).
+	require.Eventually(t, func() bool { return hook.reads.Load() >= 1 }, 5*time.Second, time.Millisecond,
 		"the read of the held lock when the tracking connection opens")
 	var wg sync.WaitGroup
 	for g := range 4 {
