@@ -267,6 +267,8 @@ func (o *observer) refresh(ctx context.Context, anns []Leader) {
 	known := err == nil || errors.Is(err, ErrNoLeader)
 	for _, a := range anns {
 		switch {
+		case !known && a.Term <= o.highest:
+			continue // reported already: after a "cannot tell" it would read as the leader again
 		case !known:
 		case a.Term == cur.Term:
 			continue // the read has this term's latest value
