@@ -17,9 +17,9 @@ import (
 type Locker struct{ c *core }
 
 // NewLocker returns a Locker on client with opts as defaults for every call.
-// It starts two goroutines (the watchdog and the loss clock), and pub/sub
-// ones once a Lock waits; call Close to stop them. It returns an error
-// for a nil client or an invalid option.
+// It starts three goroutines (the watchdog, the loss clock and its
+// bookkeeping), and pub/sub ones once a Lock waits; call Close to stop
+// them. It returns an error for a nil client or an invalid option.
 //
 // NewLocker warms the client up before it returns (a dial and the scripts
 // loaded into the server's cache, at most 1s or the node timeout, ignoring

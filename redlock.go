@@ -48,8 +48,9 @@ type Redlock struct{ c *core }
 // alias: found by the servers' INFO run_id), a replica listed next to its
 // master (it holds the master's keys and would vote twice for them: found
 // by INFO replication's replication ID), or an invalid option. It
-// starts two goroutines (the watchdog and the loss clock), and pub/sub ones
-// once a Lock waits; call Close to stop them.
+// starts three goroutines (the watchdog, the loss clock and its
+// bookkeeping), and pub/sub ones once a Lock waits; call Close to stop
+// them.
 //
 // NewRedlock warms every master up concurrently (dial, scripts, identity), at
 // most 1s or the node timeout. A master that does not answer in time is

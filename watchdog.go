@@ -301,6 +301,24 @@ func (h *timeHeap) remove(l *Lock) {
 	}
 }
 
+// countBy counts the locks queued at or before horizon, walking only the
+// part of the heap they occupy (with its boundary).
+func (h *timeHeap) countBy(horizon time.Time) int {
+	n := 0
+	var buf [64]int
+	stack := append(buf[:0], 0)
+	for len(stack) > 0 {
+		i := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if i >= len(h.locks) || h.slot(h.locks[i]).at.After(horizon) {
+			continue
+		}
+		n++
+		stack = append(stack, 2*i+1, 2*i+2)
+	}
+	return n
+}
+
 // head returns the earliest lock and its time; ok is false when empty.
 func (h *timeHeap) head() (l *Lock, at time.Time, ok bool) {
 	if len(h.locks) == 0 {
@@ -320,12 +338,20 @@ var farFuture = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 // runtime timer per lock would do the same, but with 20,000 locks on a hung
 // server their callbacks all fire at once and contend for the core's
 // mutexes, closing the last Done tens of milliseconds after its Until; this
-// loop closes every due lock's Done first and does the bookkeeping after.
+// loop closes every due lock's Done and hands the bookkeeping (the registry,
+// the log, Do's callbacks) to a second goroutine, books: that takes the
+// core's and the watchdog's mutexes, which a renewal round of thousands of
+// locks holds for milliseconds at a time, and the loop must not wait for
+// them while other locks come due.
 type expiry struct {
 	mu    sync.Mutex
 	queue timeHeap
 	quit  chan struct{}
 	done  chan struct{}
+	// lost holds the locks declared lost whose bookkeeping books has not
+	// done yet (under mu); wake tells books there are some.
+	lost []*Lock
+	wake chan struct{}
 	// next is when the loop's timer fires, zero while the loop is busy, and
 	// early how long before the head's mark that is. set moves the timer
 	// earlier for a lock due before next itself, under mu, without waking
@@ -341,9 +367,17 @@ type expiry struct {
 }
 
 func newExpiry() *expiry {
-	e := &expiry{timer: time.NewTimer(time.Hour), quit: make(chan struct{}), done: make(chan struct{}), cost: calibrate()}
+	e := &expiry{timer: time.NewTimer(time.Hour), quit: make(chan struct{}), done: make(chan struct{}), wake: make(chan struct{}, 1), cost: calibrate()}
 	e.queue.slot = func(l *Lock) *slot { return &l.loss }
-	go e.run()
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		e.run()
+	}()
+	go func() {
+		defer close(e.done)
+		e.books(ran)
+	}()
 	return e
 }
 
@@ -387,38 +421,24 @@ func (e *expiry) stop() {
 }
 
 func (e *expiry) run() {
-	defer close(e.done)
 	defer e.timer.Stop()
-	var due, pending []*Lock // pending: lost, bookkeeping not done yet
-	var dueAt []time.Time    // the marks of due
-	var lead time.Duration   // how much earlier a batch starts, for its size
+	var due []*Lock
+	var dueAt []time.Time  // the marks of due
+	var lead time.Duration // how much earlier a batch starts, for its size
 	// slack is how much earlier still, learnt from batches that closed a
 	// Done after its mark: on a loaded machine the loop wakes late and runs
 	// slowly, and the next batch starts earlier by what the last one missed.
 	var slack time.Duration
 	for {
-		due, dueAt, lead = e.take(due[:0], dueAt[:0], lead, slack, len(pending) > 0)
+		due, dueAt, lead = e.take(due[:0], dueAt[:0], lead, slack)
 		if len(due) > 0 {
 			// Close every Done first: other owners may be granted the names
 			// soon.
-			var over time.Duration // the latest Done past its mark
-			pending, over = e.expire(due, dueAt, lead+slack, pending)
-			if over > 0 {
+			if over := e.expire(due, dueAt, lead+slack); over > 0 {
 				slack = min(slack+over, maxSlack)
 			} else {
 				slack -= slack / 16
 			}
-			continue
-		}
-		if len(pending) > 0 {
-			// The registry, the log and Do's callbacks, a slice at a time,
-			// looking for newly due locks in between: a batch's bookkeeping
-			// must not make the next batch late.
-			k := min(len(pending), 64)
-			for _, l := range pending[:k] {
-				l.eng.ended(l, stateLost)
-			}
-			pending = append(pending[:0], pending[k:]...)
 			continue
 		}
 		select {
@@ -429,11 +449,41 @@ func (e *expiry) run() {
 	}
 }
 
+// books does the bookkeeping of the locks the loop declared lost, in the
+// order it declared them, until the loop has returned (ran closed) and
+// nothing is left.
+func (e *expiry) books(ran <-chan struct{}) {
+	var batch []*Lock
+	for {
+		select {
+		case <-e.wake:
+		case <-ran:
+		}
+		e.mu.Lock()
+		batch, e.lost = e.lost, batch[:0]
+		e.mu.Unlock()
+		for i, l := range batch {
+			l.eng.ended(l, stateLost)
+			batch[i] = nil
+		}
+		select {
+		case <-ran:
+			e.mu.Lock()
+			left := len(e.lost)
+			e.mu.Unlock()
+			if left == 0 {
+				return
+			}
+		default:
+		}
+	}
+}
+
 // take pops the locks due within lead+slack into due (their marks into
-// dueAt). With none due and no bookkeeping pending (busy false), it sets the
-// timer for the next one, early by the time the locks due with it will
-// take to declare lost, and returns that new lead.
-func (e *expiry) take(due []*Lock, dueAt []time.Time, lead, slack time.Duration, busy bool) ([]*Lock, []time.Time, time.Duration) {
+// dueAt). With none due, it sets the timer for the next one, early by the
+// time the locks due with it will take to declare lost, and returns that new
+// lead.
+func (e *expiry) take(due []*Lock, dueAt []time.Time, lead, slack time.Duration) ([]*Lock, []time.Time, time.Duration) {
 	now := time.Now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -445,7 +495,7 @@ func (e *expiry) take(due []*Lock, dueAt []time.Time, lead, slack time.Duration,
 		due = append(due, e.queue.pop())
 		dueAt = append(dueAt, at)
 	}
-	if len(due) > 0 || busy {
+	if len(due) > 0 {
 		e.next = time.Time{}
 		return due, dueAt, lead
 	}
@@ -460,24 +510,35 @@ func (e *expiry) take(due []*Lock, dueAt []time.Time, lead, slack time.Duration,
 }
 
 // expire declares the due locks lost (those still held and due by extra),
-// closing their Done, and adds them to pending for the bookkeeping. It
+// closing their Done, and hands them to books for the bookkeeping. It
 // returns how late the latest Done closed after its mark, and learns what
 // declaring one lock lost costs.
-func (e *expiry) expire(due []*Lock, dueAt []time.Time, extra time.Duration, pending []*Lock) ([]*Lock, time.Duration) {
+func (e *expiry) expire(due []*Lock, dueAt []time.Time, extra time.Duration) time.Duration {
 	start := time.Now()
 	var over time.Duration
+	lost := 0
 	for i, l := range due {
-		lost, rearm := l.expireLocked(extra)
+		gone, rearm := l.expireLocked(extra)
 		if !rearm.IsZero() {
 			e.set(l, rearm)
 		}
-		if lost {
-			pending = append(pending, l)
+		if gone {
+			due[lost] = l
+			lost++
 			over = max(over, time.Since(dueAt[i]))
 		}
 	}
 	e.cost = (e.cost*3 + time.Since(start)/time.Duration(len(due))) / 4
-	return pending, over
+	if lost > 0 {
+		e.mu.Lock()
+		e.lost = append(e.lost, due[:lost]...)
+		e.mu.Unlock()
+		select {
+		case e.wake <- struct{}{}:
+		default:
+		}
+	}
+	return over
 }
 
 // maxSlack caps the loss clock's learnt slack. Each lock takes at most an
@@ -485,18 +546,15 @@ func (e *expiry) expire(due []*Lock, dueAt []time.Time, extra time.Duration, pen
 const maxSlack = 250 * time.Millisecond
 
 // dueWith counts the locks due within timerLead of the first one (e.mu
-// held). It scans the heap: this runs once per wake, not per lock.
+// held). Those form a subtree at the heap's root (no lock is due before its
+// parent), so the walk visits them and their children only: it runs on every
+// wake, and scanning all 20,000 locks of a hung server at each of the
+// hundreds of wakes their spread-out marks cause kept the loop busy enough
+// to close Done late.
 func (e *expiry) dueWith() int {
 	_, first, ok := e.queue.head()
 	if !ok {
 		return 0
 	}
-	horizon := first.Add(timerLead)
-	n := 0
-	for _, l := range e.queue.locks {
-		if !l.loss.at.After(horizon) {
-			n++
-		}
-	}
-	return n
+	return e.queue.countBy(first.Add(timerLead))
 }
