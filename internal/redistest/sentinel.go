@@ -282,6 +282,30 @@ func (g *SentinelGroup) KillMaster(t testing.TB) {
 	g.waitPromoted(t, "KillMaster", replica, deadline)
 }
 
+// PauseMaster stops the master with SIGSTOP, as Server.Pause does, and
+// returns it, paused, once every sentinel reports the replica as the new
+// master and the replica answers ROLE as a master: detection takes the
+// down-after time (see WithDownAfter). The test resumes the old master with
+// Server.Resume; it then runs as a master, with the connections its
+// clients opened before the pause, until the sentinels reconfigure it some
+// ten seconds later (SyncReplica does so at once). A cleanup registered on
+// t resumes it if the test does not.
+func (g *SentinelGroup) PauseMaster(t testing.TB) *Server {
+	t.Helper()
+	deadline := time.Now().Add(failoverWait)
+	master := g.Master(t)
+	replica := g.other(master)
+	g.requireUp(t, "PauseMaster", master, replica)
+	if err := waitFor(time.Until(deadline), func() error { return g.attached(master, replica) }); err != nil {
+		t.Fatalf("redistest: PauseMaster: %s not a replica of master %s within %v: %v",
+			replica.Addr(), master.Addr(), failoverWait, err)
+	}
+	master.Pause(t)
+	t.Cleanup(func() { master.Resume(t) })
+	g.waitPromoted(t, "PauseMaster", replica, deadline)
+	return master
+}
+
 // SyncReplica makes the replica, as Replica reports it, replicate from the
 // master unless it already does, and returns once it has caught up with
 // the master. After Failover, or after KillMaster and a restart of the
