@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -35,6 +36,11 @@ type attempt struct {
 	interrupted bool
 	hint        time.Duration
 	token       int64
+	// firm is the owner the round found holding the name on a quorum of
+	// nodes ("" when none did); contested says that no owner did while the
+	// name was split between owners, this attempt's grants included.
+	firm      string
+	contested bool
 }
 
 // run sends the attempt and reports whether a quorum granted it and its
@@ -86,6 +92,9 @@ func (at *attempt) run(ctx context.Context, ttl any, wait string) (bool, error) 
 	at.t = p.count(rs)
 	observeNodes(cfg.observer, l.name, opAcquire, at.t.errs...)
 	at.hint = at.refusals(rs)
+	if at.t.ok < p.quorum {
+		at.firm, at.contested = p.holders(rs, at.t.ok)
+	}
 	if at.t.ok < p.quorum || interrupted {
 		return false, nil
 	}
@@ -96,6 +105,39 @@ func (at *attempt) run(ctx context.Context, ttl any, wait string) (bool, error) 
 	}
 	at.token = token
 	return true, nil
+}
+
+// holders reads who refused a round that got ok grants: firm is the owner
+// holding the name on a quorum of nodes, or ""; contested is true on a
+// Redlock when no owner does and the name is split between owners (this
+// attempt's grants count as one): contenders that split the masters
+// between them, whose retries must not stay in step (obtaining.jitter).
+// A name reserved for a waiting writer or held by read holds has no firm
+// holder: its refusal names none that a release message would.
+func (p *pool) holders(rs []reply, ok int) (firm string, contested bool) {
+	owners := 0
+	if ok > 0 {
+		owners = 1
+	}
+	for i, r := range rs {
+		if r.err != nil || r.ok || r.holder == "" || strings.HasPrefix(r.holder, reservedPrefix) {
+			continue
+		}
+		if slices.ContainsFunc(rs[:i], func(o reply) bool { return o.err == nil && !o.ok && o.holder == r.holder }) {
+			continue // counted with its first node
+		}
+		owners++
+		n := 0
+		for _, o := range rs[i:] {
+			if o.err == nil && !o.ok && o.holder == r.holder && !p.nodes[o.node].isDup() {
+				n++
+			}
+		}
+		if n >= p.quorum {
+			return r.holder, false
+		}
+	}
+	return "", len(p.nodes) > 1 && owners > 1
 }
 
 // refusals adds to the tally's errors what the nodes that refused said, and

@@ -423,16 +423,19 @@ func (c *core) attempt(ctx context.Context, a *acquisition) (*Lock, verdict, err
 	}
 	c.track.unwatch(l) // refused, or granted too late: l.fail ends it without ended
 	permanent, err := at.fail(ctx)
-	return nil, verdict{hint: at.hint, permanent: permanent, answered: at.t.ok+at.t.no >= c.pool.quorum}, err
+	return nil, verdict{hint: at.hint, permanent: permanent, answered: at.t.ok+at.t.no >= c.pool.quorum, firm: at.firm, contested: at.contested}, err
 }
 
 // verdict is what a failed attempt found out: the holder's remaining lease
-// (negative when unknown), whether retrying is pointless, and whether a
+// (negative when unknown), whether retrying is pointless, whether a
 // quorum of nodes answered at all (granted or refused): an attempt that
-// could not get an answer is not contention (WithUnansweredLimit).
+// could not get an answer is not contention (WithUnansweredLimit), and who
+// holds the name (attempt.firm, attempt.contested).
 type verdict struct {
 	hint                time.Duration
 	permanent, answered bool
+	firm                string // see attempt.firm
+	contested           bool
 }
 
 // unlock releases l on every node where it is still ours (engine: see

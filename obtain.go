@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,6 +43,9 @@ func (o *obtaining) run(ctx context.Context) (l *Lock, err error) {
 		}
 		o.try = true
 		o.queue(ctx)
+		if a.kind == kindExclusive {
+			c.waits.heldBy(channelOf(o.qk), o.firm)
+		}
 		d, trusted, ok := o.sleepFor(attempt)
 		if !ok {
 			return nil, o.last() // the retry policy gave up (LimitRetry, NoRetry)
@@ -58,6 +62,30 @@ func (o *obtaining) run(ctx context.Context) (l *Lock, err error) {
 		if woke == wokeTimer && trusted && d < o.hint {
 			o.woke = wokeEarly
 		}
+		if woke == wokeMessage && o.contested {
+			if err := o.jitter(ctx); err != nil {
+				return nil, join(o.last(), err)
+			}
+		}
+	}
+}
+
+// jitter waits a random while before the attempt that follows a release
+// message when the last attempt found the name split between contenders:
+// their failed attempts withdraw their grants at the same moment, and each
+// withdrawal wakes the others, so without it they would retry in step and
+// split the masters again (the Redlock spec's random delay). The wait is
+// up to four times what the last attempt took, at least a millisecond.
+func (o *obtaining) jitter(ctx context.Context) error {
+	t := time.NewTimer(rand.N(max(4*o.took, time.Millisecond)))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-o.c.life.closing:
+		return ErrClosed
 	}
 }
 
@@ -198,6 +226,12 @@ type obtaining struct {
 	lastErr             error         // the last refused attempt's; see last
 	hint                time.Duration // the holder's remaining lease, negative when unknown
 	woke                wokeBy
+	// What the last refused attempt found (verdict): the owner holding a
+	// quorum, or that the name is split between contenders; and how long
+	// that attempt took, the scale of jitter.
+	firm      string
+	contested bool
+	took      time.Duration
 }
 
 // last is the error of the last refused attempt, or, before any, the bare
@@ -251,6 +285,7 @@ func (o *obtaining) attemptOnce(ctx context.Context, attempt int) (l *Lock, err 
 		return nil, err, true
 	}
 	o.lastErr, o.hint = err, v.hint
+	o.firm, o.contested, o.took = v.firm, v.contested, time.Since(began)
 	if err := o.unanswered(v.answered, began, err); err != nil {
 		return nil, err, true
 	}

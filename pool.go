@@ -89,6 +89,11 @@ type node struct {
 	// by our deadline, nil after a success: the likely cause that a call
 	// with no reply in time names.
 	lastErr atomic.Pointer[error]
+	// silent is set when a call on the node got no answer in time (a
+	// paused server, a link that swallows what it is sent), cleared by the
+	// next answer, an error reply included: a round decided by the other
+	// nodes' answers does not wait for it (pool.settled).
+	silent atomic.Bool
 	// shared is set for a plain *redis.Client that ignores ctx deadlines
 	// (go-redis's default): how a call on it is bounded inline.
 	shared *divertedClient
@@ -101,10 +106,30 @@ func (n *node) note(err error) {
 		if n.lastErr.Load() != nil {
 			n.lastErr.Store(nil)
 		}
-	case errors.Is(err, errNodeTimeout), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		n.answered()
+	case errors.Is(err, errNodeTimeout), errors.Is(err, context.DeadlineExceeded):
+		n.silence()
+	case errors.Is(err, context.Canceled):
 	default:
+		if isServerError(err) {
+			n.answered()
+		}
 		e := err // a copy: &err would move the parameter to the heap on every call
 		n.lastErr.Store(&e)
+	}
+}
+
+// silence marks the node as not answering; answered clears the mark.
+// Each reads before it writes: the mark is shared by every round.
+func (n *node) silence() {
+	if !n.silent.Load() {
+		n.silent.Store(true)
+	}
+}
+
+func (n *node) answered() {
+	if n.silent.Load() {
+		n.silent.Store(false)
 	}
 }
 
@@ -478,24 +503,64 @@ func gather(ch <-chan reply, nodes []*node, deadline time.Time, done <-chan stru
 	if len(got) == len(nodes) || stop(got) {
 		return got, false
 	}
+	start := time.Now()
 	t := getTimer(time.Until(deadline))
 	defer putTimer(t)
+	var grace <-chan time.Time // see silentGrace
 	for len(got) < len(nodes) && !stop(got) {
+		if grace == nil && len(got) > 0 && onlySilentLeft(got, nodes) {
+			g := time.NewTimer(silentGrace(time.Since(start)))
+			defer g.Stop()
+			grace = g.C
+		}
 		select {
 		case r := <-ch:
 			got = append(got, r)
 		case <-t.C:
-			for _, n := range nodes {
-				if _, ok := replyOf(got, n.idx); !ok {
-					got = append(got, reply{node: n.idx, err: n.timedOut()})
-				}
-			}
-			return got, false
+			return timedOutRest(got, nodes, true), false
+		case <-grace:
+			return timedOutRest(got, nodes, false), false
 		case <-done:
 			return got, true
 		}
 	}
 	return got, false
+}
+
+// timedOutRest adds to got a timed-out reply for every node it lacks,
+// marking those nodes silent when silence is set.
+func timedOutRest(got []reply, nodes []*node, silence bool) []reply {
+	for _, n := range nodes {
+		if _, ok := replyOf(got, n.idx); !ok {
+			if silence {
+				n.silence()
+			}
+			got = append(got, reply{node: n.idx, err: n.timedOut()})
+		}
+	}
+	return got
+}
+
+// onlySilentLeft reports that every node without a reply in got did not
+// answer its last call either (node.silent).
+func onlySilentLeft(got []reply, nodes []*node) bool {
+	for _, n := range nodes {
+		if _, ok := replyOf(got, n.idx); !ok && !n.silent.Load() {
+			return false
+		}
+	}
+	return true
+}
+
+// silentGrace is how long a round whose other nodes have answered, after
+// elapsed, still waits for nodes that did not answer their last call (a
+// paused master, a silent link): not the whole node timeout, which stalled
+// every round of a Redlock with one hung master of three; but enough for a
+// node that came back to answer as fast as the others did (its answer
+// clears the mark). A node cut off this way counts as timed out; its late
+// answer is handled as any other (a late grant is released, Lock.settle).
+func silentGrace(elapsed time.Duration) time.Duration {
+	return max(5*time.Millisecond, 3*elapsed)
 }
 
 // timers recycles gather's timers: most rounds end by a reply, not by the
@@ -1162,12 +1227,23 @@ func (p *pool) leases(ctx context.Context, l *Lock) (rs []reply, interrupted boo
 // releaseCall runs the release script of l: release.lua by argv (from
 // releaseArgv), or, for the kinds with no argv, their own script.
 func releaseCall(ctx context.Context, cl Client, l *Lock, argv []any) reply {
+	if retracts(l) {
+		v, err := sharded(scriptRetract, l.sharded).Run(ctx, cl, l.keys[:1], l.owner).Int64()
+		return releaseReply(l, v, err)
+	}
 	if argv == nil {
 		v, err := runParts(ctx, cl, l, kinds[l.kind].release, 0, foldRelease)
 		return releaseReply(l, v, err)
 	}
 	v, err := runEval(ctx, cl, sharded(scriptRelease, l.sharded), argv).Int64()
 	return releaseReply(l, v, err)
+}
+
+// retracts reports that a release of l withdraws the grants of a failed
+// attempt (retract.lua) rather than giving up a held lock: an exclusive
+// lock on one name that was never held.
+func retracts(l *Lock) bool {
+	return l.kind == kindExclusive && parts(l) == 1 && l.is(stateFailed)
 }
 
 // releaseReply turns release.lua's reply into a node reply, logging a

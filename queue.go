@@ -60,10 +60,15 @@ type waiters struct {
 	// to wake.
 	msgs      map[string]uint64
 	unclaimed map[string]string
+	// firm is, per channel, the owner that the latest refused attempt found
+	// holding the name on a quorum of nodes: until that owner's release, a
+	// release message of any other owner (a failed attempt withdrawing its
+	// grants, retract.lua) cannot free a quorum, and wakes nobody.
+	firm map[string]string
 }
 
 func newWaiters(held *heldNames) *waiters {
-	return &waiters{queues: make(map[string]*waitQueue), held: held, msgs: make(map[string]uint64), unclaimed: make(map[string]string)}
+	return &waiters{queues: make(map[string]*waitQueue), held: held, msgs: make(map[string]uint64), unclaimed: make(map[string]string), firm: make(map[string]string)}
 }
 
 // idle is called when this core stops holding the lock of channel.
@@ -91,6 +96,7 @@ func (ws *waiters) unsubscribed(channel string) {
 	defer ws.mu.Unlock()
 	delete(ws.msgs, channel)
 	delete(ws.unclaimed, channel)
+	delete(ws.firm, channel)
 }
 
 // missedAll forgets every channel's messages: the connections are
@@ -450,10 +456,20 @@ func (ws *waiters) dispatch(channel, owner string) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	if id, ok := strings.CutPrefix(owner, passedPrefix); ok {
+		// Only a holder's release passes the name on: whoever held it
+		// firmly is gone.
+		delete(ws.firm, channel)
 		if !ws.notifyID(channel, id) {
 			ws.unclaimed[channel] = id
 		}
 		return
+	}
+	switch firm := ws.firm[channel]; {
+	case firm == "":
+	case firm != owner:
+		return // cannot free a quorum: the firm holder still has one
+	default:
+		delete(ws.firm, channel)
 	}
 	ws.msgs[channel]++
 	for _, suffix := range queueSuffixes {
@@ -478,6 +494,19 @@ func (ws *waiters) notifyID(channel, id string) bool {
 		}
 	}
 	return false
+}
+
+// heldBy records what the latest refused attempt on channel found: the
+// owner holding the name on a quorum of nodes, or "" when none did (the
+// name split between contenders, reserved, or held by read holds).
+func (ws *waiters) heldBy(channel, owner string) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if owner == "" {
+		delete(ws.firm, channel)
+		return
+	}
+	ws.firm[channel] = owner
 }
 
 // reservedFor wakes the waiter of channel's writers queue that the name is

@@ -296,7 +296,9 @@ func TestReservedWaiterWokenByHead(t *testing.T) {
 // TestHandOffSkipsWaitersThatGaveUp (the rueidislock suite's MissingPeers
 // case): 100 waiters whose ctx was cancelled before the holder's Unlock
 // are never handed the lock, and none returns one; the name is free for
-// another Locker as soon as they have all returned. 20 rounds.
+// another Locker once they have all returned (within moments: an attempt
+// still on the wire may grant after its call returned, and is released as
+// soon as it does). 20 rounds.
 func TestHandOffSkipsWaitersThatGaveUp(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -337,10 +339,14 @@ func TestHandOffSkipsWaitersThatGaveUp(t *testing.T) {
 			require.ErrorIs(t, err, ErrNotObtained, "round %d", round)
 			require.ErrorIs(t, err, context.Canceled, "round %d", round)
 		}
-		require.True(t, eventually(time.Second, func() bool { return get(t, admin, "{redlock:gave-up}") == "" }),
-			"round %d: the name is still held by %q after every waiter gave up", round, get(t, admin, "{redlock:gave-up}"))
-		l, err := other.TryLock(ctx, "gave-up")
-		require.NoError(t, err, "round %d: TryLock after every waiter gave up", round)
+		// A waiter's attempt still on the wire when its ctx ended may grant
+		// after the call returned; that grant is released as soon as it
+		// arrives, so the name is free within moments, not at once.
+		var l *Lock
+		require.True(t, eventually(time.Second, func() bool {
+			l, err = other.TryLock(ctx, "gave-up")
+			return err == nil
+		}), "round %d: TryLock after every waiter gave up = %v; the name is held by %q", round, err, get(t, admin, "{redlock:gave-up}"))
 		require.NoError(t, l.Unlock(ctx))
 	}
 }

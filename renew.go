@@ -124,6 +124,7 @@ func (b *batchRound) gather(ch <-chan reply, nodes []*node, deadline time.Time, 
 		case <-t.C:
 			for _, n := range nodes {
 				if _, ok := replyOf(b.rs, n.idx); !ok {
+					n.silence()
 					b.rs = append(b.rs, reply{node: n.idx, err: n.timedOut()})
 				}
 			}

@@ -13,6 +13,7 @@ import (
 var (
 	scriptAcquire = newScript("acquire.lua")
 	scriptRelease = newScript("release.lua")
+	scriptRetract = newScript("retract.lua")
 	scriptExtend  = newScript("extend.lua")
 	scriptRaise   = newScript("raise.lua")
 	scriptHandOff = newScript("handoff.lua")
@@ -39,7 +40,7 @@ var (
 	// allScripts are loaded into each node's cache when a Locker or Redlock
 	// is made, so the first call pays no NOSCRIPT round trip. The others
 	// load on first use (EVALSHA, then EVAL once).
-	allScripts = []*redis.Script{scriptAcquire, scriptRelease, scriptExtend, scriptRaise, scriptHandOff, scriptInspect, scriptPTTL}
+	allScripts = []*redis.Script{scriptAcquire, scriptRelease, scriptRetract, scriptExtend, scriptRaise, scriptHandOff, scriptInspect, scriptPTTL}
 )
 
 // Reply codes: the one table of what the scripts answer, each code with

@@ -244,6 +244,17 @@ func TestScripts(t *testing.T) {
 			{name: "maxmemory", setup: [][]any{{"SET", "K", "me", "PX", 10000}}, full: true,
 				keys: []string{"K", "K:released"}, args: []any{"me", 10000, 1000}, want: replyOK},
 		}},
+		{"retract.lua", scriptRetract, []scriptCase{
+			{name: "ours", setup: [][]any{{"SET", "K", "me", "PX", 10000}},
+				keys: []string{"K"}, args: []any{"me"}, want: replyOK},
+			{name: "ours, PUBLISH refused", setup: [][]any{{"SET", "K", "me", "PX", 10000}}, noPub: true,
+				keys: []string{"K"}, args: []any{"me"}, want: replyUnpublished},
+			{name: "gone", keys: []string{"K"}, args: []any{"me"}, want: replyNotOurs},
+			{name: "another owner's", setup: [][]any{{"SET", "K", "other", "PX", 10000}},
+				keys: []string{"K"}, args: []any{"me"}, want: replyNotOurs},
+			{name: "maxmemory", setup: [][]any{{"SET", "K", "me", "PX", 10000}}, full: true,
+				keys: []string{"K"}, args: []any{"me"}, want: replyOK},
+		}},
 		{"multi_release.lua", scriptMultiRelease, []scriptCase{
 			{name: "ours", setup: [][]any{{"SET", "K:a", "me"}, {"SET", "K:b", "me"}},
 				keys: []string{"K:a", "K:b", "K:a:released", "K:b:released"}, args: []any{"me", ":rel", 10000, 1000},
