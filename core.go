@@ -27,6 +27,7 @@ type core struct {
 	withdraw withdrawals // writers that gave up and are leaving their name's queue (obtain.go)
 	waits    *waiters    // the local queues of waiting Lock calls (queue.go), woken by pub/sub (pubsub.go)
 	track    *tracker    // hears outside changes of held keys (track.go); nil without tracking
+	follow   *follower   // keeps Sentinel clients on the current master (follow.go); nil without one
 
 	closed chan struct{} // closed when Close returns: a second Close waits for it
 
@@ -156,9 +157,17 @@ func newCore(clients []Client, opts []Option) (*core, error) {
 		waitUntil(&life.wg, time.Now().Add(warmUpLimit))
 		return nil, err
 	}
+	c.follow = newFollower(p.nodes, life, cfg.timeout(cfg.ttl), c.holding)
 	c.wd = newWatchdog(c)
 	c.exp = newExpiry()
 	return c, nil
+}
+
+// holding reports that the core holds a lock.
+func (c *core) holding() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.held) > 0
 }
 
 // activate turns a granted attempt into a held lock and registers it with the
@@ -392,6 +401,7 @@ func (c *core) attempt(ctx context.Context, a *acquisition) (*Lock, verdict, err
 	}
 	l := a.newLock(c, len(c.pool.nodes))
 	at := attempt{p: c.pool, l: l, cfg: a.cfg, timeout: a.cfg.timeout(a.cfg.ttl)}
+	c.follow.acquiring(ctx, at.timeout)
 	c.track.watch(l)
 	c.track.expect(l)
 	granted, err := at.run(ctx, a.cfg.ttlArg(), a.waitID(l))

@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // evictionProbe holds the maxmemory-policy a node's server reported during
@@ -20,6 +22,9 @@ type evictionProbe struct {
 	// policy is nil until the server answered. Atomic: a warm-up that
 	// outlives the constructor's wait stores it while the constructor reads.
 	policy atomic.Pointer[string]
+	// minReplicas is the master's min-replicas-to-write, read for a
+	// go-redis Sentinel client only; nil when not read.
+	minReplicas atomic.Pointer[string]
 }
 
 // probe reads maxmemory-policy through a one-command pipeline (the Client
@@ -29,14 +34,42 @@ type evictionProbe struct {
 // Through a Cluster client CONFIG GET reaches one arbitrary node, and through
 // a Ring one shard: the answer stands for the deployment, which is fine for
 // a warning, since shards of one deployment are normally configured alike.
+//
+// For a go-redis Sentinel client the same pipeline reads
+// min-replicas-to-write (see warnSentinel).
 func (p *evictionProbe) probe(ctx context.Context, cl Client) {
 	pipe := cl.Pipeline()
 	cmd := pipe.ConfigGet(ctx, "maxmemory-policy")
-	if _, err := pipe.Exec(ctx); err != nil {
-		return
+	var minRepl *redis.MapStringStringCmd
+	if sentinelDialer(cl) != nil {
+		minRepl = pipe.ConfigGet(ctx, "min-replicas-to-write")
 	}
-	if v, ok := cmd.Val()["maxmemory-policy"]; ok {
+	_, _ = pipe.Exec(ctx) // errors are read per command
+	if v, ok := cmd.Val()["maxmemory-policy"]; ok && cmd.Err() == nil {
 		p.policy.Store(&v)
+	}
+	if minRepl != nil && minRepl.Err() == nil {
+		if v, ok := minRepl.Val()["min-replicas-to-write"]; ok {
+			p.minReplicas.Store(&v)
+		}
+	}
+}
+
+// warnSentinel logs one warning per go-redis Sentinel client whose master
+// reported min-replicas-to-write 0 during the warm-up. A failover demotes
+// a master that may still be up (SENTINEL FAILOVER, a master paused past
+// down-after, a partition): it accepts writes until Sentinel reconfigures
+// it, some ten seconds later, and a client that has not followed the
+// switch yet gets locks there that the new master does not know. With
+// min-replicas-to-write 1 (and min-replicas-max-lag) on every server of the
+// group, a master whose replicas left it refuses writes; WithReplicaAcks
+// makes each grant wait for a replica instead.
+func warnSentinel(nodes []*node, logger *slog.Logger) {
+	for _, n := range nodes {
+		if v := n.evict.minReplicas.Load(); v != nil && *v == "0" {
+			logger.Warn("redlock: Sentinel master without min-replicas-to-write: after a failover the demoted master accepts lock writes until Sentinel converts it; set min-replicas-to-write 1 and min-replicas-max-lag on every server of the group, or use WithReplicaAcks",
+				"node", n.idx)
+		}
 	}
 }
 

@@ -18,8 +18,9 @@ type Locker struct{ c *core }
 
 // NewLocker returns a Locker on client with opts as defaults for every call.
 // It starts three goroutines (the watchdog, the loss clock and its
-// bookkeeping), and pub/sub ones once a Lock waits; call Close to stop
-// them. It returns an error for a nil client or an invalid option.
+// bookkeeping), pub/sub ones once a Lock waits, and, on a go-redis Sentinel
+// client, one that keeps it on the current master while locks are in use;
+// call Close to stop them. It returns an error for a nil client or an invalid option.
 //
 // NewLocker warms the client up before it returns (a dial and the scripts
 // loaded into the server's cache, at most 1s or the node timeout, ignoring
@@ -50,6 +51,7 @@ func NewLocker(client Client, opts ...Option) (*Locker, error) {
 		return nil, err
 	}
 	warnEviction(c.pool.nodes, c.cfg.logger)
+	warnSentinel(c.pool.nodes, c.cfg.logger)
 	return &Locker{c: c}, nil
 }
 

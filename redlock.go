@@ -49,8 +49,9 @@ type Redlock struct{ c *core }
 // master (it holds the master's keys and would vote twice for them: found
 // by INFO replication's replication ID), or an invalid option. It
 // starts three goroutines (the watchdog, the loss clock and its
-// bookkeeping), and pub/sub ones once a Lock waits; call Close to stop
-// them.
+// bookkeeping), pub/sub ones once a Lock waits, and, on a go-redis Sentinel
+// client, one that keeps it on the current master while locks are in use;
+// call Close to stop them.
 //
 // NewRedlock warms every master up concurrently (dial, scripts, identity), at
 // most 1s or the node timeout. A master that does not answer in time is
@@ -65,6 +66,7 @@ func NewRedlock(clients []Client, opts ...Option) (*Redlock, error) {
 		return nil, err
 	}
 	warnEviction(c.pool.nodes, c.cfg.logger)
+	warnSentinel(c.pool.nodes, c.cfg.logger)
 	return &Redlock{c: c}, nil
 }
 

@@ -282,6 +282,42 @@ func (g *SentinelGroup) KillMaster(t testing.TB) {
 	g.waitPromoted(t, "KillMaster", replica, deadline)
 }
 
+// AddReplica starts one more replica of the current master that the
+// sentinels can never promote (replica-priority 0), and returns once every
+// sentinel lists it with its link to the master up. Master and Replica
+// still name the group's two servers, which keep swapping roles; but every
+// failover must now reconfigure this replica too, and the sentinel leading
+// it publishes +switch-master only at the end, once the replica follows the
+// new master or the failover timeout (2 s) has passed, while it and the
+// other sentinels already report the new master (about a second later).
+func (g *SentinelGroup) AddReplica(t testing.TB) *Server {
+	t.Helper()
+	master := g.Master(t)
+	r := Start(t)
+	r.Do(t, "CONFIG", "SET", "replica-priority", "0")
+	r.Do(t, "REPLICAOF", loopbackHost, strconv.Itoa(master.port))
+	err := waitFor(groupSetupTimeout, func() error {
+		return g.eachSentinel(func(sc *redis.SentinelClient) error {
+			ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)
+			defer cancel()
+			replicas, err := sc.Replicas(ctx, sentinelMasterName).Result()
+			if err != nil {
+				return fmt.Errorf("SENTINEL REPLICAS: %w", err)
+			}
+			for _, rep := range replicas {
+				if net.JoinHostPort(rep["ip"], rep["port"]) == r.Addr() && rep["master-link-status"] == "ok" {
+					return nil
+				}
+			}
+			return fmt.Errorf("sentinel does not list replica %s with its link up yet", r.Addr())
+		})
+	})
+	if err != nil {
+		t.Fatalf("redistest: AddReplica: %v", err)
+	}
+	return r
+}
+
 // PauseMaster stops the master with SIGSTOP, as Server.Pause does, and
 // returns it, paused, once every sentinel reports the replica as the new
 // master and the replica answers ROLE as a master: detection takes the
