@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // handOff passes a lock that an Unlock of this core has just released
@@ -78,7 +80,7 @@ func (h handOff) call(ctx context.Context, nl *Lock) (reply, time.Time, error) {
 	t1 := time.Now()
 	until := validUntil(t1, w.cfg.ttl, w.cfg.driftFactor)
 	ch, err := p.fanOut(context.WithoutCancel(ctx), p.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node, cl Client) reply {
-		res, err := scriptHandOff.Run(ctx, cl, keys, args...).Int64Slice()
+		res, err := tryAgain(ctx, func() *redis.Cmd { return scriptHandOff.Run(ctx, cl, keys, args...) }).Int64Slice()
 		switch {
 		case err != nil:
 			return reply{err: err}
