@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // handOff passes a lock that an Unlock of this core has just released
@@ -80,7 +78,11 @@ func (h handOff) call(ctx context.Context, nl *Lock) (reply, time.Time, error) {
 	t1 := time.Now()
 	until := validUntil(t1, w.cfg.ttl, w.cfg.driftFactor)
 	ch, err := p.fanOut(context.WithoutCancel(ctx), p.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node, cl Client) reply {
-		res, err := tryAgain(ctx, func() *redis.Cmd { return scriptHandOff.Run(ctx, cl, keys, args...) }).Int64Slice()
+		var again tryingAgain
+		res, err := scriptHandOff.Run(ctx, cl, keys, args...).Int64Slice()
+		for again.retry(ctx, err) {
+			res, err = scriptHandOff.Run(ctx, cl, keys, args...).Int64Slice()
+		}
 		switch {
 		case err != nil:
 			return reply{err: err}

@@ -387,12 +387,16 @@ func parts(l *Lock) int {
 
 // runParts runs call for each part of l on cl, in the parts' order, and
 // folds the replies: the first error ends it. TRYAGAIN is retried
-// (tryAgain).
+// (tryingAgain).
 func runParts(ctx context.Context, cl Client, l *Lock, call scriptCall, ttl time.Duration, fold func(acc, v int64, first bool) int64) (int64, error) {
 	var acc int64
 	for p := range parts(l) {
 		s, keys, args := call(l, p, ttl)
-		v, err := tryAgain(ctx, func() *redis.Cmd { return s.Run(ctx, cl, keys, args...) }).Int64()
+		var again tryingAgain
+		v, err := s.Run(ctx, cl, keys, args...).Int64()
+		for again.retry(ctx, err) {
+			v, err = s.Run(ctx, cl, keys, args...).Int64()
+		}
 		if err != nil {
 			return 0, err
 		}
