@@ -225,8 +225,12 @@ func releaseArgv(l *Lock) []any {
 		lease = ttlMillis(ttl) // extended to another lease
 	}
 	rel := releaseKeys(l)
+	queue := b.queue
+	if queue == nil {
+		queue = rel[2]
+	}
 	argv := make([]any, 0, 10)
-	argv = append(argv, "evalsha", scriptSources[sharded(scriptRelease, l.sharded)].sha, 3, b.key, rel[1], rel[2], b.owner, lease)
+	argv = append(argv, "evalsha", scriptSources[sharded(scriptRelease, l.sharded)].sha, 3, b.key, rel[1], queue, b.owner, lease)
 	if l.timeout != defaultNodeTimeout(ttl) {
 		argv = append(argv, ttlMillis(l.timeout))
 	}

@@ -33,8 +33,9 @@ const (
 	stateFailed // the attempt that made it did not obtain the lock
 )
 
-// boxedArgs are script arguments boxed once for two commands.
-type boxedArgs struct{ key, owner, lease any }
+// boxedArgs are script arguments boxed once for two commands; queue is
+// nil when the acquire command did not carry the queue key.
+type boxedArgs struct{ key, owner, lease, queue any }
 
 // whyClosed is the reason of a lock released by Close.
 const whyClosed = "closed"
