@@ -65,6 +65,9 @@ func (at *attempt) run(ctx context.Context, ttl any, wait string) (bool, error) 
 		if l.kind == kindExclusive {
 			// exclusiveAcquire's ARGV starts with the owner and the lease.
 			l.boxed = boxedArgs{key: argv[3], owner: args[0], lease: args[1]}
+			if len(keys) > 3 {
+				l.boxed.queue = argv[6] // the queue key, also release.lua's
+			}
 		}
 	}
 	// Redlock step 1: T1 before the first request; every key set by this

@@ -256,14 +256,59 @@ func scriptCommand(name, body any, keys []string, args []any) []any {
 // body by EVAL, as Script.Run does. go-redis only reads argv, so one argv
 // may be sent to several nodes at once.
 func runEval(ctx context.Context, cl Client, s *redis.Script, argv []any) *redis.Cmd {
-	cmd := sendEval(ctx, cl, argv)
-	if isNoScript(cmd.Err()) {
-		ev := slices.Clone(argv)
-		ev[0], ev[1] = "eval", scriptSources[s].body
-		cmd = sendEval(ctx, cl, ev)
+	var again tryingAgain
+	for {
+		cmd := sendEval(ctx, cl, argv)
+		if isNoScript(cmd.Err()) {
+			ev := slices.Clone(argv)
+			ev[0], ev[1] = "eval", scriptSources[s].body
+			cmd = sendEval(ctx, cl, ev)
+		}
+		if !again.retry(ctx, cmd.Err()) {
+			return cmd
+		}
 	}
-	return cmd
 }
+
+// tryingAgain is one script call's retries of TRYAGAIN; the zero value is
+// ready to use.
+type tryingAgain struct {
+	wait time.Duration // the last wait
+	n    int           // retries so far
+}
+
+// retry says whether a script call that failed with err should be sent
+// again, having waited first: while Redis Cluster answers TRYAGAIN, until
+// ctx (a call's node timeout) ends. A script whose declared keys are split
+// between the two nodes of a slot migration gets TRYAGAIN for as long as
+// the split lasts, and go-redis retries it only MaxRedirects times, a few
+// milliseconds apart; ASK and MOVED go-redis follows itself. The waits
+// grow from 1ms to 20ms, and tryAgainTimes retries end it even under a ctx
+// without deadline.
+func (a *tryingAgain) retry(ctx context.Context, err error) bool {
+	if !redis.IsTryAgainError(err) || ctx.Err() != nil || a.n >= tryAgainTimes {
+		return false
+	}
+	a.n++
+	a.wait = max(time.Millisecond, min(2*a.wait, 20*time.Millisecond))
+	triedAgain.Add(1)
+	t := getTimer(a.wait)
+	defer putTimer(t)
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// triedAgain counts the retries of TRYAGAIN (tryingAgain), for the
+// tests' figures.
+var triedAgain atomic.Int64
+
+// tryAgainTimes bounds one call's retries of TRYAGAIN: with waits of
+// 20ms, some 20s.
+const tryAgainTimes = 1000
 
 // processor is what every go-redis client has: a way to send any command.
 type processor interface {

@@ -2,7 +2,9 @@ package redlock
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -103,4 +105,132 @@ func TestClusterReleasesStayOnShard(t *testing.T) {
 			assert.Less(t, waits[len(waits)-1], time.Second, "longest wake after a release")
 		})
 	}
+}
+
+// TestClusterLockHeldThroughMigration: a lock held with auto-renewal (TTL
+// 1s, with metadata) stays held while its slot migrates key by key, in each
+// phase: the fence counter moved and the lock key not (a script declaring
+// both gets TRYAGAIN), the lock key moved and the rest not, every key
+// moved but the slot not handed over (ASK), and handed over (MOVED). All
+// through, Done stays open and a second Locker is refused; after, Unlock
+// succeeds, the next token is larger, and a free name of the migrated slot
+// is taken within 1s of the hand-over.
+func TestClusterLockHeldThroughMigration(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		first func(name string) []string // the keys moved first, one by one
+	}{
+		{"counter first", func(name string) []string { return []string{rlKey(name) + fenceSuffix} }},
+		{"lock key first", func(name string) []string { return []string{rlKey(name)} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			c := redistest.StartCluster(t, 3)
+			const ttl, window = time.Second, 3 * time.Second
+			holder := newLocker(t, c.Client(t), WithTTL(ttl))
+			contender := newLocker(t, c.Client(t), WithTTL(ttl))
+			name := "migrating-" + strings.ReplaceAll(tc.name, " ", "-")
+			key := rlKey(name)
+			slot := int(c.Masters[0].Do(t, "CLUSTER", "KEYSLOT", key).(int64))
+			free := nameInSlot(t, c, slot, "free-")
+			from := c.Owner(t, slot)
+			to := (from + 1) % 3
+
+			l, err := holder.Lock(ctx, name, WithMetadata("holder"))
+			require.NoError(t, err)
+			tried := triedAgain.Load()
+			m := c.BeginMigration(t, slot, from, to)
+			heldThrough(t, "migrating, nothing moved", l, contender, name, window)
+			m.Move(t, tc.first(name)...)
+			heldThrough(t, "first key moved", l, contender, name, window)
+			m.Move(t, m.Left(t)...)
+			heldThrough(t, "every key moved, slot not handed over (ASK)", l, contender, name, window)
+			m.Finish(t)
+			handed := time.Now()
+			var fl *Lock
+			for i := 0; i < 200 && fl == nil && time.Since(handed) < time.Second; i++ {
+				fl, err = contender.TryLock(ctx, free)
+			}
+			require.NoError(t, err, "TryLock(%q) after the hand-over", free)
+			took := time.Since(handed)
+			require.NoError(t, fl.Unlock(ctx))
+			heldThrough(t, "handed over (MOVED)", l, contender, name, window)
+			require.Equal(t, to, c.Owner(t, slot), "slot %d's master after the migration", slot)
+
+			h, err := contender.Inspect(ctx, name)
+			require.NoError(t, err)
+			assert.Equal(t, "holder", h.Metadata, "Inspect().Metadata after the migration")
+			assert.Equal(t, l.Token(), h.Token, "Inspect().Token after the migration")
+			require.NoError(t, l.Unlock(ctx), "Unlock() after the migration")
+			next, err := contender.TryLock(ctx, name)
+			require.NoError(t, err)
+			assert.Greater(t, next.Token(), l.Token(), "the next holder's token")
+			require.NoError(t, next.Unlock(ctx))
+			t.Logf("%s: held through %v of migration; free name taken %v after the hand-over; TRYAGAIN retries (all tests so far) %d",
+				tc.name, 4*window, took, triedAgain.Load()-tried)
+			assert.Less(t, took, time.Second, "a free name of the migrated slot taken after the hand-over")
+		})
+	}
+}
+
+// heldThrough checks, for window, that l stays held (Done open) and that
+// contender is refused its name.
+func heldThrough(t *testing.T, phase string, l *Lock, contender *Locker, name string, window time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	start := time.Now()
+	refused := 0
+	for i := 0; i < 1000 && time.Since(start) < window; i++ {
+		select {
+		case <-l.Done():
+			t.Fatalf("%s: lost after %v: %v", phase, time.Since(start), l.Err())
+		default:
+		}
+		other, err := contender.TryLock(ctx, name)
+		if err == nil {
+			_ = other.Unlock(ctx)
+			t.Fatalf("%s: a second Locker took %q after %v", phase, name, time.Since(start))
+		}
+		require.ErrorIs(t, err, ErrNotObtained, "%s: the second Locker's TryLock", phase)
+		refused++
+		select {
+		case <-l.Done():
+			t.Fatalf("%s: lost after %v: %v", phase, time.Since(start), l.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	require.NoError(t, l.Err(), "%s: Err() after %v", phase, window)
+	t.Logf("%s: held for %v, the second Locker refused %d times", phase, time.Since(start), refused)
+}
+
+// nameInSlot returns a lock name (default prefix) whose key hashes to slot.
+func nameInSlot(t *testing.T, c *redistest.Cluster, slot int, prefix string) string {
+	t.Helper()
+	for i := range 1 << 20 { // bounded: one in 16384 names fits
+		name := fmt.Sprintf("%s%d", prefix, i)
+		if int(crc16([]byte("redlock:"+name))%16384) == slot {
+			require.Equal(t, int64(slot), c.Masters[0].Do(t, "CLUSTER", "KEYSLOT", rlKey(name)), "KEYSLOT of %s", rlKey(name))
+			return name
+		}
+	}
+	t.Fatalf("no name in slot %d", slot)
+	return ""
+}
+
+// crc16 is Redis Cluster's key hash (CRC16-XMODEM).
+func crc16(b []byte) uint16 {
+	var crc uint16
+	for _, c := range b {
+		crc ^= uint16(c) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
 }

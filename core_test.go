@@ -119,7 +119,7 @@ func TestClosedWaiterLeavesQueue(t *testing.T) {
 	require.NoError(t, waiter.Close())
 	require.ErrorIs(t, <-done, ErrClosed)
 
-	n, err := admin.LLen(ctx, "{redlock:closed-waiter}:writers").Result()
+	n, err := queuedWriters(admin, "{redlock:closed-waiter}:queue")
 	require.NoError(t, err)
 	assert.Zero(t, n, "the closed waiter's entry is still queued")
 	require.NoError(t, l.Unlock(ctx))

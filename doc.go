@@ -109,9 +109,10 @@
 // "{redlock:n}:readers", a semaphore's permits in "{redlock:n}:sem" (their
 // number in "{redlock:n}:sem:permits", their counter in
 // "{redlock:n}:sem:fence"), metadata in "{redlock:n}:meta", and the queue of
-// waiting writers (a Locker's fair hand-off across processes) in
-// "{redlock:n}:writers" with one "{redlock:n}:writers:<id>" per waiter. All
-// share a hash tag, so they sit in one Redis Cluster slot. Releases are
+// waiting writers (a Locker's fair hand-off across processes) in the sorted
+// set "{redlock:n}:queue". All share a hash tag, so they sit in one Redis
+// Cluster slot, and every script passes each key it touches in KEYS, as
+// Redis Cluster requires. Releases are
 // published on "{redlock:n}:rel". Every one of these keys expires: with the
 // lease, 5s after a waiting writer's last attempt, and the counters after
 // the retention of [WithFenceRetention], so a name no longer used leaves

@@ -78,7 +78,11 @@ func (h handOff) call(ctx context.Context, nl *Lock) (reply, time.Time, error) {
 	t1 := time.Now()
 	until := validUntil(t1, w.cfg.ttl, w.cfg.driftFactor)
 	ch, err := p.fanOut(context.WithoutCancel(ctx), p.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node, cl Client) reply {
+		var again tryingAgain
 		res, err := scriptHandOff.Run(ctx, cl, keys, args...).Int64Slice()
+		for again.retry(ctx, err) {
+			res, err = scriptHandOff.Run(ctx, cl, keys, args...).Int64Slice()
+		}
 		switch {
 		case err != nil:
 			return reply{err: err}

@@ -19,16 +19,18 @@ import (
 // The key schema: every key and channel of a name, which doc.go's "Keys"
 // tells users. None of these strings may change: during a rollout two
 // versions share the keys, and a process that spelled one otherwise would
-// see no lock, queue or counter where there is one. The scripts build some
-// of them themselves; each script's header names the constants here that
-// it mirrors. With K the lock key "{<prefix><name>}" (lockKey):
+// see no lock, queue or counter where there is one. Every key a script
+// reads or writes is one the client passes in KEYS (TestScriptKeysDeclared):
+// on Redis Cluster a script fails at the first key it did not declare that
+// a slot migration has already moved. With K the lock key
+// "{<prefix><name>}" (lockKey):
 //
 //	K                  an owner value, or reservedPrefix + a queued writer's id
 //	K:fence            fence counter
 //	K:released         released marker: the owner that released
 //	K:meta             metadata: "<owner>\n<metadata>"
 //	K:readers          read holds; K:readers:released:<owner> (ownerKey)
-//	K:writers          waiting writers' ids; K:writers:<id> keeps one alive
+//	K:queue            waiting writers: a sorted set of their places and lapse times (_lib.lua)
 //	K:sem              permits; K:sem:permits, K:sem:fence, K:sem:released:<owner>
 //	K:rel              release channel: released owners, or passedPrefix + an id
 //	K:elect            election channel: "<term>\n<value>" (electionSuffix, election.go)
@@ -40,7 +42,7 @@ const (
 	releasedSuffix = ":released"
 	metaSuffix     = ":meta"
 	readersSuffix  = ":readers" // read holds (RLock)
-	writersSuffix  = ":writers" // writers waiting (writer preference)
+	queueSuffix    = ":queue"   // writers waiting (writer preference, FIFO)
 	semSuffix      = ":sem"     // a semaphore's set, after the lock key
 	permitsSuffix  = ":permits" // the permit count, after the set's key
 	operatorSuffix = ":released-by-operator"
@@ -70,9 +72,7 @@ func releaseChannel(lockKey string) string { return lockKey + channelSuffix }
 func heldKey(channel string) string { return strings.TrimSuffix(channel, channelSuffix) }
 
 // ownerKey is the key of one owner's marker next to the sorted set of holds
-// set: "<set><suffix>:<owner>" (releasedSuffix, operatorSuffix). The
-// scripts name a waiting writer's alive key the same way:
-// "<lock key>:writers:<id>".
+// set: "<set><suffix>:<owner>" (releasedSuffix, operatorSuffix).
 func ownerKey(set, suffix, owner string) string { return set + suffix + ":" + owner }
 
 // lockKind says what a Lock holds, and so which scripts acquire, release,
@@ -105,7 +105,7 @@ type multiKeys struct {
 	names []string
 	locks []string   // the lock keys of names: the lock's keys
 	acq   [][]string // multi_acquire.lua: lock keys, fence counters, read holds
-	rel   [][]string // multi_release.lua: lock keys, then released markers
+	rel   [][]string // multi_release.lua: lock keys, released markers, queues
 	ext   [][]string // multi_extend.lua, multi_pttl.lua: lock keys
 }
 
@@ -116,7 +116,7 @@ type scriptCall func(l *Lock, p int, ttl time.Duration) (*redis.Script, []string
 // kindOps is one row of the kinds table.
 type kindOps struct {
 	// keys sets the owner value and keys of an attempt's lock l, appending
-	// the keys to buf, which has room for six.
+	// the keys to buf, which has room for eight.
 	keys func(l *Lock, a *acquisition, buf []string)
 	// acquire is the acquire call of the first part, with the boxed lease,
 	// fencing argument (fenceArg), token floor and waiting writer's id.
@@ -135,8 +135,9 @@ var kinds = [...]kindOps{
 	kindMulti:     {keys: multiLockKeys, acquire: multiAcquire, release: multiRelease, extend: multiExtend, pttl: multiPTTL},
 }
 
-// Exclusive: keys from ownerAndKeys (0 lock, 1 fence counter, 2 lock, 3
-// released marker, and with metadata 4 lock, 5 metadata).
+// Exclusive: keys from ownerAndKeys (0 lock, 1 fence counter, 2 read holds,
+// 3 queue, with metadata 4 metadata; then the release keys: lock, released
+// marker, queue).
 
 func exclusiveKeys(l *Lock, a *acquisition, buf []string) {
 	l.owner, l.keys = ownerAndKeys(buf, a.tag, a.cfg.metadata != "")
@@ -144,22 +145,25 @@ func exclusiveKeys(l *Lock, a *acquisition, buf []string) {
 
 // exclusiveAcquire is acquire.lua's call. Constants boxed in an any cost no
 // allocation; strings and numbers computed at run time each cost one, so
-// the owner value is boxed once, also as the waiting writer's id of a first
-// attempt.
+// the owner value is boxed once. The call leaves out what acquire.lua
+// infers (an empty floor; the waiting writer's id of a first attempt, its
+// owner value), so that TryLock and a Lock's first attempt on one server
+// stay within the 10 arguments an unauthenticated connection may send.
 func exclusiveAcquire(l *Lock, ttl, fence, floor any, wait string) (*redis.Script, []string, []any) {
 	owner := any(l.owner)
-	waitArg := owner
-	if wait != l.owner {
-		waitArg = wait
-	}
 	switch {
 	case l.metadata != "":
-		return scriptAcquire, []string{l.keys[0], l.keys[1], l.keys[5]},
-			[]any{owner, ttl, fence, floor, waitArg, metaValue(l.owner, l.metadata)}
-	case wait != "":
-		return scriptAcquire, l.keys[:2], []any{owner, ttl, fence, floor, waitArg}
+		return scriptAcquire, l.keys[:5], []any{owner, ttl, fence, floor, wait, metaValue(l.owner, l.metadata)}
+	case wait == "" && floor == any(""):
+		return scriptAcquire, l.keys[:3], []any{owner, ttl, fence}
+	case wait == "":
+		return scriptAcquire, l.keys[:3], []any{owner, ttl, fence, floor}
+	case wait == l.owner && floor == any(""):
+		return scriptAcquire, l.keys[:4], []any{owner, ttl, fence}
+	case wait == l.owner:
+		return scriptAcquire, l.keys[:4], []any{owner, ttl, fence, floor, owner}
 	}
-	return scriptAcquire, l.keys[:2], []any{owner, ttl, fence, floor}
+	return scriptAcquire, l.keys[:4], []any{owner, ttl, fence, floor, wait}
 }
 
 func exclusiveRelease(l *Lock, _ int, _ time.Duration) (*redis.Script, []string, []any) {
@@ -172,10 +176,11 @@ func fenceKeys(l *Lock) []string { return l.keys[1:2] }
 // handOffArgs are handoff.lua's KEYS and ARGV for releasing l and granting
 // nl, with nl's options cfg, to the waiting writer wid.
 func handOffArgs(l, nl *Lock, cfg *config, wid string) ([]string, []any) {
-	keys := []string{l.keys[0], l.keys[1], l.keys[3]}
+	rel := releaseKeys(l)
+	keys := []string{l.keys[0], l.keys[1], rel[1], rel[2]}
 	args := []any{l.owner, nl.owner, ttlMillis(cfg.ttl), fenceArg(cfg), ttlMillis(l.leaseTTL()), wid}
 	if nl.metadata != "" {
-		keys = append(keys, nl.keys[5])
+		keys = append(keys, nl.keys[4])
 		args = append(args, metaValue(nl.owner, nl.metadata))
 	}
 	return keys, args
@@ -189,17 +194,14 @@ func fenceKey(l *Lock) string {
 	return l.keys[1]
 }
 
-// releaseKeys are release.lua's KEYS: the lock key and its released marker.
-func releaseKeys(l *Lock) []string { return l.keys[2:4] }
+// releaseKeys are release.lua's KEYS: the lock key, its released marker
+// and its queue of waiting writers, the last three of l.keys.
+func releaseKeys(l *Lock) []string { return l.keys[len(l.keys)-3:] }
 
-// exclusiveExtend is extend.lua's call: the lock key, and the metadata key
-// when l has metadata, so that a renewal keeps both alive.
+// exclusiveExtend is extend.lua's call: the lock key alone (see extend.lua;
+// the metadata is kept by companions).
 func exclusiveExtend(l *Lock, _ int, ttl time.Duration) (*redis.Script, []string, []any) {
-	keys := l.keys[:1]
-	if l.metadata != "" {
-		keys = l.keys[4:6]
-	}
-	return scriptExtend, keys, extendArgs(l, ttl)
+	return scriptExtend, l.keys[:1], extendArgs(l, ttl)
 }
 
 func singlePTTL(l *Lock, _ int, _ time.Duration) (*redis.Script, []string, []any) {
@@ -222,8 +224,13 @@ func releaseArgv(l *Lock) []any {
 	if v, ok := lease.(int64); !ok || v != ttlMillis(ttl) {
 		lease = ttlMillis(ttl) // extended to another lease
 	}
-	argv := make([]any, 0, 9)
-	argv = append(argv, "evalsha", scriptSources[sharded(scriptRelease, l.sharded)].sha, 2, b.key, l.keys[3], b.owner, lease)
+	rel := releaseKeys(l)
+	queue := b.queue
+	if queue == nil {
+		queue = rel[2]
+	}
+	argv := make([]any, 0, 10)
+	argv = append(argv, "evalsha", scriptSources[sharded(scriptRelease, l.sharded)].sha, 3, b.key, rel[1], queue, b.owner, lease)
 	if l.timeout != defaultNodeTimeout(ttl) {
 		argv = append(argv, ttlMillis(l.timeout))
 	}
@@ -261,7 +268,7 @@ func extendArgs(l *Lock, ttl time.Duration) []any {
 func readKeys(l *Lock, a *acquisition, buf []string) {
 	l.owner, l.metadata = uuid.NewString(), ""
 	readers := a.tag + readersSuffix
-	l.keys = append(buf, readers, ownerKey(readers, releasedSuffix, l.owner), a.tag, a.tag+writersSuffix)
+	l.keys = append(buf, readers, ownerKey(readers, releasedSuffix, l.owner), a.tag, a.tag+queueSuffix)
 }
 
 func permitKeys(l *Lock, a *acquisition, buf []string) {
@@ -322,6 +329,57 @@ func multiPTTL(l *Lock, p int, _ time.Duration) (*redis.Script, []string, []any)
 	return scriptMultiPTTL, l.multi.ext[p], []any{l.owner}
 }
 
+// keepCall is one keep.lua call: a key that lives as long as a lock's lease,
+// other than the one its renewal moves.
+type keepCall struct {
+	key  string
+	args []any
+}
+
+// companions appends to buf the keep.lua calls that go with a renewal of l
+// to ttl, apart from the renewal itself (extend.lua says why): the
+// metadata of an exclusive lock, the count key of a permit, and the fence
+// counter of a lock held long enough that it could expire before the new
+// lease ends (counterDue). Their outcome never decides the renewal's.
+func companions(l *Lock, ttl time.Duration, buf []keepCall) []keepCall {
+	ms := ttlMillis(ttl)
+	due := l.fencing && time.Now().Add(ttl).After(l.counterUntil)
+	switch l.kind {
+	case kindExclusive:
+		if l.metadata != "" {
+			buf = append(buf, keepCall{l.keys[4], []any{ms, l.owner}})
+		}
+		if due {
+			buf = append(buf, keepCall{l.keys[1], []any{ms}})
+		}
+	case kindPermit:
+		buf = append(buf, keepCall{l.keys[2], []any{ms}})
+		if due {
+			buf = append(buf, keepCall{l.keys[3], []any{ms}})
+		}
+	case kindMulti:
+		if due {
+			for _, acq := range l.multi.acq {
+				n := len(acq) / 3
+				for _, k := range acq[n : 2*n] {
+					buf = append(buf, keepCall{k, []any{ms}})
+				}
+			}
+		}
+	}
+	return buf
+}
+
+// keepCompanions runs l's companions for a renewal to ttl on cl, one call
+// per key, so that none is ever split from another by a slot migration.
+// Errors are dropped: the next renewal sends them again, and what a missed
+// one costs is the key's life, never the lock.
+func keepCompanions(ctx context.Context, cl Client, l *Lock, ttl time.Duration) {
+	for _, k := range companions(l, ttl, nil) {
+		_ = scriptKeep.Run(ctx, cl, []string{k.key}, k.args...).Err()
+	}
+}
+
 // parts is how many script calls one release, extend or TTL of l sends to a
 // node: one, except for a multi-name lock spread over shards.
 func parts(l *Lock) int {
@@ -332,12 +390,17 @@ func parts(l *Lock) int {
 }
 
 // runParts runs call for each part of l on cl, in the parts' order, and
-// folds the replies: the first error ends it.
+// folds the replies: the first error ends it. TRYAGAIN is retried
+// (tryingAgain).
 func runParts(ctx context.Context, cl Client, l *Lock, call scriptCall, ttl time.Duration, fold func(acc, v int64, first bool) int64) (int64, error) {
 	var acc int64
 	for p := range parts(l) {
 		s, keys, args := call(l, p, ttl)
+		var again tryingAgain
 		v, err := s.Run(ctx, cl, keys, args...).Int64()
+		for again.retry(ctx, err) {
+			v, err = s.Run(ctx, cl, keys, args...).Int64()
+		}
 		if err != nil {
 			return 0, err
 		}
@@ -407,7 +470,7 @@ const inlineNodes = 8
 // its address inside; the arrays live as long as it does.
 type lockAlloc struct {
 	Lock
-	keys    [6]string
+	keys    [8]string
 	outcome [inlineNodes]outcome
 }
 
@@ -444,18 +507,22 @@ func (a *acquisition) newLock(eng engine, nodes int) *Lock {
 		l.outcome = make([]outcome, nodes)
 	}
 	kinds[a.kind].keys(l, a, la.keys[:0])
+	if cfg.fencing {
+		// The grant will give the counter this life at least (mint).
+		l.counterUntil = time.Now().Add(max(cfg.retention, cfg.ttl))
+	}
 	return l
 }
 
 // ownerAndKeys draws a fresh owner value, a random (version 4) UUID, and
 // appends to keys an exclusive lock's keys, all under the hash tag tag:
 //
-//	0 lock, 1 fence counter (acquire.lua: keys[:2])
-//	2 lock, 3 released marker (release.lua: relKeys)
-//	4 lock, 5 metadata, with metadata only (extend.lua: extendKeys)
+//	0 lock, 1 fence counter, 2 read holds, 3 queue (acquire.lua: keys[:3]
+//	  or keys[:4]), with metadata 4 metadata (acquire.lua: keys[:5])
+//	then lock, released marker, queue (release.lua: releaseKeys)
 //
 // with the owner and the derived keys cut from one string: one allocation
-// instead of four.
+// instead of six.
 func ownerAndKeys(keys []string, tag string, metadata bool) (owner string, _ []string) {
 	var u [16]byte
 	_, _ = rand.Read(u[:])  // never fails (crypto/rand)
@@ -469,29 +536,31 @@ func ownerAndKeys(keys []string, tag string, metadata bool) (owner string, _ []s
 	hex.Encode(hexed[24:36], u[10:16])
 	hexed[8], hexed[13], hexed[18], hexed[23] = '-', '-', '-', '-'
 
+	suffixes := [...]string{fenceSuffix, readersSuffix, queueSuffix, releasedSuffix, metaSuffix}
+	n := len(suffixes)
+	if !metadata {
+		n--
+	}
 	var b strings.Builder
-	b.Grow(len(hexed) + 3*len(tag) + len(fenceSuffix) + len(releasedSuffix) + len(metaSuffix))
+	b.Grow(len(hexed) + n*len(tag) + len(fenceSuffix) + len(readersSuffix) + len(queueSuffix) + len(releasedSuffix) + len(metaSuffix))
 	b.Write(hexed[:])
-	b.WriteString(tag)
-	b.WriteString(fenceSuffix)
-	b.WriteString(tag)
-	b.WriteString(releasedSuffix)
-	if metadata {
+	for _, suffix := range suffixes[:n] {
 		b.WriteString(tag)
-		b.WriteString(metaSuffix)
+		b.WriteString(suffix)
 	}
 	s := b.String()
 	owner, s = s[:len(hexed)], s[len(hexed):]
-	cut := func(n int) string {
+	cut := func(suffix string) string {
 		var part string
-		part, s = s[:n], s[n:]
+		part, s = s[:len(tag)+len(suffix)], s[len(tag)+len(suffix):]
 		return part
 	}
-	keys = append(keys, tag, cut(len(tag)+len(fenceSuffix)), tag, cut(len(tag)+len(releasedSuffix)))
+	fence, readers, queue, released := cut(fenceSuffix), cut(readersSuffix), cut(queueSuffix), cut(releasedSuffix)
+	keys = append(keys, tag, fence, readers, queue)
 	if metadata {
-		keys = append(keys, tag, cut(len(tag)+len(metaSuffix)))
+		keys = append(keys, cut(metaSuffix))
 	}
-	return owner, keys
+	return owner, append(keys, tag, released, queue)
 }
 
 // newMultiKeys lays out the keys of a multi-name lock on names (sorted,
@@ -504,11 +573,11 @@ func newMultiKeys(prefix string, names []string, sharded bool) *multiKeys {
 	part := func(names []string) {
 		n := len(names)
 		acq := make([]string, 3*n)
-		rel := make([]string, 2*n)
+		rel := make([]string, 3*n)
 		for i, name := range names {
 			tag := lockKey(prefix, name)
 			acq[i], acq[n+i], acq[2*n+i] = tag, tag+fenceSuffix, tag+readersSuffix
-			rel[i], rel[n+i] = tag, tag+releasedSuffix
+			rel[i], rel[n+i], rel[2*n+i] = tag, tag+releasedSuffix, tag+queueSuffix
 		}
 		mk.acq = append(mk.acq, acq)
 		mk.rel = append(mk.rel, rel)

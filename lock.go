@@ -33,8 +33,9 @@ const (
 	stateFailed // the attempt that made it did not obtain the lock
 )
 
-// boxedArgs are script arguments boxed once for two commands.
-type boxedArgs struct{ key, owner, lease any }
+// boxedArgs are script arguments boxed once for two commands; queue is
+// nil when the acquire command did not carry the queue key.
+type boxedArgs struct{ key, owner, lease, queue any }
 
 // whyClosed is the reason of a lock released by Close.
 const whyClosed = "closed"
@@ -98,8 +99,12 @@ type Lock struct {
 	renewErr     error
 	renewRefused bool
 	maxHold      time.Duration // 0: no cap (WithMaxHold)
-	metadata     string        // WithMetadata; stored at keys[5] when not ""
-	holdEnd      time.Time     // when maxHold runs out; zero without a cap
+	metadata     string        // WithMetadata; stored at keys[4] when not ""
+	// counterUntil is when the fence counter may expire at the earliest, as
+	// far as the grant's life for it tells; a renewal past it keeps the
+	// counter alive too (companions). Zero: unknown, always kept.
+	counterUntil time.Time
+	holdEnd      time.Time // when maxHold runs out; zero without a cap
 	ttl          time.Duration
 	until        time.Time
 	guard        time.Duration // see guardMillis

@@ -216,9 +216,9 @@ func waiting(t testing.TB, c *core, name string) {
 func writersQueued(t testing.TB, srv *redistest.Server, name string, n int64) {
 	t.Helper()
 	cl := srv.Client(t)
-	key := rlKey(name) + writersSuffix
+	key := rlKey(name) + queueSuffix
 	if !eventually(5*time.Second, func() bool {
-		got, err := cl.LLen(context.Background(), key).Result()
+		got, err := queuedWriters(cl, key)
 		return err == nil && got == n
 	}) {
 		t.Fatalf("queue %s never held %d waiting writers", key, n)
@@ -581,4 +581,10 @@ func closedAddr(t *testing.T) string {
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close())
 	return addr
+}
+
+// queuedWriters is how many waiting writers the queue key holds: its
+// members "o:<id>", scored below zero (_lib.lua).
+func queuedWriters(cl redis.Cmdable, key string) (int64, error) {
+	return cl.ZCount(context.Background(), key, "-inf", "(0").Result()
 }

@@ -99,7 +99,7 @@ func releasedMarkers(l *Lock) []string {
 	case kindMulti:
 		return l.multi.rel[0][len(l.multi.names):][:1]
 	}
-	return releaseKeys(l)[1:]
+	return releaseKeys(l)[1:2]
 }
 
 // TestHandOffAtMaxmemory: an Unlock with a waiter of the same Locker on a

@@ -131,7 +131,7 @@ const maxTrustedSleep = time.Second
 // caller's goroutine (as releaseOn does): a closed Locker's waiters must not
 // leave entries that a release would reserve the name for.
 func unwait(ctx context.Context, p *pool, w withdrawal) {
-	keys := []string{w.tag + writersSuffix, w.tag}
+	keys := []string{w.tag + queueSuffix, w.tag}
 	timeout := w.timeout
 	call := func(ctx context.Context, n *node, cl Client) reply {
 		return reply{err: sharded(scriptUnwait, w.sharded).Run(ctx, cl, keys, w.id, w.channel, ttlMillis(timeout)).Err()}

@@ -1017,6 +1017,7 @@ func (ids *idents) warmUp(life *lifecycle, timeout time.Duration) error {
 // ends (interrupted).
 func (p *pool) extend(ctx context.Context, l *Lock, ttl time.Duration, deadline time.Time) (rs []reply, interrupted bool, err error) {
 	return p.round(detached(ctx), p.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node, cl Client) reply {
+		defer keepCompanions(ctx, cl, l, ttl)
 		if l.replicas == 0 {
 			v, err := runParts(ctx, cl, l, kinds[l.kind].extend, ttl, foldExtend)
 			return reply{ok: v == replyOK, code: v, err: err}

@@ -64,7 +64,7 @@ func releaseOwner(ctx context.Context, c *core, name, owner string) error {
 	// holder's marker key, it would make the holder's own Unlock report
 	// success for a lock an operator took away; so this call's marker has a
 	// key of its own, and lives 1ms (nothing reads it: see replyAlready below).
-	keys := []string{key, key + operatorSuffix}
+	keys := []string{key, key + operatorSuffix, key + queueSuffix}
 	args := []any{owner, 1}
 	timeout := c.cfg.timeout(c.cfg.ttl)
 	rs, interrupted, err := c.pool.round(detached(ctx), c.pool.nodes, timeout, timeout, func(ctx context.Context, n *node, cl Client) reply {

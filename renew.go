@@ -282,7 +282,8 @@ type sentScript struct {
 	cmd     *redis.Cmd
 	lock    int
 	part    int
-	retried bool // sent again with EVAL after NOSCRIPT
+	retried bool      // sent again with EVAL after NOSCRIPT
+	keep    *keepCall // a companion of the renewal (keep.lua), whose reply counts for nothing
 }
 
 func (p *pipelined) renew() bool { return p.ttls != nil }
@@ -304,6 +305,11 @@ func (p *pipelined) send(ctx context.Context, cl Client) {
 			s, keys, args := p.call(i, part)
 			p.cmds = append(p.cmds, sentScript{cmd: s.EvalSha(ctx, pipe, keys, args...), lock: i, part: part})
 		}
+		if p.renew() {
+			for _, k := range companions(l, p.ttls[i], nil) {
+				p.cmds = append(p.cmds, sentScript{cmd: scriptKeep.EvalSha(ctx, pipe, []string{k.key}, k.args...), lock: i, keep: &k})
+			}
+		}
 	}
 	if p.replicas > 0 {
 		p.wait = waitCmd(ctx, pipe, p.replicas, p.ackTimeout)
@@ -316,6 +322,10 @@ func (p *pipelined) send(ctx context.Context, cl Client) {
 		}
 		if pipe == nil {
 			pipe = cl.Pipeline()
+		}
+		if k := p.cmds[j].keep; k != nil {
+			p.cmds[j].cmd = scriptKeep.Eval(ctx, pipe, []string{k.key}, k.args...)
+			continue
 		}
 		s, keys, args := p.call(p.cmds[j].lock, p.cmds[j].part)
 		p.cmds[j].cmd, p.cmds[j].retried = s.Eval(ctx, pipe, keys, args...), true
@@ -336,7 +346,7 @@ func (p *pipelined) codes() ([]int8, error) {
 	retried := make([]bool, len(p.locks))
 	for _, c := range p.cmds {
 		i := c.lock
-		if errs[i] != nil {
+		if errs[i] != nil || c.keep != nil {
 			continue
 		}
 		v, err := c.cmd.Int64()
@@ -427,6 +437,7 @@ func renewAcked(ctx context.Context, cl Client, locks []*Lock, ttls []time.Durat
 		} else {
 			v, err = runParts(ctx, cl, l, kinds[l.kind].extend, ttls[i], foldExtend)
 		}
+		keepCompanions(ctx, cl, l, ttls[i])
 		codes[i] = extendCode(v, err)
 		if err != nil && firstErr == nil {
 			firstErr = err

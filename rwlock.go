@@ -12,7 +12,7 @@ import (
 // lease in server time, so that a crashed reader's hold ends at its own TTL
 // whatever the other readers do; rlock.lua refuses it while a writer holds
 // the name or waits for it. A waiting Lock call enters itself in the queue
-// of waiting writers "{<prefix><name>}:writers" at its refused attempts
+// of waiting writers "{<prefix><name>}:queue" at its refused attempts
 // (enqueue, in _lib.lua), and leaves it when it gets the lock or gives up:
 // that is the writer preference, which keeps a steady stream of readers
 // from starving writers.

@@ -183,7 +183,7 @@ func TestRWLockWriterPreference(t *testing.T) {
 		t.Fatal("a reader got in while the writer held the name")
 	default:
 	}
-	n, err := srv.Client(t).Exists(ctx, "{redlock:rw-pref}:writers").Result()
+	n, err := srv.Client(t).Exists(ctx, "{redlock:rw-pref}:queue").Result()
 	require.NoError(t, err)
 	assert.Zero(t, n, "the writer left the waiting list when it got the name")
 	require.NoError(t, w.Unlock(ctx))

@@ -37,10 +37,14 @@ var (
 	// Leader election (election.go).
 	scriptProclaim = newScript("proclaim.lua")
 
+	// scriptKeep keeps a lock's companion keys alive apart from its
+	// renewal (companions, kinds.go).
+	scriptKeep = newScript("keep.lua")
+
 	// allScripts are loaded into each node's cache when a Locker or Redlock
 	// is made, so the first call pays no NOSCRIPT round trip. The others
 	// load on first use (EVALSHA, then EVAL once).
-	allScripts = []*redis.Script{scriptAcquire, scriptRelease, scriptRetract, scriptExtend, scriptRaise, scriptHandOff, scriptInspect, scriptPTTL}
+	allScripts = []*redis.Script{scriptAcquire, scriptRelease, scriptRetract, scriptExtend, scriptRaise, scriptHandOff, scriptInspect, scriptPTTL, scriptKeep}
 )
 
 // Reply codes: the one table of what the scripts answer, each code with
@@ -168,7 +172,7 @@ var scriptFS embed.FS
 // holders. Those go through, for the memory of one key or member.
 
 // newScript loads an embedded script, with the helpers of scripts/_lib.lua
-// it calls (mint, minted, keepcounter, nowms, the writers' queue,
+// it calls (mint, minted, nowms, the writers' queue,
 // checktoken...; internal/luasrc picks them) in front, the default fence
 // retention written in. go-redis runs it with EVALSHA and falls back to EVAL on NOSCRIPT,
 // so a SCRIPT FLUSH, a restart or a failover to a node with an empty
@@ -234,9 +238,6 @@ type scriptSource struct {
 // schemaStrings are the key suffixes and value prefixes of the schema
 // (kinds.go) by the names the scripts use, so that each is written once.
 var schemaStrings = map[string]string{
-	"SUFFIX_WRITERS":  writersSuffix,
-	"SUFFIX_READERS":  readersSuffix,
-	"SUFFIX_FENCE":    fenceSuffix,
 	"SUFFIX_CHANNEL":  channelSuffix,
 	"PREFIX_RESERVED": reservedPrefix,
 	"PREFIX_PASSED":   passedPrefix,

@@ -92,11 +92,11 @@ func (s bareScripts) pair(ctx context.Context, c *redis.Client, name string, inG
 		return <-ch
 	}
 	if err := call(func() error {
-		return s.acquire.Run(ctx, c, []string{tag, tag + ":fence"}, owner, ttl, "1", "").Err()
+		return s.acquire.Run(ctx, c, []string{tag, tag + ":fence", tag + ":readers"}, owner, ttl, "1").Err()
 	}); err != nil {
 		return err
 	}
 	return call(func() error {
-		return s.release.Run(ctx, c, []string{tag, tag + ":released"}, owner, ttl).Err()
+		return s.release.Run(ctx, c, []string{tag, tag + ":released", tag + ":queue"}, owner, ttl).Err()
 	})
 }

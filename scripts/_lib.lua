@@ -98,16 +98,6 @@ local function minted(on, fence)
   return tonumber(redis.call('GET', fence) or '0') or 0
 end
 
--- keepcounter(fence, ttl) keeps a fence counter alive for at least the ttl
--- ms of a lease being renewed, so that a lock held longer than the
--- retention still finds its token there (Inspect). It never creates a
--- counter, and leaves one without expiry (written before counters expired)
--- as it is.
-local function keepcounter(fence, ttl)
-  local p = redis.call('PTTL', fence)
-  if p >= 0 and p < tonumber(ttl) then redis.call('PEXPIRE', fence, ttl) end
-end
-
 -- nowms is the server's time in milliseconds: the clock of the expiry
 -- scores in read-hold and permit sets.
 local function nowms()
@@ -115,34 +105,52 @@ local function nowms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- The queue of waiting writers of a name (Locker only): the list
--- "<lock key>:writers" holds their ids in arrival order, and each id has an
--- alive key "<lock key>:writers:<id>" that its Lock call renews at every
--- refused attempt (lapsing 5s after the last one), so a
--- crashed waiter never blocks the queue. The list expires with its last
--- renewal. The strings mirror kinds.go: ':writers' writersSuffix, an alive
--- key's "<queue>:<id>" ownerKey's shape, 'queued:' reservedPrefix and 'w:'
--- passedPrefix; they never change (see kinds.go).
+-- The queue of waiting writers of a name (Locker only) is one sorted set,
+-- "<lock key>:queue" (kinds.go's queueSuffix), which every script that
+-- touches it declares in its KEYS: a key per waiter, built inside a script,
+-- would not be, and on Redis Cluster a script fails at the first undeclared
+-- key that a slot migration has already moved. It holds two members per
+-- waiting writer: "o:<id>", scored by its place (arrival order, counting up
+-- from -2^52, so below zero), and "a:<id>", scored by the server time in ms
+-- at which the entry lapses unless its Lock call tries again (5s after
+-- each refused attempt), so that a crashed waiter never blocks the queue.
+-- The set expires 5s after the last refusal. The strings mirror kinds.go:
+-- 'queued:' reservedPrefix and 'w:' passedPrefix; they never change (see
+-- kinds.go).
 
--- enqueue enters or renews writer id in the queue of lock: a new id (or one
--- whose turn came and went) goes to the tail.
-local function enqueue(lock, id)
-  local q = lock .. SUFFIX_WRITERS
-  if not redis.call('SET', q .. ':' .. id, '1', 'PX', 5000, 'GET') then
-    redis.call('RPUSH', q, id)
+-- enqueue enters or renews writer id in the queue q: a new id (or one whose
+-- entry lapsed, or whose turn came and went) goes to the tail.
+local function enqueue(q, id)
+  local now = nowms()
+  local alive = redis.call('ZSCORE', q, 'a:' .. id)
+  if not alive or tonumber(alive) <= now then
+    local last = redis.call('ZREVRANGEBYSCORE', q, '(0', '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    local place = -4503599627370496
+    if last[2] then place = tonumber(last[2]) + 1 end
+    redis.call('ZADD', q, place, 'o:' .. id)
   end
+  redis.call('ZADD', q, now + 5000, 'a:' .. id)
   redis.call('PEXPIRE', q, 5000)
 end
 
--- firstwaiter returns the id of the first live waiting writer of lock,
--- dropping dead ones from the head (at most 16), or nil.
-local function firstwaiter(lock)
-  local q = lock .. SUFFIX_WRITERS
+-- dequeue takes writer id out of the queue q.
+local function dequeue(q, id)
+  redis.call('ZREM', q, 'o:' .. id, 'a:' .. id)
+end
+
+-- firstwaiter returns the id of the first live waiting writer in the queue
+-- q and the ms until its entry lapses, dropping dead ones from the head
+-- (at most 16), or nil.
+local function firstwaiter(q)
+  local now
   for _ = 1, 16 do
-    local id = redis.call('LINDEX', q, 0)
-    if not id then return nil end
-    if redis.call('EXISTS', q .. ':' .. id) == 1 then return id end
-    redis.call('LPOP', q)
+    local first = redis.call('ZRANGEBYSCORE', q, '-inf', '(0', 'LIMIT', 0, 1)[1]
+    if not first then return nil end
+    local id = string.sub(first, 3)
+    local alive = redis.call('ZSCORE', q, 'a:' .. id)
+    now = now or nowms()
+    if alive and tonumber(alive) > now then return id, tonumber(alive) - now end
+    dequeue(q, id)
   end
   return nil
 end
@@ -162,21 +170,19 @@ local function publishto(channel, message)
 end
 
 -- pass gives up lock, which the caller holds: to the first live waiting
--- writer, for which it is reserved ("queued:<id>", for at most reserve ms)
--- and woken alone by "w:<id>" on channel; or, with nobody queued, it frees
--- the name and publishes released, which wakes every waiter. It returns
--- PUBLISH's reply, an error table when the server refused it. Its first
--- write (LPOP) is one a full server accepts, so it frees the name at
--- maxmemory too, and writes after it in the script pass (see scripts.go).
-local function pass(lock, channel, released, reserve)
-  local q = lock .. SUFFIX_WRITERS
-  for _ = 1, 16 do
-    local id = redis.call('LPOP', q)
-    if not id then break end
-    if redis.call('DEL', q .. ':' .. id) == 1 then
-      redis.call('SET', lock, PREFIX_RESERVED .. id, 'PX', reserve)
-      return publishto(channel, PREFIX_PASSED .. id)
-    end
+-- writer in the queue q, for which it is reserved ("queued:<id>", for at
+-- most reserve ms) and woken alone by "w:<id>" on channel; or, with nobody
+-- queued, it frees the name and publishes released, which wakes every
+-- waiter. It returns PUBLISH's reply, an error table when the server
+-- refused it. Its first write (ZREM or DEL) is one a full server accepts,
+-- so it frees the name at maxmemory too, and writes after it in the
+-- script pass (see scripts.go).
+local function pass(lock, q, channel, released, reserve)
+  local id = firstwaiter(q)
+  if id then
+    dequeue(q, id)
+    redis.call('SET', lock, PREFIX_RESERVED .. id, 'PX', reserve)
+    return publishto(channel, PREFIX_PASSED .. id)
   end
   redis.call('DEL', lock)
   return publishto(channel, released)

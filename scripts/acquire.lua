@@ -3,29 +3,33 @@
 -- KEYS[1]  lock key        "{<prefix><name>}"
 -- KEYS[2]  fence counter   "{<prefix><name>}:fence"  (expires its retention
 --          after the last grant, see mint in _lib.lua)
--- KEYS[3]  metadata        "{<prefix><name>}:meta"   (only with ARGV[6])
+-- KEYS[3]  read holds      "{<prefix><name>}:readers" (rlock.lua)
+-- KEYS[4]  the queue of waiting writers "{<prefix><name>}:queue" (_lib.lua);
+--          given by a Lock call that waits, and with metadata
+-- KEYS[5]  metadata        "{<prefix><name>}:meta"   (only with ARGV[6])
 -- ARGV[1]  owner value (a fresh UUID per attempt)
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3]  "0" to skip the fencing token; otherwise mint one, keeping the
 --          counter for this many ms (its retention), "1" for the default
--- ARGV[4]  time floor of the token in microseconds, or "" to use this
---          server's TIME (Redlock proposes one floor to all masters so that
---          they mint the same token and need no write-back round)
+-- ARGV[4]  time floor of the token in microseconds, or "" or absent to use
+--          this server's TIME (Redlock proposes one floor to all masters so
+--          that they mint the same token and need no write-back round)
 -- ARGV[5]  the id of a Lock call that waits, in the queue of waiting
---          writers (_lib.lua): the owner value of its first attempt, so equal
---          to ARGV[1] in that attempt; "" or absent for a call that does not
---          wait. A refused waiting call enters or renews its id; a name
---          reserved for it ("queued:<id>", see pass) is its to take.
+--          writers: the owner value of its first attempt; "" for a call
+--          that does not wait. Absent: ARGV[1] when KEYS[4] is given (a
+--          waiting call's first attempt), else "". A refused waiting call
+--          enters or renews its id; a name reserved for it ("queued:<id>",
+--          see pass) is its to take.
 -- ARGV[6]  metadata value "<owner>\n<metadata>" (WithMetadata), stored at
---          KEYS[3] with the lock's TTL; absent without metadata
+--          KEYS[5] with the lock's TTL; absent without metadata
 --
--- Two more keys are not passed, to keep the call short (an unauthenticated
--- connection may send no more than 10 arguments, and a refusal should read
--- NOAUTH): the read holds "<KEYS[1]>:readers" (rlock.lua) and the queue of
--- waiting writers "<KEYS[1]>:writers" with its alive keys. They follow the
--- lock key's hash tag, so they live on its slot. Their suffixes and
--- 'queued:' mirror kinds.go's readersSuffix, writersSuffix and
--- reservedPrefix.
+-- Every key the script reads or writes is in KEYS (TestScriptKeysDeclared).
+-- They share the lock key's hash tag, so they live in one slot. The call is
+-- kept short all the same: an unauthenticated connection may send no more
+-- than 10 arguments, and a refusal should read NOAUTH, so a TryLock on one
+-- server sends 9 (EVALSHA, SHA, 3, three keys, three arguments) and the
+-- first attempt of a Lock 10 (the queue key, and no ARGV[4] or ARGV[5]).
+-- 'queued:' mirrors kinds.go's reservedPrefix.
 --
 -- Returns {REPLY_OK, token} when the lock is ours (token 0 with fencing
 -- off), {REPLY_TAKEN, pttl, owner} when another owner holds it (pttl: its
@@ -40,7 +44,7 @@
 -- only read when free), reads the read holds once (EXISTS) and never
 -- touches the queue; a refusal or a failed mint deletes the key it set, so
 -- nothing changes then.
-local wid = ARGV[5] or ''
+local wid = ARGV[5] or (KEYS[4] and ARGV[1]) or ''
 local claimed = false
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local cur = redis.call('GET', KEYS[1])
@@ -51,12 +55,12 @@ if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     return {REPLY_OK, minted(ARGV[3], KEYS[2])}
   end
   if wid == '' or cur ~= PREFIX_RESERVED .. wid then
-    if wid ~= '' then enqueue(KEYS[1], wid) end
+    if wid ~= '' then enqueue(KEYS[4], wid) end
     return {REPLY_TAKEN, redis.call('PTTL', KEYS[1]), cur}
   end
   claimed = true -- our turn: pass took us off the queue
 end
-local readers = KEYS[1] .. SUFFIX_READERS
+local readers = KEYS[3]
 -- A reserved name had a key all along, which kept new read holds out.
 if not claimed and redis.call('EXISTS', readers) == 1 then
   local now = nowms()
@@ -64,7 +68,7 @@ if not claimed and redis.call('EXISTS', readers) == 1 then
   local last = redis.call('ZRANGE', readers, -1, -1, 'WITHSCORES')
   if last[1] then
     redis.call('DEL', KEYS[1])
-    if wid ~= '' then enqueue(KEYS[1], wid) end
+    if wid ~= '' then enqueue(KEYS[4], wid) end
     return {REPLY_TAKEN, tonumber(last[2]) - now, ''}
   end
 end
@@ -75,11 +79,9 @@ if not tok then
   return refused
 end
 if claimed then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) end
-if ARGV[6] then redis.call('SET', KEYS[3], ARGV[6], 'PX', ARGV[2]) end
+if ARGV[6] then redis.call('SET', KEYS[5], ARGV[6], 'PX', ARGV[2]) end
 if wid ~= '' and wid ~= ARGV[1] and not claimed then
   -- Entered by an earlier refusal, and the name was free: leave the queue.
-  local q = KEYS[1] .. SUFFIX_WRITERS
-  redis.call('LREM', q, 1, wid)
-  redis.call('DEL', q .. ':' .. wid)
+  dequeue(KEYS[4], wid)
 end
 return {REPLY_OK, tok}

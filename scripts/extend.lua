@@ -1,7 +1,6 @@
 -- extend.lua: move the lease of a lock that is still ours.
 --
 -- KEYS[1]  lock key
--- KEYS[2]  the lock's metadata key, when it has metadata (moved with it)
 -- ARGV[1]  owner value
 -- ARGV[2]  new TTL in milliseconds
 -- ARGV[3]  guard in milliseconds: a lease with less than this left is not
@@ -15,16 +14,19 @@
 -- codes: the table in scripts.go. It never creates a key: an expired lock
 -- stays expired.
 --
--- The fence counter "<KEYS[1]>:fence" (same hash tag; kinds.go's
--- fenceSuffix) is kept at least as long as the new lease (keepcounter,
--- _lib.lua): a lock held for longer than the counter's retention still has
--- its token on the server.
+-- The lock key is its only key, on purpose. During a slot migration the
+-- keys of a name move one by one (MIGRATE), and Redis answers TRYAGAIN to a
+-- script whose declared keys are split between the two nodes for as long
+-- as the split lasts: a renewal that also declared the metadata key or the
+-- fence counter could then not run at all, and the lock would be lost
+-- while its key is live. With one key it runs where that key is (go-redis
+-- follows ASK and MOVED). The keys that live as long as the lease
+-- (metadata, a long-held lock's fence counter) are kept apart by keep.lua,
+-- sent alongside (kinds.go's companions).
 local cur = redis.call('GET', KEYS[1])
 if cur == ARGV[1] then
   if ARGV[3] and redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then return REPLY_LATE end
-  if KEYS[2] then redis.call('PEXPIRE', KEYS[2], ARGV[2]) end
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  keepcounter(KEYS[1] .. SUFFIX_FENCE, ARGV[2])
   return REPLY_OK
 end
 if cur then return REPLY_TAKEN end

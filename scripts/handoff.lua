@@ -4,7 +4,8 @@
 -- KEYS[1]  lock key
 -- KEYS[2]  fence counter
 -- KEYS[3]  released marker "<lock key>:released"
--- KEYS[4]  metadata key, when the next owner has metadata (ARGV[7])
+-- KEYS[4]  the queue of waiting writers "<lock key>:queue" (_lib.lua)
+-- KEYS[5]  metadata key, when the next owner has metadata (ARGV[7])
 -- ARGV[1]  current owner value
 -- ARGV[2]  next owner value
 -- ARGV[3]  next owner's TTL in milliseconds
@@ -29,8 +30,7 @@
 --
 -- Nothing is published: the name stays held, so no other waiter needs to
 -- wake. No read hold can exist while the current owner holds the name. All
--- keys share one hash tag. The queue's keys, "<KEYS[1]>:writers" and
--- "<KEYS[1]>:writers:<id>", mirror kinds.go's writersSuffix and ownerKey.
+-- keys share one hash tag.
 local cur = redis.call('GET', KEYS[1])
 if cur == ARGV[2] then
   return {REPLY_OK, minted(ARGV[4], KEYS[2])}
@@ -46,16 +46,12 @@ end
 -- full server; the caller then releases with release.lua, which frees the
 -- name there.
 if redis.pcall('SET', KEYS[1], ARGV[1], 'XX', 'KEEPTTL').err then return {REPLY_OOM, 0} end
-local first = firstwaiter(KEYS[1])
+local first = firstwaiter(KEYS[4])
 if first and first ~= ARGV[6] then return {REPLY_WRITER_FIRST, 0} end
-if first then
-  local q = KEYS[1] .. SUFFIX_WRITERS
-  redis.call('LPOP', q)
-  redis.call('DEL', q .. ':' .. first)
-end
+if first then dequeue(KEYS[4], first) end
 local tok, refused = mint(ARGV[4], {KEYS[2]}, '', ARGV[3])
 if not tok then return refused end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-if ARGV[7] then redis.call('SET', KEYS[4], ARGV[7], 'PX', ARGV[3]) end
+if ARGV[7] then redis.call('SET', KEYS[5], ARGV[7], 'PX', ARGV[3]) end
 redis.pcall('SET', KEYS[3], ARGV[1], 'PX', ARGV[5])
 return {REPLY_OK, tok}

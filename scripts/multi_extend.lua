@@ -12,9 +12,8 @@
 -- Returns REPLY_OK when every lease was moved, REPLY_GONE when some key is
 -- gone, REPLY_TAKEN when some key belongs to another owner, REPLY_LATE when
 -- some lease is too near its end (ARGV[3]); then nothing was moved (reply
--- codes: the table in scripts.go). Each name's fence counter
--- "<lock key>:fence" (kinds.go's fenceSuffix) is kept at least as long as
--- the new lease (keepcounter, _lib.lua).
+-- codes: the table in scripts.go). Only the lock keys: each name's fence
+-- counter is kept apart, by keep.lua (see extend.lua).
 local late = false
 for i = 1, #KEYS do
   local cur = redis.call('GET', KEYS[i])
@@ -27,6 +26,5 @@ end
 if late then return REPLY_LATE end
 for i = 1, #KEYS do
   redis.call('PEXPIRE', KEYS[i], ARGV[2])
-  keepcounter(KEYS[i] .. SUFFIX_FENCE, ARGV[2])
 end
 return REPLY_OK

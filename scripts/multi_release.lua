@@ -3,7 +3,8 @@
 -- writer, if any, as release.lua does (pass, in _lib.lua).
 --
 -- KEYS     for n names: their lock keys (1..n), then their released markers
---          "<lock key>:released" (n+1..2n)
+--          "<lock key>:released" (n+1..2n), then their queues of waiting
+--          writers "<lock key>:queue" (2n+1..3n)
 -- ARGV[1]  owner value
 -- ARGV[2]  suffix of a name's release channel (":rel"), after its lock key
 -- ARGV[3]  lifetime of the markers in milliseconds (the lock's TTL)
@@ -19,11 +20,11 @@
 --
 -- Each name is given up before its marker is written, so that the release
 -- stands at maxmemory (see release.lua).
-local n = #KEYS / 2
+local n = #KEYS / 3
 local ours, before, unpublished = 0, 0, false
 for i = 1, n do
   if redis.call('GET', KEYS[i]) == ARGV[1] then
-    local res = pass(KEYS[i], KEYS[i] .. ARGV[2], ARGV[1], math.min(tonumber(ARGV[4] or 1000), tonumber(ARGV[3])))
+    local res = pass(KEYS[i], KEYS[2 * n + i], KEYS[i] .. ARGV[2], ARGV[1], math.min(tonumber(ARGV[4] or 1000), tonumber(ARGV[3])))
     redis.pcall('SET', KEYS[n + i], ARGV[1], 'PX', ARGV[3])
     if type(res) == 'table' and res.err then unpublished = true end
     ours = ours + 1

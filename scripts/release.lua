@@ -5,6 +5,7 @@
 --
 -- KEYS[1]  lock key
 -- KEYS[2]  released marker "<lock key>:released"
+-- KEYS[3]  the queue of waiting writers "<lock key>:queue" (_lib.lua)
 -- ARGV[1]  owner value
 -- ARGV[2]  lifetime of the marker in milliseconds (the lock's TTL)
 -- ARGV[3]  how long a reservation for a waiting writer lasts, in ms (the
@@ -33,12 +34,12 @@
 -- reply would read "not held" instead of "already released", and the
 -- release itself would still stand.
 --
--- pass publishes with PUBLISH, or SPUBLISH on a Cluster (publish in
--- _lib.lua). Both keys, the channel, and the queue keys pass derives from
--- KEYS[1], share one hash tag, so SPUBLISH stays on the keys' shard.
+-- pass publishes with PUBLISH, or SPUBLISH on a Cluster (publishto in
+-- _lib.lua). The keys and the channel share one hash tag, so SPUBLISH
+-- stays on the keys' shard.
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   local ttl = tonumber(ARGV[2])
-  local res = pass(KEYS[1], KEYS[1] .. SUFFIX_CHANNEL, ARGV[1], math.min(tonumber(ARGV[3]) or math.min(math.max(math.floor(ttl / 10), 100), 1000), ttl))
+  local res = pass(KEYS[1], KEYS[3], KEYS[1] .. SUFFIX_CHANNEL, ARGV[1], math.min(tonumber(ARGV[3]) or math.min(math.max(math.floor(ttl / 10), 100), 1000), ttl))
   redis.pcall('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
   if type(res) == 'table' and res.err then return REPLY_UNPUBLISHED end
   return REPLY_OK

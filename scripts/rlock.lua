@@ -6,9 +6,7 @@
 --                          owner values scored by the end of their lease
 --                          (server time in ms), the key itself expiring with
 --                          the longest lease
--- KEYS[3]  the queue of waiting writers "{<prefix><name>}:writers" (_lib.lua),
---          whose alive keys "<KEYS[3]>:<id>" have the shape of kinds.go's
---          ownerKey
+-- KEYS[3]  the queue of waiting writers "{<prefix><name>}:queue" (_lib.lua)
 -- ARGV[1]  owner value of this read hold (a fresh UUID per attempt)
 -- ARGV[2]  TTL in milliseconds
 --
@@ -25,8 +23,8 @@ if mine and tonumber(mine) > now then return {REPLY_OK, 0} end
 local w = redis.call('GET', KEYS[1])
 if w then return {REPLY_TAKEN, redis.call('PTTL', KEYS[1]), w} end
 if redis.call('EXISTS', KEYS[3]) == 1 then
-  local first = firstwaiter(KEYS[1])
-  if first then return {REPLY_TAKEN, redis.call('PTTL', KEYS[3] .. ':' .. first), ''} end
+  local first, left = firstwaiter(KEYS[3])
+  if first then return {REPLY_TAKEN, left, ''} end
 end
 local ttl = tonumber(ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)

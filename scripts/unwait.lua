@@ -2,8 +2,7 @@
 -- of the queue of waiting writers (_lib.lua), so that neither new readers
 -- nor the writers behind it wait for its entry to lapse.
 --
--- KEYS[1]  the queue "{<prefix><name>}:writers", whose alive keys
---          "<KEYS[1]>:<id>" have the shape of kinds.go's ownerKey
+-- KEYS[1]  the queue "{<prefix><name>}:queue"
 -- KEYS[2]  lock key
 -- ARGV[1]  the writer's id
 -- ARGV[2]  release channel of the name
@@ -15,10 +14,9 @@
 -- waiting and the name is free, it publishes ARGV[1] on ARGV[2], waking the
 -- readers that waited for it. Returns REPLY_OK (reply codes: the table in
 -- scripts.go).
-redis.call('LREM', KEYS[1], 0, ARGV[1])
-redis.call('DEL', KEYS[1] .. ':' .. ARGV[1])
+dequeue(KEYS[1], ARGV[1])
 if redis.call('GET', KEYS[2]) == PREFIX_RESERVED .. ARGV[1] then
-  pass(KEYS[2], ARGV[2], ARGV[1], tonumber(ARGV[3] or 1000))
+  pass(KEYS[2], KEYS[1], ARGV[2], ARGV[1], tonumber(ARGV[3] or 1000))
 elseif redis.call('EXISTS', KEYS[1]) == 0 and redis.call('EXISTS', KEYS[2]) == 0 then
   publishto(ARGV[2], ARGV[1])
 end

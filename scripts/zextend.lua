@@ -1,12 +1,8 @@
 -- zextend.lua: move the lease of a read hold or a permit that is still ours.
 --
--- KEYS[1]  the sorted set of holds (rlock.lua, sem_acquire.lua)
--- KEYS[2]  (not used: the hold's released marker, passed along with KEYS[3])
--- KEYS[3]  a permit's count key "<set key>:permits" (sem_acquire.lua), kept
---          alive as long as the set; absent for a read hold. With it, the
---          permits' fence counter "<set key>:fence" (kinds.go's
---          fenceSuffix) is kept alive at least as long as the new lease
---          (keepcounter, _lib.lua)
+-- KEYS[1]  the sorted set of holds (rlock.lua, sem_acquire.lua); its only
+--          key (see extend.lua): a permit's count key and the permits'
+--          fence counter are kept apart, by keep.lua
 -- ARGV[1]  owner value
 -- ARGV[2]  new TTL in milliseconds
 -- ARGV[3]  guard in milliseconds: a lease with less than this left is not
@@ -33,8 +29,4 @@ local ttl = tonumber(ARGV[2])
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
 if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
-if KEYS[3] then
-  redis.call('PEXPIRE', KEYS[3], redis.call('PTTL', KEYS[1]))
-  keepcounter(KEYS[1] .. SUFFIX_FENCE, ttl)
-end
 return REPLY_OK

@@ -106,11 +106,61 @@ func (c *Cluster) Owner(t testing.TB, slot int) int {
 // of the keys, then SETSLOT NODE on every master.
 func (c *Cluster) Migrate(t testing.TB, slot, from, to int) {
 	t.Helper()
-	src, dst := c.Masters[from], c.Masters[to]
-	dst.Do(t, "CLUSTER", "SETSLOT", slot, "IMPORTING", c.ids[from])
-	src.Do(t, "CLUSTER", "SETSLOT", slot, "MIGRATING", c.ids[to])
+	c.BeginMigration(t, slot, from, to).Finish(t)
+}
+
+// Migration is a slot migration under way, which the test moves key by key
+// in the order it chooses (Move), so that it can hold the slot in each
+// phase: some keys of a name moved and some not (scripts that declare both
+// get TRYAGAIN), all moved but the slot not handed over (ASK), handed over
+// (Finish: MOVED).
+type Migration struct {
+	c              *Cluster
+	slot, from, to int
+}
+
+// BeginMigration starts moving slot from master from to master to:
+// IMPORTING on the target, MIGRATING on the source. No key moves yet.
+func (c *Cluster) BeginMigration(t testing.TB, slot, from, to int) *Migration {
+	t.Helper()
+	c.Masters[to].Do(t, "CLUSTER", "SETSLOT", slot, "IMPORTING", c.ids[from])
+	c.Masters[from].Do(t, "CLUSTER", "SETSLOT", slot, "MIGRATING", c.ids[to])
+	return &Migration{c: c, slot: slot, from: from, to: to}
+}
+
+// Move migrates keys to the target, one MIGRATE each, in the order given;
+// a key that is not on the source (gone, or moved before) is skipped.
+func (m *Migration) Move(t testing.TB, keys ...string) {
+	t.Helper()
+	src, dst := m.c.Masters[m.from], m.c.Masters[m.to]
+	for _, k := range keys {
+		src.Do(t, "MIGRATE", loopbackHost, dst.port, "", 0, 5000, "KEYS", k)
+	}
+}
+
+// Left returns the keys of the slot still on the source.
+func (m *Migration) Left(t testing.TB) []string {
+	t.Helper()
+	var left []string
+	for range 100 { // bounded: a test's slot holds few keys
+		keys, _ := m.c.Masters[m.from].Do(t, "CLUSTER", "GETKEYSINSLOT", m.slot, 1000).([]any)
+		for _, k := range keys {
+			left = append(left, k.(string))
+		}
+		if len(keys) < 1000 {
+			break
+		}
+	}
+	return left
+}
+
+// Finish moves every key left, up to 100 per MIGRATE, and hands the slot
+// over: SETSLOT NODE on the target, the source, then the other masters.
+func (m *Migration) Finish(t testing.TB) {
+	t.Helper()
+	src, dst := m.c.Masters[m.from], m.c.Masters[m.to]
 	for range 10000 { // bounded: each round moves up to 100 keys
-		keys, _ := src.Do(t, "CLUSTER", "GETKEYSINSLOT", slot, 100).([]any)
+		keys, _ := src.Do(t, "CLUSTER", "GETKEYSINSLOT", m.slot, 100).([]any)
 		if len(keys) == 0 {
 			break
 		}
@@ -118,11 +168,11 @@ func (c *Cluster) Migrate(t testing.TB, slot, from, to int) {
 		src.Do(t, append(args, keys...)...)
 	}
 	for _, s := range []*Server{dst, src} {
-		s.Do(t, "CLUSTER", "SETSLOT", slot, "NODE", c.ids[to])
+		s.Do(t, "CLUSTER", "SETSLOT", m.slot, "NODE", m.c.ids[m.to])
 	}
-	for i, s := range c.Masters {
-		if i != from && i != to {
-			s.Do(t, "CLUSTER", "SETSLOT", slot, "NODE", c.ids[to])
+	for i, s := range m.c.Masters {
+		if i != m.from && i != m.to {
+			s.Do(t, "CLUSTER", "SETSLOT", m.slot, "NODE", m.c.ids[m.to])
 		}
 	}
 }
