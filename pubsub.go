@@ -54,6 +54,7 @@ type listener interface {
 	connDown()                        // a connection went down: messages may be lost
 	unsubscribed(channel string)      // a node confirmed UNSUBSCRIBE of channel
 	missedAll()                       // the connections are re-homed: messages may have been missed
+	moved(channel string)             // channel is subscribed again after its slot moved
 }
 
 func newPubsub(nodes []*node, quorum int, life *lifecycle, logger *slog.Logger, sink listener, sharded bool) *pubsub {
@@ -118,6 +119,9 @@ type subConn struct {
 	sharded bool          // subscribed with SSUBSCRIBE
 	stop    chan struct{} // closed when the connection is retired
 	up      bool          // owned by the reading goroutine
+	// moved: opened anew because the channel's slot moved (opReopen); its
+	// first confirmation wakes the channel's waiters (listener.moved).
+	moved bool
 }
 
 type subOpKind uint8
@@ -318,17 +322,25 @@ func (s *nodeSubs) do(op subOp) {
 		if r, ok := s.n.client.(stateReloader); ok {
 			r.ReloadState(ctx)
 		}
-		s.perChan[op.channel] = s.open(ctx, op.channel)
+		s.perChan[op.channel] = s.openMoved(ctx, op.channel)
 	}
 }
 
 // open opens a pub/sub connection subscribed to channels and starts its
 // reader; nil once Close has stopped the core's goroutines.
 func (s *nodeSubs) open(ctx context.Context, channels ...string) *subConn {
+	return s.opened(ctx, &subConn{s: s, stop: make(chan struct{})}, channels)
+}
+
+// openMoved opens channel's connection anew after its slot moved.
+func (s *nodeSubs) openMoved(ctx context.Context, channel string) *subConn {
+	return s.opened(ctx, &subConn{s: s, stop: make(chan struct{}), moved: true}, []string{channel})
+}
+
+func (s *nodeSubs) opened(ctx context.Context, sc *subConn, channels []string) *subConn {
 	if !s.ps.life.goCount(1) {
 		return nil
 	}
-	sc := &subConn{s: s, stop: make(chan struct{})}
 	if len(channels) == 1 && (s.n.ring || s.ps.sharded) {
 		sc.channel = channels[0]
 	}
@@ -426,7 +438,16 @@ func (ps *pubsub) receive(sc *subConn) {
 				continue
 			}
 			setUp(true)
-			ps.confirmed(m.Channel, m.Kind == "subscribe" || m.Kind == "ssubscribe")
+			on := m.Kind == "subscribe" || m.Kind == "ssubscribe"
+			ps.confirmed(m.Channel, on)
+			if on && sc.moved {
+				// A release published while the slot moved (after the old
+				// shard said sunsubscribe, before this subscription) was
+				// heard by nobody: the waiters look now rather than at
+				// their next poll.
+				sc.moved = false
+				ps.sink.moved(m.Channel)
+			}
 		case *redis.Message:
 			setUp(true)
 			ps.sink.dispatch(m.Channel, m.Payload)

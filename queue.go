@@ -108,6 +108,19 @@ func (ws *waiters) missedAll() {
 	clear(ws.unclaimed)
 }
 
+// moved wakes the head of every queue of channel, subscribed again where
+// its slot lives now: a release in between was heard by nobody
+// (listener).
+func (ws *waiters) moved(channel string) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	for _, suffix := range queueSuffixes {
+		if q := ws.queueOf(channel, suffix); q != nil && len(q.list) > 0 {
+			notify(q.list[0])
+		}
+	}
+}
+
 // connDown wakes every head: a connection went down, and heads sleeping
 // until a lease ends, trusting messages that may now be lost, go back to
 // polling (listener).
