@@ -120,6 +120,9 @@ type checker struct {
 	fset    *token.FileSet
 	imp     types.Importer
 	prelude *ast.File
+	// skipOtel: the otel module's export data could not be listed (see
+	// newChecker); blocks that import it are not checked.
+	skipOtel bool
 }
 
 // newChecker lists the export data of paths (and their dependencies), in
@@ -135,6 +138,7 @@ func newChecker(t *testing.T, paths []string) *checker {
 		}
 	}
 	exports := map[string]string{}
+	skipOtel := false
 	for _, l := range []struct {
 		dir   string
 		paths []string
@@ -146,11 +150,21 @@ func newChecker(t *testing.T, paths []string) *checker {
 		cmd := exec.Command("go", args...)
 		cmd.Dir = l.dir
 		out, err := cmd.Output()
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			t.Fatalf("go list in %s: %v\n%s", l.dir, err, ee.Stderr)
+		var stderr []byte
+		if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
+			stderr = ee.Stderr
 		}
-		require.NoError(t, err, "go list in %s", l.dir)
+		if err != nil && l.dir != root && os.Getenv("CI") != "true" {
+			// otel/ is a module of its own, whose dependencies a fresh
+			// clone may not have (offline): its blocks are skipped then,
+			// never under CI.
+			t.Logf("skipping the blocks that import %s: go list in otel/: %v\n%s", otelModule, err, stderr)
+			skipOtel = true
+			continue
+		}
+		if err != nil {
+			t.Fatalf("go list in %s: %v\n%s", l.dir, err, stderr)
+		}
 		for line := range strings.Lines(string(out)) {
 			if path, file, ok := strings.Cut(strings.TrimSpace(line), "\t"); ok {
 				if _, seen := exports[path]; !seen {
@@ -171,7 +185,7 @@ func newChecker(t *testing.T, paths []string) *checker {
 	require.NoError(t, err)
 	pf, err := parser.ParseFile(fset, "prelude.go.txt", prelude, parser.SkipObjectResolution)
 	require.NoError(t, err)
-	return &checker{fset: fset, imp: importer.ForCompiler(fset, "gc", lookup), prelude: pf}
+	return &checker{fset: fset, imp: importer.ForCompiler(fset, "gc", lookup), prelude: pf, skipOtel: skipOtel}
 }
 
 // imports returns the import paths of b, and of the prelude for a fragment.
@@ -202,6 +216,11 @@ func (c *checker) check(b block) []string {
 			return list
 		}
 		return []string{err.Error()}
+	}
+	if c.skipOtel && slices.ContainsFunc(f.Imports, func(is *ast.ImportSpec) bool {
+		return strings.HasPrefix(strings.Trim(is.Path.Value, `"`), otelModule)
+	}) {
+		return nil
 	}
 	files := []*ast.File{f}
 	if b.fragment {
