@@ -66,11 +66,22 @@ func TestReadOnlyReplicaSaysSo(t *testing.T) {
 		assert.True(t, redis.IsReadOnlyError(err), "TryLock() on a replica = %v, want READONLY", err)
 		assert.NotErrorIs(t, err, errNodeTimeout)
 	}
+	// The text says what READONLY means, without the script's SHA and
+	// line; the server's own text ends the chain.
+	_, err := lk.TryLock(ctx, "ro")
+	assert.Contains(t, err.Error(), "node 0 (", "TryLock() on a replica = %v", err)
+	assert.Contains(t, err.Error(), ") is a replica (READONLY)", "TryLock() on a replica = %v", err)
+	assert.NotContains(t, err.Error(), "user_script", "TryLock() on a replica = %v", err)
+	var ne *NodeError
+	require.ErrorAs(t, err, &ne)
+	var re redis.Error
+	require.ErrorAs(t, ne, &re)
+	assert.True(t, strings.HasPrefix(re.Error(), "READONLY "), "the server's text at the end of the chain = %q", re.Error())
 	// A plain client cannot follow a failover: READONLY is for good, and
 	// Lock says so at once instead of waiting for its ctx.
 	lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	_, err := lk.Lock(lctx, "ro")
+	_, err = lk.Lock(lctx, "ro")
 	require.ErrorIs(t, err, ErrNotObtained)
 	assert.NoError(t, lctx.Err(), "Lock() waited for its ctx")
 	assert.True(t, redis.IsReadOnlyError(err), "Lock() on a replica = %v, want READONLY in it", err)

@@ -22,6 +22,21 @@
 //	...
 //	}
 //
+// # Documentation
+//
+// The README has the quick start; these pages have the rest:
+//
+//   - What the lock guarantees, fencing, errors:
+//     https://github.com/redlockgo/redlock/blob/main/docs/guarantees.md
+//   - Recipes (timeouts, worker pools, cron, read-write locks, semaphores,
+//     testing): https://github.com/redlockgo/redlock/blob/main/docs/recipes.md
+//   - Leader election: https://github.com/redlockgo/redlock/blob/main/docs/election.md
+//   - Operations (options, an unreachable Redis, Inspect and Release,
+//     observability): https://github.com/redlockgo/redlock/blob/main/docs/operations.md
+//   - The redlock command: https://github.com/redlockgo/redlock/blob/main/docs/cli.md
+//   - Coming from redsync or bsm/redislock:
+//     https://github.com/redlockgo/redlock/blob/main/docs/migration.md
+//
 // # How a lock is held
 //
 // Acquiring is one round trip: a script sets the lock key to a fresh random
@@ -98,7 +113,8 @@
 // one writer, the writer being the ordinary lock, with writer preference), a
 // counting semaphore ([Locker.Semaphore]) whose permits are leases, and
 // all-or-nothing locks on several names ([Locker.LockAll]). Each hold is a
-// *Lock like any other. A [Redlock] offers the exclusive lock only.
+// *Lock like any other. A [Redlock] offers the exclusive lock only, and the
+// leader elections built on it ([Redlock.Election]).
 //
 // # Keys
 //

@@ -6,6 +6,8 @@ import (
 	"net"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Sentinel errors. Match them with [errors.Is]; the library wraps and joins them
@@ -54,7 +56,9 @@ var (
 )
 
 // NodeError is the failure of one Redis node in a call that fans out to
-// several. Errors of a Redlock call join one NodeError per failing node.
+// several. Errors of a Redlock call join one NodeError per failing node. A
+// node that refused a write with READONLY prints as "node N (ADDR) is a
+// replica (READONLY)"; the server's own text is Err, at the end of the chain.
 type NodeError struct {
 	// Node is the index of the node in the client list given to the
 	// constructor (always 0 for a Locker).
@@ -67,7 +71,25 @@ type NodeError struct {
 }
 
 // clause is the node and its error without the "redlock: " prefixes.
-func (e *NodeError) clause() string { return e.label() + ": " + e.cause() }
+func (e *NodeError) clause() string { return nodesClause([]string{e.label()}, e.cause()) }
+
+// replicaCause is the cause of a node that refused a write with READONLY:
+// the server's text names the script's SHA and line, which mean nothing to
+// the reader. That text stays in the chain (Err), where
+// redis.IsReadOnlyError finds it.
+const replicaCause = "is a replica (READONLY)"
+
+// nodesClause says what the nodes labelled labels did: "node 0 (a), node 1
+// (b): cause", or "node 0 (a) is a replica (READONLY)".
+func nodesClause(labels []string, cause string) string {
+	if cause == replicaCause {
+		if len(labels) > 1 {
+			return strings.Join(labels, ", ") + " are replicas (READONLY)"
+		}
+		return labels[0] + " " + cause
+	}
+	return strings.Join(labels, ", ") + ": " + cause
+}
 
 func (e *NodeError) Error() string { return "redlock: " + e.clause() }
 
@@ -86,6 +108,9 @@ func (e *NodeError) label() string {
 func (e *NodeError) cause() string {
 	if e.Err == nil {
 		return "unknown error"
+	}
+	if redis.IsReadOnlyError(e.Err) {
+		return replicaCause
 	}
 	s := strings.TrimPrefix(clauseOf(e.Err), "redlock: ")
 	var op *net.OpError

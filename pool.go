@@ -1453,7 +1453,7 @@ func (j *joinedError) nodesSaying(i int, ne *NodeError) string {
 			names = append(names, o.label())
 		}
 	}
-	return strings.Join(names, ", ") + ": " + cause
+	return nodesClause(names, cause)
 }
 
 func saidAlready(said []string, s string) bool {

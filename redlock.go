@@ -31,8 +31,9 @@ import "context"
 // crashed master only after the longest TTL in use, as the Redlock spec
 // advises, and keep clocks synchronised (NTP).
 //
-// Primitives: a Redlock offers the exclusive lock (Lock, TryLock, Do),
-// Inspect and Release, whose guarantees carry over a quorum. It offers no
+// Primitives: a Redlock offers the exclusive lock (Lock, TryLock, Do), leader
+// elections on it (Election), Inspect, Release and Ping, whose guarantees
+// carry over a quorum. It offers no
 // read-write lock, semaphore or multi-name lock: a read hold or a permit
 // lives in a set that each master prunes by its own clock, and a quorum of
 // such sets does not bound the holders the way a quorum of keys bounds the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -105,12 +106,91 @@ func openLocks(c *command, cf *connFlags, name string, stderr io.Writer, opts ..
 		t.close()
 		return nil, nil, t.fail(stderr, c.op(name), err), false
 	}
+	// Ask each server its role while the constructor warms up (it waits
+	// as long for a silent server): a replica is named as one, rather
+	// than by what it does to a write (READONLY), to a release (the key it
+	// cannot delete looks "not held") or to a Redlock ("same dataset").
+	rctx, rcancel := context.WithTimeout(ctx, roleWait)
+	defer rcancel()
+	roles := make(chan map[int]string, 1)
+	go func() { roles <- t.replicas(rctx) }()
 	lk, err := t.locks(append([]redlock.Option{redlock.WithKeyPrefix(cf.prefix)}, opts...))
+	if code, ok := t.checkReplicas(c, name, <-roles, stderr); !ok {
+		if err == nil {
+			_ = lk.Close()
+		}
+		t.close()
+		return nil, nil, code, false
+	}
 	if err != nil {
 		t.close()
 		return nil, nil, c.bad(stderr, "%s", plain(err)), false
 	}
 	return t, lk, 0, true
+}
+
+// roleWait bounds the wait for the servers' roles: as long as the
+// constructors wait for a silent server, so a hung one costs no more.
+const roleWait = time.Second
+
+// replicas asks every server its ROLE and returns, for each one that says
+// it is a replica, the address of its master. A server that refuses ROLE
+// (an ACL without it) or does not answer before ctx ends is not listed:
+// the library still finds its READONLY, or its duplicate dataset.
+func (t *target) replicas(ctx context.Context) map[int]string {
+	type role struct {
+		node   int
+		master string // "" for a master
+	}
+	ch := make(chan role, len(t.clients)) // buffered: an early return leaks nothing
+	for i, cl := range t.clients {
+		go func() {
+			r := role{node: i}
+			// ROLE of a replica: ["slave", host, port, state, offset].
+			if v, err := cl.Do(ctx, "ROLE").Slice(); err == nil && len(v) >= 3 && v[0] == "slave" {
+				r.master = net.JoinHostPort(fmt.Sprint(v[1]), fmt.Sprint(v[2]))
+			}
+			ch <- r
+		}()
+	}
+	out := map[int]string{}
+	for range t.clients {
+		select {
+		case r := <-ch:
+			if r.master != "" {
+				out[r.node] = r.master
+			}
+		case <-ctx.Done():
+			return out
+		}
+	}
+	return out
+}
+
+// checkReplicas says what the replicas among t's servers mean for c: a
+// Redlock needs independent masters (a usage error, exit 2); one server
+// that is a replica takes no write (run, unlock: exit 69), and what it
+// shows may lag its master (status, leader: said on stderr, then shown).
+func (t *target) checkReplicas(c *command, name string, replicas map[int]string, stderr io.Writer) (int, bool) {
+	if len(replicas) == 0 {
+		return 0, true
+	}
+	if len(t.clients) > 1 {
+		var which []string
+		for i := range t.clients {
+			if m, ok := replicas[i]; ok {
+				which = append(which, t.addrs[i]+" is a replica of "+m)
+			}
+		}
+		return c.bad(stderr, "--redlock: %s, not a master: a Redlock needs independent masters", strings.Join(which, "; ")), false
+	}
+	if c.readOnly {
+		fmt.Fprintf(stderr, "redlock: %s: %s is a replica of %s: its copy may lag the master (--addr should name the master)\n",
+			c.op(name), t.addrs[0], replicas[0])
+		return 0, true
+	}
+	return fail(stderr, exitUnavailable, "%s: %s is a replica of %s (READONLY): --addr must name a master",
+		c.op(name), t.addrs[0], replicas[0]), false
 }
 
 // locks makes the Locker (one server) or the Redlock (several) of t.

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -45,6 +46,9 @@ type command struct {
 	fs       *flag.FlagSet
 	synopsis string // "redlock status [flags] NAME"
 	about    string // what it does, a few lines
+	// readOnly: the command only reads (status, leader), so a replica can
+	// answer it, from a copy that may lag its master.
+	readOnly bool
 	// takesCommand: a COMMAND follows NAME ("run NAME -- COMMAND"), so
 	// "--" ends the positional arguments as well as the flags.
 	takesCommand bool
@@ -59,10 +63,17 @@ func newCommand(name, synopsis, about string) *command {
 
 func (c *command) usage(w io.Writer) {
 	fmt.Fprintf(w, "Usage: %s\n\n%s\nFlags:\n", c.synopsis, c.about)
-	c.fs.SetOutput(w)
+	var b strings.Builder
+	c.fs.SetOutput(&b)
 	c.fs.PrintDefaults()
 	c.fs.SetOutput(io.Discard)
+	// PrintDefaults writes "-addr"; the prose, the errors and the examples
+	// all say "--addr", and parse takes both: print the one spelling.
+	io.WriteString(w, flagStart.ReplaceAllString(b.String(), "  --"))
 }
+
+// flagStart is where PrintDefaults starts a flag's line: "  -name".
+var flagStart = regexp.MustCompile(`(?m)^  -`)
 
 // parse parses args with flags anywhere among them, so that flags may follow
 // NAME ("unlock NAME --owner X"). It returns up to maxPos positional

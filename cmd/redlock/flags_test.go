@@ -66,24 +66,27 @@ func TestUsageErrorOneLine(t *testing.T) {
 	}
 }
 
-// flagLine is a flag's line in --help: "  -name PLACEHOLDER" (none for a
+// flagLine is a flag's line in --help: "  --name PLACEHOLDER" (none for a
 // bool).
-var flagLine = regexp.MustCompile(`(?m)^  -(\w+)(?: (\S+))?$`)
+var flagLine = regexp.MustCompile(`(?m)^  --(\w+)(?: (\S+))?$`)
 
-// TestHelpPlaceholders: each flag in --help is followed by what its value
-// is, never by a word picked from its description (issue "first hour",
-// item 3: "-metadata status").
+// TestHelpPlaceholders: each flag in --help is written "--name" and
+// followed by what its value is, never by a word picked from its
+// description (issue "first hour", item 3: "-metadata status").
 func TestHelpPlaceholders(t *testing.T) {
 	want := map[string]string{
 		"addr": "URL", "redlock": "URLs", "prefix": "PREFIX", "timeout": "DURATION",
 		"ttl": "DURATION", "wait": "DURATION", "grace": "DURATION", "metadata": "TEXT",
-		"try": "", "json": "", "owner": "OWNER",
+		"try": "", "json": "", "owner": "OWNER", "watch": "",
 	}
-	for _, cmd := range []string{"run", "status", "unlock"} {
+	for _, cmd := range []string{"run", "status", "unlock", "leader"} {
 		code, out, _ := rl(t, nil, cmd, "--help")
 		require.Equal(t, exitOK, code)
 		lines := flagLine.FindAllStringSubmatch(out, -1)
 		require.NotEmpty(t, lines, "%s --help:\n%s", cmd, out)
+		// One spelling, as the prose and the errors write it (issue 39,
+		// item 4: the flags printed as "-addr").
+		assert.NotRegexp(t, `(?m)^ +-\w`, out, "%s --help prints a flag with one dash", cmd)
 		for _, m := range lines {
 			p, known := want[m[1]]
 			if assert.True(t, known, "%s --help: flag -%s not in this test's table", cmd, m[1]) {

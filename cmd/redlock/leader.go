@@ -27,7 +27,9 @@ func leaderCmd(args []string, stdout, stderr io.Writer) int {
 			"remaining ttl on the server. Exit code 0 if there is a leader, 1 if\n"+
 			"none, 69 if Redis cannot tell. With --watch it prints the leader, then\n"+
 			"one line per change as Redis pushes it (term 0: no leader, or not known\n"+
-			"while the connection is down) until interrupted, and exits 0.\n")
+			"while the connection is down) until interrupted, and exits 0.\n"+
+			"On a replica it shows the replica's copy and says on stderr that it is one.\n")
+	c.readOnly = true
 	var cf connFlags
 	cf.register(c.fs)
 	asJSON := c.fs.Bool("json", false, "print JSON objects instead (one per line with --watch)")

@@ -87,7 +87,7 @@ Exit codes:
   0        run: COMMAND exited 0; status: held; unlock: released; leader: one leads
   1        status: free; unlock: not held by that owner; leader: none
   2        bad flags or arguments
-  69       Redis unreachable within --timeout, or refusing
+  69       Redis unreachable within --timeout, or refusing; run, unlock: a replica
   75       run: not obtained (--try, or --wait ran out)
   76       run: lock lost while COMMAND ran; COMMAND was terminated
   126/127  run: COMMAND could not be started / not found

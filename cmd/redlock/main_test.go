@@ -458,14 +458,20 @@ func TestUnlock(t *testing.T) {
 	p := start(t, nil, "", "run", "--addr", srv.Addr(), "--ttl", "3s", "ul", "--", "sh", "-c", holdScript(dir))
 	owner, _ := holder(t, dir)
 
-	code, _, stderr := rl(t, nil, "unlock", "ul", "--owner", "someone-else", "--addr", srv.Addr())
+	code, out, stderr := rl(t, nil, "unlock", "ul", "--owner", "someone-else", "--addr", srv.Addr())
 	assert.Equal(t, 1, code, "unlock with the wrong owner")
+	assert.Empty(t, out, "unlock with the wrong owner")
 	oneLineStderr(t, stderr)
+	// Where to find the right owner (issue 39, item 4).
+	assert.Contains(t, stderr, "not held by owner someone-else (run 'redlock status ul' with the same flags")
 	code, _, _ = rl(t, nil, "status", "ul", "--addr", srv.Addr())
 	assert.Equal(t, 0, code, "status after a wrong-owner unlock")
 
-	code, _, stderr = rl(t, nil, "unlock", "ul", "--owner", owner, "--addr", srv.Addr())
+	// It says what it released (issue 39, item 4: it said nothing).
+	code, out, stderr = rl(t, nil, "unlock", "ul", "--owner", owner, "--addr", srv.Addr())
 	assert.Equal(t, 0, code, "unlock by the owner; stderr: %s", stderr)
+	assert.Regexp(t, `^released ul \(owner `+owner+`, token \d+, metadata ".+ pid \d+: sh"\)\n$`, out, "unlock by the owner")
+	assert.Empty(t, stderr, "unlock by the owner")
 	code, _, _ = rl(t, nil, "status", "ul", "--addr", srv.Addr())
 	assert.Equal(t, 1, code, "status after unlock")
 	code, _, _ = rl(t, nil, "unlock", "ul", "--owner", owner, "--addr", srv.Addr())

@@ -16,7 +16,9 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 		"Prints who holds the lock NAME, one 'key: value' per line: held, owner,\n"+
 			"remaining ttl on the server, the last fencing token, metadata, readers.\n"+
 			"Exit code 0 if held, 1 if free, 69 if Redis cannot tell (never 0 or 1).\n"+
-			"In --redlock mode a lock is held when a quorum of masters agrees.\n")
+			"In --redlock mode a lock is held when a quorum of masters agrees.\n"+
+			"On a replica it shows the replica's copy and says on stderr that it is one.\n")
+	c.readOnly = true
 	var cf connFlags
 	cf.register(c.fs)
 	asJSON := c.fs.Bool("json", false, "print one JSON object instead")
@@ -98,7 +100,9 @@ func unlockCmd(args []string, stdout, stderr io.Writer) int {
 		"Releases the lock NAME if, and only if, OWNER holds it: for an operator\n"+
 			"freeing a stuck holder's lock (its owner value is in 'redlock status').\n"+
 			"On a single server OWNER may also be a read hold's or a semaphore permit's.\n"+
-			"Exit code 0 if released, 1 if not held by OWNER, 69 if Redis failed.\n"+
+			"Prints what it released: NAME, OWNER, and the token and metadata of an\n"+
+			"exclusive holder. Exit code 0 if released, 1 if not held by OWNER, 69 if\n"+
+			"Redis failed or is a replica.\n"+
 			"A 'redlock run' holding it finds the lock lost and terminates its command.\n")
 	var cf connFlags
 	cf.register(c.fs)
@@ -120,11 +124,19 @@ func unlockCmd(args []string, stdout, stderr io.Writer) int {
 	name := pos[0]
 
 	return oneCall(c, &cf, name, stderr, func(ctx context.Context, t *target, lk locks) int {
+		// Read first, to say what was released; a failed read costs only
+		// that detail, never the release.
+		h, herr := lk.Inspect(ctx, name)
 		switch err := lk.Release(ctx, name, *owner); {
 		case err == nil:
+			fmt.Fprintf(stdout, "released %s (owner %s", name, *owner)
+			if herr == nil && h.Owner == *owner {
+				fmt.Fprintf(stdout, ", token %d, metadata %q", h.Token, h.Metadata)
+			}
+			fmt.Fprintln(stdout, ")")
 			return exitOK
 		case errors.Is(err, redlock.ErrNotHeld):
-			return fail(stderr, exitFree, "unlock %s: not held by owner %s", name, *owner)
+			return fail(stderr, exitFree, "unlock %s: not held by owner %s (run 'redlock status %s' with the same flags to see who holds it)", name, *owner, name)
 		default:
 			return t.fail(stderr, "unlock "+name, err)
 		}

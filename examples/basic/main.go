@@ -1,7 +1,8 @@
-// Command basic takes a lock, does some work under it, and releases it.
+// Command basic is the README's quick start: it takes a lock, works under
+// it with its fencing token, and releases it.
 //
-// It runs against an embedded miniredis by default, or against the Redis
-// server at REDIS_ADDR (for example REDIS_ADDR=127.0.0.1:6379).
+// It runs on an embedded miniredis by default, or on the Redis server at
+// REDIS_ADDR (for example REDIS_ADDR=127.0.0.1:6379).
 package main
 
 import (
@@ -10,7 +11,6 @@ import (
 	"fmt"
 	"log"
 	"os"
-	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
@@ -21,50 +21,44 @@ import (
 func main() {
 	addr := os.Getenv("REDIS_ADDR")
 	if addr == "" {
-		mr, err := miniredis.Run()
+		mr, err := miniredis.Run() // an embedded server, for trying it out
 		if err != nil {
 			log.Fatal(err)
 		}
 		defer mr.Close()
 		addr = mr.Addr()
-		fmt.Println("using an embedded miniredis at", addr, "(set REDIS_ADDR to use a real server)")
-	} else {
-		fmt.Println("using the Redis server at", addr)
 	}
 	client := redis.NewClient(&redis.Options{Addr: addr})
 	defer client.Close()
 
-	locker, err := redlock.NewLocker(client, redlock.WithTTL(5*time.Second))
+	locker, err := redlock.NewLocker(client) // lease 10s, renewed in the background
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer locker.Close()
 	ctx := context.Background()
 
-	lock, err := locker.Lock(ctx, "example:report")
-	if err != nil {
-		log.Fatal(err)
-	}
-	fmt.Printf("acquired %q with fencing token %d, valid for %v\n",
-		lock.Name(), lock.Token(), time.Until(lock.Until()).Round(time.Millisecond))
-
-	// A second attempt while it is held fails at once.
-	if _, err := locker.TryLock(ctx, "example:report"); errors.Is(err, redlock.ErrNotObtained) {
-		fmt.Println("a second TryLock is refused while the lock is held")
-	}
-	if err := lock.Unlock(ctx); err != nil {
-		log.Fatal(err)
-	}
-	fmt.Println("released; Err() now says:", lock.Err())
-
-	// Do holds the lock (renewed by the watchdog) while the function runs and
-	// cancels its context if the lock is lost.
-	err = locker.Do(ctx, "example:report", func(ctx context.Context) error {
-		fmt.Println("working under the lock inside Do")
-		return nil
+	// Do holds the lock while the function runs; its ctx is cancelled if
+	// the lock is lost, and Do returns an error matching ErrLost then.
+	err = locker.Do(ctx, "nightly-report", func(ctx context.Context) error {
+		lock, _ := redlock.FromContext(ctx)
+		fmt.Println("holding", lock.Name(), "with fencing token", lock.Token())
+		return nil // send lock.Token() with every write to the resource
 	})
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("Do returned; the lock is released")
+
+	// By hand: Lock waits, TryLock makes one attempt, Unlock releases.
+	lock, err := locker.Lock(ctx, "nightly-report")
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := locker.TryLock(ctx, "nightly-report"); errors.Is(err, redlock.ErrNotObtained) {
+		fmt.Println("a second TryLock is refused:", err)
+	}
+	if err := lock.Unlock(ctx); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("released:", lock.Err())
 }
