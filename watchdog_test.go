@@ -24,7 +24,7 @@ func TestWatchdogKeepsLockHeld(t *testing.T) {
 	// TTL 1s: renewals every 333ms, each bounded by the 100ms node timeout
 	// and retried every 83ms when it fails, so a machine starved for most
 	// of a lease (the race detector, other test binaries) cannot make the
-	// lock run out; with 300ms it did, about once in 40 full runs under load.
+	// lock run out; with 300ms it did once, in a full run beside three others.
 	lk := newLocker(t, srv.Client(t), WithTTL(time.Second))
 	other := newLocker(t, srv.Client(t))
 	ctx := context.Background()
