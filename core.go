@@ -283,7 +283,7 @@ func (c *core) close() error {
 		}
 	}
 	var unsure []*Lock
-	for i, res := range c.pool.batch(context.Background(), live, nil, deadline, nil, nil, nil) {
+	for i, res := range c.pool.batch(context.Background(), live, nil, deadline, nil, nil, nil, nil) {
 		if res.failed > 0 { // a node's error, or silence until the deadline
 			unsure = append(unsure, live[i])
 		}
