@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 )
@@ -131,6 +132,9 @@ const (
 	// gone: once held, a renewal found the key gone there, and the lock
 	// is to be put back if the name is free (repair.go).
 	gone
+	// unsent: the acquire call was not sent, the node being silent
+	// (node.admit): nothing of ours there, and nothing to release.
+	unsent
 )
 
 // errAlreadyReleased is Unlock's answer on a lock released before.
@@ -338,7 +342,7 @@ func (l *Lock) settle(idx int, o outcome) (release bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.outcome[idx] = o
-	return o != taken && l.state != stateAcquiring && l.state != stateHeld
+	return o != taken && o != unsent && l.state != stateAcquiring && l.state != stateHeld
 }
 
 // release marks l released (Unlock); wasLost reports a lock that was lost
@@ -524,10 +528,29 @@ func (l *Lock) noteGone(idx int, until time.Time) (now bool) {
 		return false
 	}
 	if l.until.Equal(until) {
+		l.outcome[idx] = granted // put back now: released with the others
 		return true
 	}
 	l.outcome[idx] = gone
 	return false
+}
+
+// sentTo returns the nodes of nodes that l's acquire call may have reached
+// (all but those it was not sent to, see unsent): where a release is to
+// go. nodes itself when that is all of them.
+func (l *Lock) sentTo(nodes []*node) []*node {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !slices.Contains(l.outcome, unsent) {
+		return nodes
+	}
+	out := make([]*node, 0, len(nodes))
+	for _, n := range nodes {
+		if l.outcome[n.idx] != unsent {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // takeGone appends to buf the nodes noted gone (noteGone) and forgets

@@ -11,6 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redlockgo/redlock/internal/redistest"
 )
 
 // TestRedlockHungMasterDoesNotStallRounds: with one master of three paused,
@@ -303,4 +305,64 @@ func TestRedlockLeaseRepair(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	})
+}
+
+// TestRedlockHealedMasterReadmitted: a Redlock over three masters behind
+// proxies, on go-redis clients at their defaults (3s read timeout, no
+// ContextTimeoutEnabled), four workers locking and unlocking fresh names
+// all along; master 0's link is a black hole for 1.2s, twice. After each
+// heal a lock is placed on master 0 again within 1s, and a free name is
+// taken at once. Before, every attempt's call into the hole held a pooled
+// connection for 3s (the fan-out used the client itself, not its clone
+// bounded by the node timeout), thousands were queued for a connection,
+// and the healed master got a key of a new lock only after they had
+// drained: not within 6s.
+func TestRedlockHealedMasterReadmitted(t *testing.T) {
+	t.Parallel()
+	nodes := make([]*rlNode, 3)
+	for i, srv := range redistest.StartN(t, 3) {
+		nd := &rlNode{srv: srv, admin: srv.Client(t), proxy: redistest.NewProxy(t, srv.Addr())}
+		nd.client = redis.NewClient(&redis.Options{Addr: nd.proxy.Addr()})
+		t.Cleanup(func() { _ = nd.client.Close() })
+		nodes[i] = nd
+	}
+	r := newRL(t, nodes)
+	warmUp(t, r)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	for w := range 4 {
+		wg.Go(func() {
+			for i := 0; ctx.Err() == nil; i++ {
+				if l, err := r.TryLock(ctx, "w"+strconv.Itoa(w)+"-"+strconv.Itoa(i%10)); err == nil {
+					_ = l.Unlock(ctx)
+				}
+			}
+		})
+	}
+	probe := 0
+	for heal := range 2 {
+		nodes[0].proxy.Blackhole(true)
+		time.Sleep(1200 * time.Millisecond) // the fault's length, not a synchronisation
+		nodes[0].proxy.Blackhole(false)
+		healed := time.Now()
+		var took time.Duration
+		for took == 0 && time.Since(healed) < 5*time.Second {
+			probe++
+			name := "probe-" + strconv.Itoa(probe)
+			start := time.Now()
+			l, err := r.TryLock(context.Background(), name)
+			require.NoError(t, err, "heal %d: a free name after %v", heal, time.Since(healed))
+			assert.Less(t, time.Since(start), time.Second, "heal %d: TryLock of a free name", heal)
+			if len(holding(t, nodes, name, 0)) == 1 {
+				took = time.Since(healed)
+			}
+			require.NoError(t, l.Unlock(context.Background()))
+			time.Sleep(5 * time.Millisecond) // a user's pace, not a synchronisation
+		}
+		t.Logf("heal %d: a key on master 0 again %v after the heal", heal, took.Round(time.Millisecond))
+		require.NotZero(t, took, "heal %d: no key on master 0 within 5s", heal)
+		assert.Less(t, took, time.Second, "heal %d: a key on master 0 again", heal)
+	}
 }

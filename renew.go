@@ -62,7 +62,7 @@ func (b *batchRound) run(ctx context.Context, locks []*Lock, ttls []time.Duratio
 		b.decide(true, false)
 		return b.out
 	}
-	ch, err := p.fanOut(ctx, nodes, time.Until(deadline), time.Until(deadline), func(ctx context.Context, n *node, cl Client) reply {
+	ch, err := p.fanOut(ctx, nodes, b.timeout, time.Until(deadline), func(ctx context.Context, n *node, cl Client) reply {
 		if renew {
 			defer n.renewing.Store(false)
 		}

@@ -85,7 +85,7 @@ func (c *core) repair(l *Lock, nodes []*node, leaseEnd time.Time) {
 		if (set || (err != nil && !isServerError(err))) && !l.is(stateHeld) {
 			// Released or lost while the repair was on the way: what it
 			// set (or may have set) must not keep the name.
-			c.pool.releaseNode(ctx, n, l, set)
+			c.pool.releaseLater(ctx, n, l, set)
 		}
 		return reply{ok: set, err: err}
 	})
