@@ -92,9 +92,9 @@ type node struct {
 	// silent is set when a call on the node got no answer in time (a
 	// paused server, a link that swallows what it is sent), cleared by the
 	// next answer, an error reply included: a round decided by the other
-	// nodes' answers does not wait for it (pool.settled), and acquisitions
-	// send it a probe every probeEvery only (admit). probed is when the
-	// last probe was sent (UnixNano).
+	// nodes' answers does not wait for it (pool.settled), and a Redlock's
+	// acquisitions and releases send it probes only (admit). probed is
+	// when the last probe was sent (UnixNano).
 	silent atomic.Bool
 	probed atomic.Int64
 	// gated: a Redlock's node, whose calls admit rations while it does not
@@ -170,8 +170,9 @@ const stallAfter = 100 * time.Millisecond
 // admit reports whether a call of a Redlock round may be sent to n: always
 // while it answers; while it is silent or stalled, when fewer than
 // maxProbes calls of it are on the wire, and either none is, or they were
-// sent within stallAfter, or no probe went out within probeEvery. A call not sent is not made at all: its caller counts
-// the node as timed out, knowing nothing of its was written there.
+// sent within stallAfter, or no probe went out within probeEvery. A call
+// not sent is not made at all: its caller counts the node as timed out,
+// knowing that nothing of its was written there.
 func (n *node) admit() bool {
 	if !n.gated {
 		return true
@@ -1324,14 +1325,13 @@ func (p *pool) releaseNode(ctx context.Context, n *node, l *Lock, ran bool) {
 	for time.Now().Before(end) {
 		start := time.Now()
 		if !n.admit() {
-			// Another call probes the node: ask again shortly, sending
+			// Other calls probe the node: ask again shortly, sending
 			// nothing that would hold a connection in the meantime.
-			t := getTimer(probeEvery)
-			select {
-			case <-t.C:
-			case <-p.life.closing:
+			if p.life.isClosing() {
 				end = earliest(end, leaseEnd)
 			}
+			t := getTimer(probeEvery)
+			<-t.C
 			putTimer(t)
 			continue
 		}
