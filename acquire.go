@@ -75,13 +75,20 @@ func (at *attempt) run(ctx context.Context, ttl any, wait string) (bool, error) 
 	t1 := time.Now()
 	at.until = validUntil(t1, cfg.ttl, cfg.driftFactor)
 	call := func(ctx context.Context, n *node, cl Client) reply {
+		if !p.send(n) {
+			// A master that did not answer its last call gets no more
+			// than a probe now and then (node.admit): the others' answers
+			// decide this round anyway.
+			l.settle(n.idx, unsent)
+			return reply{err: n.timedOut(), unsent: true}
+		}
 		r, o := acquireOn(ctx, p, n, cl, l, cfg, script, keys, args, argv)
 		if l.settle(n.idx, o) {
 			// The reply arrived after the attempt was given up or the lock
 			// released or lost: nobody else will delete this key, so we do.
 			// A grant is known to have run: one release. An error leaves
 			// the outcome unknown: released until the node answers.
-			p.releaseNode(ctx, n, l, o == granted)
+			p.releaseLater(ctx, n, l, o == granted)
 		}
 		return r
 	}

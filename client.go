@@ -118,7 +118,12 @@ func (dc *divertedClient) bounded(timeout time.Duration) *boundedClient {
 	if old != nil {
 		maps.Copy(m, *old)
 	}
-	b := &boundedClient{Client: dc.parent, clone: dc.parent.WithTimeout(timeout)}
+	clone := dc.parent.WithTimeout(timeout)
+	// The ctx deadline bounds the socket too: a call that waited for a
+	// connection of a full pool then gets what is left of its node
+	// timeout, not a whole one more (the clone's options are its own).
+	clone.Options().ContextTimeoutEnabled = true
+	b := &boundedClient{Client: dc.parent, clone: clone}
 	m[timeout] = b
 	dc.clones.Store(&m)
 	return b

@@ -138,6 +138,7 @@ func newCore(clients []Client, opts []Option) (*core, error) {
 			return nil, fmt.Errorf("redlock: client %d is nil", i)
 		}
 		n := newNode(i, cl)
+		n.gated = len(clients) > 1
 		for _, prev := range p.nodes {
 			if samePointer(prev.client, cl) || (serverKey(cl) != "" && serverKey(prev.client) == serverKey(cl)) {
 				return nil, fmt.Errorf("redlock: clients %d and %d are the same node (%s); Redlock needs independent masters", prev.idx, i, n.addr)
@@ -283,7 +284,7 @@ func (c *core) close() error {
 		}
 	}
 	var unsure []*Lock
-	for i, res := range c.pool.batch(context.Background(), live, nil, deadline, nil, nil, nil) {
+	for i, res := range c.pool.batch(context.Background(), live, nil, deadline, nil, nil, nil, nil) {
 		if res.failed > 0 { // a node's error, or silence until the deadline
 			unsure = append(unsure, live[i])
 		}
@@ -471,11 +472,12 @@ func (c *core) unlock(ctx context.Context, l *Lock) error {
 	// Every node, the spec's rule: also those whose acquire has not answered
 	// yet. The release usually overtakes nothing and frees the name at once;
 	// if it does overtake the acquire, the acquire's call releases its own
-	// grant when it arrives (settle).
+	// grant when it arrives (settle). Not those the acquire was never sent
+	// to (a silent master, node.admit): nothing of ours is there.
 	if changed {
 		c.track.expect(l) // l stays watched: its release is its own write
 	}
-	rs := c.pool.releaseOn(ctx, l, c.pool.nodes, l.timeout, c.pool.settled)
+	rs := c.pool.releaseOn(ctx, l, l.sentTo(c.pool.nodes), l.timeout, c.pool.settled)
 	if changed {
 		c.track.settle(l, c.pool.count(rs).ok > 0)
 	}

@@ -161,6 +161,7 @@ package redlock
 //	              <- pubsub: connections, trust (listener)    pubsub.go
 //	            tracker: outside changes of held keys         track.go
 //	            watchdog + loss clock on one heap type        watchdog.go, renew.go (batched rounds)
+//	            lease repair after a renewal (Redlock)        repair.go
 //	I/O       pool: the nodes, ONE quorum round (fan-out or   pool.go
 //	          inline call, gather, tally, verdict, the one
 //	          "reached k of n" error), cleanup releases

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 )
@@ -84,7 +85,8 @@ type Lock struct {
 	state lockState
 	// outcome[i] is what node i's acquire call returned, or pending while it
 	// is in flight. A call that returns after the lock stopped being live
-	// releases its own grant (see settle).
+	// releases its own grant (see settle). Once held, gone marks a node
+	// where a renewal found the key gone (noteGone, repair.go).
 	outcome []outcome
 	why     string
 	// With stateLost: why, and what was last heard. The LostError is built
@@ -127,6 +129,12 @@ const (
 	granted
 	taken  // another owner holds it: nothing of ours there
 	failed // an error: the script may or may not have run
+	// gone: once held, a renewal found the key gone there, and the lock
+	// is to be put back if the name is free (repair.go).
+	gone
+	// unsent: the acquire call was not sent, the node being silent
+	// (node.admit): nothing of ours there, and nothing to release.
+	unsent
 )
 
 // errAlreadyReleased is Unlock's answer on a lock released before.
@@ -334,7 +342,7 @@ func (l *Lock) settle(idx int, o outcome) (release bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.outcome[idx] = o
-	return o != taken && l.state != stateAcquiring && l.state != stateHeld
+	return o != taken && o != unsent && l.state != stateAcquiring && l.state != stateHeld
 }
 
 // release marks l released (Unlock); wasLost reports a lock that was lost
@@ -507,6 +515,57 @@ func (l *Lock) renewed(ttl time.Duration, until time.Time) (lossAt time.Time, ok
 	l.setGuard()
 	l.renewErr, l.renewRefused = nil, false
 	return l.lossAt(), true
+}
+
+// noteGone records that the renewal whose validity is until found l's key
+// gone on node idx, and reports whether that renewal has already renewed
+// l (its Until is until): then the key is to be put back there now, else
+// once it does (takeGone).
+func (l *Lock) noteGone(idx int, until time.Time) (now bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != stateHeld {
+		return false
+	}
+	if l.until.Equal(until) {
+		l.outcome[idx] = granted // put back now: released with the others
+		return true
+	}
+	l.outcome[idx] = gone
+	return false
+}
+
+// sentTo returns the nodes of nodes that l's acquire call may have reached
+// (all but those it was not sent to, see unsent): where a release is to
+// go. nodes itself when that is all of them.
+func (l *Lock) sentTo(nodes []*node) []*node {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !slices.Contains(l.outcome, unsent) {
+		return nodes
+	}
+	out := make([]*node, 0, len(nodes))
+	for _, n := range nodes {
+		if l.outcome[n.idx] != unsent {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// takeGone appends to buf the nodes noted gone (noteGone) and forgets
+// them: a repair is sent to each once; a node where it did not take is
+// found gone again by the next renewal.
+func (l *Lock) takeGone(buf []int) []int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, o := range l.outcome {
+		if o == gone {
+			buf = append(buf, i)
+			l.outcome[i] = granted
+		}
+	}
+	return buf
 }
 
 func (l *Lock) leaseTTL() time.Duration {

@@ -92,8 +92,20 @@ type node struct {
 	// silent is set when a call on the node got no answer in time (a
 	// paused server, a link that swallows what it is sent), cleared by the
 	// next answer, an error reply included: a round decided by the other
-	// nodes' answers does not wait for it (pool.settled).
+	// nodes' answers does not wait for it (pool.settled), and a Redlock's
+	// acquisitions and releases send it probes only (admit). probed is
+	// when the last probe was sent (UnixNano).
 	silent atomic.Bool
+	probed atomic.Int64
+	// gated: a Redlock's node, whose calls admit rations while it does not
+	// answer (a Locker's one node is waited for in any case). inflight
+	// counts its calls on the wire and lastReply is when it last answered
+	// one, or went from idle to busy (UnixNano): a node with calls in
+	// flight and no answer for stallAfter is treated as silent before any
+	// call of it has timed out.
+	gated     bool
+	inflight  atomic.Int32
+	lastReply atomic.Int64
 	// shared is set for a plain *redis.Client that ignores ctx deadlines
 	// (go-redis's default): how a call on it is bounded inline.
 	shared *divertedClient
@@ -107,7 +119,7 @@ func (n *node) note(err error) {
 			n.lastErr.Store(nil)
 		}
 		n.answered()
-	case errors.Is(err, errNodeTimeout), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, errNodeTimeout), errors.Is(err, context.DeadlineExceeded), isTimeout(err):
 		n.silence()
 	case errors.Is(err, context.Canceled):
 	default:
@@ -133,6 +145,106 @@ func (n *node) answered() {
 	}
 }
 
+// probeEvery is how often a Redlock sends an acquire or release call to a
+// node that does not answer: each such call holds a pooled connection until
+// the node timeout, and one per attempt (thousands a second from a few
+// workers, whose rounds end at the other masters' answers) ran go-redis's
+// pool dry, leaving a backlog of calls for attempts long over that a
+// healed master worked through, and connections stuck in the black hole
+// until their timeout, before the first call that mattered. With one call
+// every probeEvery, and maxProbes on the wire at most, a few connections
+// are tied up, and a healed master is re-admitted by the first probe that
+// it answers.
+const probeEvery = 50 * time.Millisecond
+
+// maxProbes bounds the calls on the wire to a node that does not answer
+// (each holds a pooled connection until the node timeout): a few, spread
+// over time, so that one of them is sent soon after the node heals.
+const maxProbes = 4
+
+// stallAfter is how long a node with calls in flight may go without
+// answering any before admit treats it as silent: well under the node
+// timeout (1s by default), after which a call of it would say so.
+const stallAfter = 100 * time.Millisecond
+
+// admit reports whether a call of a Redlock round may be sent to n: always
+// while it answers; while it is silent or stalled, when fewer than
+// maxProbes calls of it are on the wire, and either none is, or they were
+// sent within stallAfter, or no probe went out within probeEvery. A call
+// not sent is not made at all: its caller counts the node as timed out,
+// knowing that nothing of its was written there.
+func (n *node) admit() bool {
+	if !n.gated {
+		return true
+	}
+	now := time.Now().UnixNano()
+	if !n.quiet(now) {
+		return true
+	}
+	inflight := n.inflight.Load()
+	switch {
+	case inflight >= maxProbes:
+		return false
+	case inflight == 0, now-n.lastReply.Load() < int64(stallAfter):
+		// Nothing on the wire, or only calls sent a moment ago (a node that
+		// has just come back is answering them): this one goes too.
+		n.probed.Store(now)
+		return true
+	}
+	last := n.probed.Load()
+	return now-last >= int64(probeEvery) && n.probed.CompareAndSwap(last, now)
+}
+
+// quiet reports that n is silent, or stalled (see admit).
+func (n *node) quiet(now int64) bool {
+	return n.silent.Load() || n.inflight.Load() > 0 && now-n.lastReply.Load() >= int64(stallAfter)
+}
+
+// spare reports whether a round can do without n's call when admit refuses
+// it: the other nodes that answer make a quorum by themselves. When they do
+// not, the round needs n's vote and waits for it anyway (up to the node
+// timeout), so its call goes: it cannot pile up behind rounds that end
+// without it.
+func (p *pool) spare(n *node) bool {
+	now := time.Now().UnixNano()
+	others := 0
+	for _, o := range p.nodes {
+		if o != n && !o.isDup() && !o.quiet(now) {
+			others++
+		}
+	}
+	return others >= p.quorum
+}
+
+// send reports whether a round's call of an acquisition or release goes to
+// n (admit), or is left out, the round doing without it (spare).
+func (p *pool) send(n *node) bool { return n.admit() || !p.spare(n) }
+
+// begin and end bracket a call on a gated node (see admit); end's err is
+// the call's.
+func (n *node) begin() {
+	if n.gated && n.inflight.Add(1) == 1 {
+		n.lastReply.Store(time.Now().UnixNano()) // idle until now: the clock starts
+	}
+}
+
+func (n *node) end(err error) {
+	if !n.gated {
+		return
+	}
+	if err == nil || isServerError(err) {
+		n.lastReply.Store(time.Now().UnixNano())
+	}
+	n.inflight.Add(-1)
+}
+
+// isTimeout reports a socket deadline that fired (a clone bounded by the
+// node timeout, see clientFor): no answer in time.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
 // timedOut is the error of a call on the node that did not answer in time,
 // naming the node's last error when there is one: a refused connection
 // that go-redis retried past the deadline, say, which the client's failed
@@ -154,7 +266,7 @@ func (n *node) timedOut() error {
 // node timeout, and must not read as the caller's deadline (errors.Is).
 func (n *node) outcome(err error) error {
 	n.note(err)
-	if err != nil && errors.Is(err, context.DeadlineExceeded) {
+	if err != nil && (errors.Is(err, context.DeadlineExceeded) || isTimeout(err)) {
 		return n.timedOut()
 	}
 	return err
@@ -383,6 +495,9 @@ type reply struct {
 	// inspected is inspect.lua's answer (see inspect.go).
 	inspected *nodeHolder
 	err       error
+	// unsent: the call was not made (node.admit), err says the node is
+	// silent.
+	unsent bool
 }
 
 // inline reports whether a round calls nodes from the caller's goroutine,
@@ -402,20 +517,40 @@ func inline(ctx context.Context, done <-chan struct{}, nodes []*node, timeout ti
 
 // fan is one round of fanOut's goroutines: one per node, all sharing ctx.
 type fan struct {
-	life   *lifecycle
-	ctx    context.Context
-	cancel context.CancelFunc
-	nodes  []*node
-	call   func(context.Context, *node, Client) reply
-	ch     chan reply
-	next   atomic.Int32 // index in nodes of the next goroutine's node
-	left   atomic.Int32 // calls not finished yet
+	life    *lifecycle
+	ctx     context.Context
+	cancel  context.CancelFunc
+	nodes   []*node
+	call    func(context.Context, *node, Client) reply
+	ch      chan reply
+	timeout time.Duration // the node timeout, when the calls are bounded by it (see callClient); else 0
+	next    atomic.Int32  // index in nodes of the next goroutine's node
+	left    atomic.Int32  // calls not finished yet
+}
+
+func (f *fan) client(n *node) Client { return callClient(n, f.timeout) }
+
+// callClient is the client a spawned call on n runs on: with a node
+// timeout (bound > 0), n.clientFor(bound), so that a call into a link that
+// swallows it gives its pooled connection back at the node timeout, not
+// at go-redis's read timeout (3s by default): the fan-out of a Redlock
+// round with one master in a black hole otherwise took a connection per
+// attempt for 3s, and the pool ran dry. A call allowed longer than the
+// node timeout (a renewal pipeline, which waits up to its locks' validity
+// and of which one per node is in flight) runs on the client itself.
+func callClient(n *node, bound time.Duration) Client {
+	if bound > 0 {
+		return n.clientFor(bound)
+	}
+	return n.client
 }
 
 func (f *fan) run() {
 	defer f.life.wg.Done()
 	n := f.nodes[f.next.Add(1)-1]
-	r := f.call(f.ctx, n, n.client)
+	n.begin()
+	r := f.call(f.ctx, n, f.client(n))
+	n.end(r.err)
 	r.err = n.outcome(r.err)
 	if f.left.Add(-1) == 0 {
 		f.cancel()
@@ -757,9 +892,11 @@ func ackError(wait *redis.Cmd, replicas int, timeout time.Duration) error {
 // cancels.
 //
 // callLimit bounds the call itself in the goroutine, when longer than timeout:
-// a release that reaches a resumed server late is still worth making, and
-// go-redis's EVALSHA-to-EVAL fallback after NOSCRIPT is a second command that
-// a spent context would stop. A single node whose client bounds the call
+// a renewal pipeline may take until its locks' validity. Such a call runs on
+// the client itself; a call bounded by timeout runs on the client's clone
+// whose socket timeouts are timeout (callClient): a release that a node did
+// not answer in time is sent again by releaseNode rather than waited for,
+// and the pool keeps its connections. A single node whose client bounds the call
 // itself (see node.bounded) is called inline, when nothing can cancel ctx
 // (a caller that gathers until its own ctx ends uses round): no goroutine,
 // no timer.
@@ -779,13 +916,24 @@ func (p *pool) spawn(ctx context.Context, nodes []*node, timeout, callLimit time
 		return nil, ErrClosed
 	}
 	limit := max(timeout, callLimit)
+	var bound time.Duration // see callClient
+	if callLimit <= timeout {
+		// A little past the round's deadline, so that its timer, not the
+		// calls' own errors coming in one by one, says which nodes did not
+		// answer in time (a round that stopped at the third of five would
+		// name three).
+		bound = timeout + timeout/4
+		limit = bound
+	}
 	if len(nodes) == 1 {
 		// Nothing to share: one closure, and no fan to allocate.
 		n := nodes[0]
 		go func() {
 			defer p.life.wg.Done()
 			cctx, cancel := context.WithTimeout(ctx, limit)
-			r := call(cctx, n, n.client)
+			n.begin()
+			r := call(cctx, n, callClient(n, bound))
+			n.end(r.err)
 			cancel()
 			r.err = n.outcome(r.err)
 			r.node = n.idx
@@ -796,7 +944,7 @@ func (p *pool) spawn(ctx context.Context, nodes []*node, timeout, callLimit time
 	// One bound for the whole round rather than one per node: every call
 	// gets the same deadline, and a Redlock of N masters pays for one context
 	// and one timer instead of N. The last call to finish releases it.
-	f := &fan{life: p.life, nodes: nodes, call: call, ch: ch}
+	f := &fan{life: p.life, nodes: nodes, call: call, ch: ch, timeout: bound}
 	f.ctx, f.cancel = context.WithTimeout(ctx, limit)
 	f.left.Store(int32(len(nodes)))
 	// One func value shared by the goroutines, each of which takes the next
@@ -892,9 +1040,25 @@ func (p *pool) notOurs(t tally) error {
 
 // settled reports that the outcome of a round is decided: a quorum said yes,
 // or so many said no or failed that a quorum of yes is out of reach.
+//
+// A call not sent to a silent node (its reply is there at once) does not
+// settle a round before the nodes that were sent one have answered: an
+// attempt that fails withdraws its grants before it returns, and it has to
+// know them first.
 func (p *pool) settled(rs []reply) bool {
 	t := p.count(rs)
-	return t.ok >= p.quorum || p.impossible(t.no+t.failed)
+	if t.ok >= p.quorum {
+		return true
+	}
+	failed := t.failed
+	if len(rs) < len(p.nodes) {
+		for _, r := range rs {
+			if r.unsent {
+				failed--
+			}
+		}
+	}
+	return p.impossible(t.no + failed)
 }
 
 // impossible reports that a quorum of yes can no longer be reached from the
@@ -1061,8 +1225,13 @@ func (p *pool) releaseOn(ctx context.Context, l *Lock, nodes []*node, timeout ti
 		return nil
 	}
 	argv := releaseArgv(l) // one command for every node: go-redis only reads it
-	call := func(ctx context.Context, n *node, cl Client) reply { return releaseCall(ctx, cl, l, argv) }
-	rs, _, err := p.round(detached(ctx), nodes, timeout, l.leaseTTL(), call, time.Now().Add(timeout), nil, stop)
+	call := func(ctx context.Context, n *node, cl Client) reply {
+		if !p.send(n) {
+			return reply{err: n.timedOut(), unsent: true} // released in the background (releaseNode)
+		}
+		return releaseCall(ctx, cl, l, argv)
+	}
+	rs, _, err := p.round(detached(ctx), nodes, timeout, timeout, call, time.Now().Add(timeout), nil, stop)
 	if err == nil {
 		if silent := p.unanswered(rs); len(silent) > 0 {
 			p.releaseInBackground(ctx, silent, l) // (locks... escapes: not on the common path)
@@ -1115,6 +1284,22 @@ func (p *pool) releaseInBackground(ctx context.Context, nodes []*node, locks ...
 	}
 }
 
+// releaseLater is releaseNode from a goroutine of its own, for a call that
+// found it has something to release: the call ends now, so that it is not
+// counted on the wire (node.begin) while the release waits for the node.
+func (p *pool) releaseLater(ctx context.Context, n *node, l *Lock, ran bool) {
+	if !p.life.goCount(1) {
+		// Close has ended its I/O: this goroutine, which Close waits for,
+		// releases it itself.
+		p.releaseNode(ctx, n, l, ran)
+		return
+	}
+	go func() {
+		defer p.life.wg.Done()
+		p.releaseNode(ctx, n, l, ran)
+	}()
+}
+
 // releaseNode releases l on node n from a goroutine the core already owns,
 // until the node answers. ran says a call of l's is known to have run there
 // (a grant whose reply came late): the first answer settles it. Otherwise
@@ -1139,8 +1324,22 @@ func (p *pool) releaseNode(ctx context.Context, n *node, l *Lock, ran bool) {
 	answered := ran
 	for time.Now().Before(end) {
 		start := time.Now()
+		if !n.admit() {
+			// Other calls probe the node: ask again shortly, sending
+			// nothing that would hold a connection in the meantime.
+			if p.life.isClosing() {
+				end = earliest(end, leaseEnd)
+			}
+			t := getTimer(probeEvery)
+			<-t.C
+			putTimer(t)
+			continue
+		}
 		cctx, cancel := context.WithTimeout(ctx, l.timeout)
+		n.begin()
 		r := releaseCall(cctx, cl, l, releaseArgv(l))
+		n.end(r.err)
+		n.note(r.err)
 		cancel()
 		switch {
 		case r.err == nil && (r.ok || answered):

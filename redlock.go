@@ -13,7 +13,17 @@ import "context"
 // measured from before the first send (TTL minus elapsed time minus drift),
 // and checked as the last step. A failed attempt is released on every master
 // that may have granted it, and a grant that arrives after its attempt was
-// given up is released by the call that received it.
+// given up is released by the call that received it. A master that does not
+// answer gets no more than a few probes while the others make a quorum, so
+// that its calls do not tie up its client's connections, and it is used
+// again as soon as it answers one.
+//
+// Lease repair: a renewal that a quorum extended puts the lock back on the
+// masters where its key is gone (restarted empty, or never granted there)
+// if the name is free on them, for what is left of the lease; never over
+// another owner's key, and never for a lost lock (SAFETY.md says what this
+// covers). An auto-renewed lock thus survives an empty restart of one master
+// after another, one per renewal interval, not only the first.
 //
 // Fencing tokens: every master mints max(counter+1, floor), where the floor
 // is this client's clock in µs, the same for all masters of one attempt, so

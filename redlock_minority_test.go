@@ -8,8 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redlockgo/redlock/internal/redistest"
 )
 
 // TestRedlockHungMasterDoesNotStallRounds: with one master of three paused,
@@ -121,4 +124,245 @@ func evalshaCalls(t *testing.T, nd *rlNode) int {
 	n, err := strconv.Atoi(m[1])
 	require.NoError(t, err)
 	return n
+}
+
+// TestRedlockLeaderSurvivesEmptyRestarts: three candidates, each its own
+// Redlock over three masters (TTL 2s, go-redis default clients). While the
+// first leader leads, master 0 and then master 1 are killed and restarted
+// empty; under the second leader, master 2. A leader's key must be on two
+// masters of three after every single restart, so it stays the leader for
+// two leases after each, and no other candidate is elected until it
+// resigns. Before lease repair, the first leader's key was on masters 1
+// and 2 only after the first restart, and the second restart left it on
+// one: lost ("quorum of nodes lost"), and the next candidate elected.
+// Contenders woken by one resignation also split the masters (one gets
+// two, the other one, then withdraws it), which left the winner on a bare
+// quorum for its whole life in the same way.
+func TestRedlockLeaderSurvivesEmptyRestarts(t *testing.T) {
+	t.Parallel()
+	const ttl = 2 * time.Second
+	nodes := startRLNodes(t, 3, false, time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	type won struct {
+		who int
+		l   *Lock
+	}
+	elected := make(chan won, 3)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	for i := range 3 {
+		clients := make([]Client, len(nodes))
+		for j, nd := range nodes {
+			cl := redis.NewClient(&redis.Options{Addr: nd.srv.Addr()})
+			t.Cleanup(func() { _ = cl.Close() })
+			clients[j] = cl
+		}
+		r, err := NewRedlock(clients, WithTTL(ttl))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = r.Close() })
+		e := r.Election("restarts")
+		if i > 0 {
+			// The others campaign once the first leads.
+			require.True(t, eventually(5*time.Second, func() bool {
+				_, err := e.Leader(ctx)
+				return err == nil
+			}))
+		}
+		wg.Go(func() {
+			l, err := e.Campaign(ctx, strconv.Itoa(i))
+			if err == nil {
+				elected <- won{i, l}
+			}
+		})
+	}
+	next := func(why string) won {
+		t.Helper()
+		select {
+		case w := <-elected:
+			return w
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no leader elected %s", why)
+		}
+		return won{}
+	}
+	// restart restarts master m empty under lead, once lead's key is on
+	// every master (bounded: without repair it may never be), and checks
+	// for two leases that lead stays the leader with its key on two
+	// masters at least.
+	restart := func(lead won, m int) {
+		t.Helper()
+		all := eventually(3*ttl, func() bool { return ownedBy(t, nodes, "restarts", lead.l.Owner(), 0, 1, 2) == 3 })
+		t.Logf("leader %d's key on every master before master %d restarts: %v", lead.who, m, all)
+		nodes[m].srv.Restart(t)
+		end := time.Now().Add(2 * ttl)
+		for time.Now().Before(end) {
+			select {
+			case <-lead.l.Done():
+				t.Fatalf("leader %d lost after master %d restarted empty: %v", lead.who, m, lead.l.Err())
+			case w := <-elected:
+				t.Fatalf("candidate %d elected while leader %d leads (master %d restarted)", w.who, lead.who, m)
+			case <-time.After(50 * time.Millisecond):
+			}
+			require.GreaterOrEqual(t, ownedBy(t, nodes, "restarts", lead.l.Owner(), 0, 1, 2), 2,
+				"leader %d's key on two masters at least after master %d restarted", lead.who, m)
+		}
+	}
+
+	lead := next("at first")
+	restart(lead, 0)
+	restart(lead, 1)
+	require.NoError(t, lead.l.Unlock(ctx), "leader %d resigns", lead.who)
+	lead = next("after the first resignation")
+	restart(lead, 2)
+	require.NoError(t, lead.l.Unlock(ctx), "leader %d resigns", lead.who)
+	lead = next("after the second resignation")
+	require.NoError(t, lead.l.Unlock(ctx))
+}
+
+// TestRedlockLeaseRepair: a renewal that a quorum of masters extended puts
+// the lock back on a master where its key is gone, if the name is free
+// there, with the fence counter raised to the lock's token; never over
+// another owner's key, and never for a lock that is lost.
+func TestRedlockLeaseRepair(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const ttl = time.Second
+	fence := rlKey("repair") + ":fence"
+
+	t.Run("bare quorum", func(t *testing.T) {
+		t.Parallel()
+		nodes := startRLNodes(t, 3, false, time.Second)
+		a := newRL(t, nodes, WithTTL(ttl), WithMetadata("a"))
+		b := newRL(t, nodes, WithTTL(ttl))
+		// A contender's grant on master 2 for a moment: A gets 0 and 1.
+		require.NoError(t, nodes[2].admin.Set(ctx, rlKey("repair"), "contender", 200*time.Millisecond).Err())
+		l, err := a.TryLock(ctx, "repair")
+		require.NoError(t, err)
+		require.Equal(t, 2, ownedBy(t, nodes, "repair", l.Owner(), 0, 1, 2))
+		start := time.Now()
+		require.True(t, eventually(3*ttl, func() bool { return ownedBy(t, nodes, "repair", l.Owner(), 0, 1, 2) == 3 }),
+			"A's key put back on master 2 once the name is free there")
+		t.Logf("on every master %v after the grant", time.Since(start).Round(time.Millisecond))
+		counter, err := nodes[2].admin.Get(ctx, fence).Int64()
+		require.NoError(t, err)
+		assert.GreaterOrEqual(t, counter, l.Token(), "master 2's fence counter raised to A's token")
+		pttl, err := nodes[2].admin.PTTL(ctx, rlKey("repair")).Result()
+		require.NoError(t, err)
+		assert.LessOrEqual(t, pttl, ttl, "the repaired key lives no longer than the lease")
+		assert.Contains(t, get(t, nodes[2].admin, rlKey("repair")+":meta"), "\na", "the metadata put back with it")
+
+		// One master restarted empty: A's key is still on two of three.
+		nodes[0].srv.Restart(t)
+		_, err = b.TryLock(ctx, "repair")
+		require.ErrorIs(t, err, ErrNotObtained, "B after one restart")
+		require.True(t, eventually(3*ttl, func() bool { return ownedBy(t, nodes, "repair", l.Owner(), 0, 1, 2) == 3 }),
+			"A's key put back on the restarted master")
+		nodes[1].srv.Restart(t)
+		_, err = b.TryLock(ctx, "repair")
+		require.ErrorIs(t, err, ErrNotObtained, "B after a second restart, of another master")
+		require.NoError(t, l.Err())
+		require.NoError(t, l.Unlock(ctx))
+		assert.Empty(t, holding(t, nodes, "repair", 0, 1, 2), "released everywhere, the repaired keys too")
+	})
+
+	t.Run("another owner", func(t *testing.T) {
+		t.Parallel()
+		nodes := startRLNodes(t, 3, false, time.Second)
+		a := newRL(t, nodes, WithTTL(ttl))
+		require.NoError(t, nodes[2].admin.Set(ctx, rlKey("repair"), "another", time.Minute).Err())
+		l, err := a.TryLock(ctx, "repair")
+		require.NoError(t, err)
+		base := evalshaCalls(t, nodes[0])
+		// Three renewals at least (TTL/3 each) on master 0.
+		require.True(t, eventually(5*ttl, func() bool { return evalshaCalls(t, nodes[0]) >= base+3 }))
+		assert.Equal(t, "another", get(t, nodes[2].admin, rlKey("repair")), "another owner's key untouched")
+		pttl, err := nodes[2].admin.PTTL(ctx, rlKey("repair")).Result()
+		require.NoError(t, err)
+		assert.Greater(t, pttl, 50*time.Second, "its expiry untouched")
+		require.NoError(t, l.Err())
+		require.NoError(t, l.Unlock(ctx))
+	})
+
+	t.Run("lost", func(t *testing.T) {
+		t.Parallel()
+		nodes := startRLNodes(t, 3, false, time.Second)
+		a := newRL(t, nodes, WithTTL(ttl), WithLossTracking(false))
+		l, err := a.TryLock(ctx, "repair")
+		require.NoError(t, err)
+		require.NoError(t, nodes[0].admin.Del(ctx, rlKey("repair")).Err())
+		require.NoError(t, nodes[1].admin.Del(ctx, rlKey("repair")).Err())
+		waitDone(t, l, 2*ttl)
+		require.ErrorIs(t, l.Err(), ErrLost)
+		require.True(t, eventually(2*ttl, func() bool { return ownedBy(t, nodes, "repair", l.Owner(), 0, 1, 2) == 0 }))
+		// A renewal still on the wire at the loss must not put it back:
+		// watched for longer than two renew intervals.
+		end := time.Now().Add(ttl)
+		for time.Now().Before(end) {
+			require.Zero(t, ownedBy(t, nodes, "repair", l.Owner(), 0, 1, 2), "a lost lock's key put back")
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+}
+
+// TestRedlockHealedMasterReadmitted: a Redlock over three masters behind
+// proxies, on go-redis clients at their defaults (3s read timeout, no
+// ContextTimeoutEnabled), four workers locking and unlocking fresh names
+// all along; master 0's link is a black hole for 1.2s, twice. After each
+// heal a lock is placed on master 0 again within 1s, and a free name is
+// taken at once. Before, every attempt's call into the hole held a pooled
+// connection for 3s (the fan-out used the client itself, not its clone
+// bounded by the node timeout), thousands were queued for a connection,
+// and the healed master got a key of a new lock only after they had
+// drained: not within 6s.
+func TestRedlockHealedMasterReadmitted(t *testing.T) {
+	t.Parallel()
+	nodes := make([]*rlNode, 3)
+	for i, srv := range redistest.StartN(t, 3) {
+		nd := &rlNode{srv: srv, admin: srv.Client(t), proxy: redistest.NewProxy(t, srv.Addr())}
+		nd.client = redis.NewClient(&redis.Options{Addr: nd.proxy.Addr()})
+		t.Cleanup(func() { _ = nd.client.Close() })
+		nodes[i] = nd
+	}
+	r := newRL(t, nodes)
+	warmUp(t, r)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	for w := range 4 {
+		wg.Go(func() {
+			for i := 0; ctx.Err() == nil; i++ {
+				if l, err := r.TryLock(ctx, "w"+strconv.Itoa(w)+"-"+strconv.Itoa(i%10)); err == nil {
+					_ = l.Unlock(ctx)
+				}
+			}
+		})
+	}
+	probe := 0
+	for heal := range 2 {
+		nodes[0].proxy.Blackhole(true)
+		time.Sleep(1200 * time.Millisecond) // the fault's length, not a synchronisation
+		nodes[0].proxy.Blackhole(false)
+		healed := time.Now()
+		var took time.Duration
+		for took == 0 && time.Since(healed) < 5*time.Second {
+			probe++
+			name := "probe-" + strconv.Itoa(probe)
+			start := time.Now()
+			l, err := r.TryLock(context.Background(), name)
+			require.NoError(t, err, "heal %d: a free name after %v", heal, time.Since(healed))
+			assert.Less(t, time.Since(start), time.Second, "heal %d: TryLock of a free name", heal)
+			if len(holding(t, nodes, name, 0)) == 1 {
+				took = time.Since(healed)
+			}
+			require.NoError(t, l.Unlock(context.Background()))
+			time.Sleep(5 * time.Millisecond) // a user's pace, not a synchronisation
+		}
+		t.Logf("heal %d: a key on master 0 again %v after the heal", heal, took.Round(time.Millisecond))
+		require.NotZero(t, took, "heal %d: no key on master 0 within 5s", heal)
+		assert.Less(t, took, time.Second, "heal %d: a key on master 0 again", heal)
+	}
 }

@@ -33,13 +33,16 @@ type batchResult struct {
 // returns every lock's outcome from the replies gathered by the end. A
 // renewal skips a node whose previous renewal has not answered yet (counted
 // as failed), so a hung node ties up one goroutine, not one per period.
-func (p *pool) batch(ctx context.Context, locks []*Lock, ttls []time.Duration, deadline time.Time, quit <-chan struct{}, settle func(int, batchResult), moveOn chan struct{}) []batchResult {
+// gone, when not nil, is told from the node's call of every lock whose
+// renewal found its key gone on that node, whenever that reply comes,
+// before or after the lock is settled (lease repair, repair.go).
+func (p *pool) batch(ctx context.Context, locks []*Lock, ttls []time.Duration, deadline time.Time, quit <-chan struct{}, settle func(int, batchResult), moveOn chan struct{}, gone func(int, *node)) []batchResult {
 	b := &batchRound{p: p, out: make([]batchResult, len(locks)), done: make([]bool, len(locks)), left: len(locks), settle: settle, moveOn: moveOn}
-	return b.run(ctx, locks, ttls, deadline, quit)
+	return b.run(ctx, locks, ttls, deadline, quit, gone)
 }
 
 // run is batch's round.
-func (b *batchRound) run(ctx context.Context, locks []*Lock, ttls []time.Duration, deadline time.Time, quit <-chan struct{}) []batchResult {
+func (b *batchRound) run(ctx context.Context, locks []*Lock, ttls []time.Duration, deadline time.Time, quit <-chan struct{}, gone func(int, *node)) []batchResult {
 	p := b.p
 	defer b.letGo()
 	if len(locks) == 0 {
@@ -59,13 +62,20 @@ func (b *batchRound) run(ctx context.Context, locks []*Lock, ttls []time.Duratio
 		b.decide(true, false)
 		return b.out
 	}
-	ch, err := p.fanOut(ctx, nodes, time.Until(deadline), time.Until(deadline), func(ctx context.Context, n *node, cl Client) reply {
+	ch, err := p.fanOut(ctx, nodes, b.timeout, time.Until(deadline), func(ctx context.Context, n *node, cl Client) reply {
 		if renew {
 			defer n.renewing.Store(false)
 		}
 		codes, err := pipelineScript(ctx, cl, locks, ttls)
 		if renew {
 			releaseLate(ctx, n, locks, codes)
+			if gone != nil {
+				for i, code := range codes {
+					if code == replyGone {
+						gone(i, n)
+					}
+				}
+			}
 		}
 		return reply{codes: codes, err: err}
 	})

@@ -14,6 +14,7 @@ var (
 	scriptAcquire = newScript("acquire.lua")
 	scriptRelease = newScript("release.lua")
 	scriptRetract = newScript("retract.lua")
+	scriptRepair  = newScript("repair.lua")
 	scriptExtend  = newScript("extend.lua")
 	scriptRaise   = newScript("raise.lua")
 	scriptHandOff = newScript("handoff.lua")
@@ -68,6 +69,7 @@ var (
 //	pttl family (pttl, multi_pttl, zpttl): a lease in ms (-1: no expiry),
 //	  replyNotOurs, or (pttl, multi_pttl) replyOthers
 //	fence scripts: {replyOK}, {replyStale, mark}
+//	repair: replyOK, replyTaken
 //	unwait: replyOK. raise and inspect answer values, never a code.
 //
 // No code is -1 or -2, the values of PTTL for a key without expiry and for

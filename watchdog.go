@@ -177,8 +177,14 @@ func (w *watchdog) renew(due []*Lock) {
 			return
 		}
 		c.track.settle(due[i], true)
-		w.apply(due[i], ttls[i], t1, r)
+		if w.apply(due[i], ttls[i], t1, r) {
+			c.repairRenewed(due[i], ttls[i], t1)
+		}
 		due[i].io.Unlock()
+	}
+	var gone func(int, *node)
+	if len(c.pool.nodes) > 1 {
+		gone = func(i int, n *node) { c.foundGone(due[i], n, ttls[i], t1) }
 	}
 	if !c.life.goCount(1) {
 		for _, l := range due {
@@ -192,7 +198,7 @@ func (w *watchdog) renew(due []*Lock) {
 	moveOn := make(chan struct{})
 	go func() {
 		defer c.life.wg.Done()
-		c.pool.batch(w.ctx, due, ttls, deadline, w.quit, settle, moveOn)
+		c.pool.batch(w.ctx, due, ttls, deadline, w.quit, settle, moveOn, gone)
 	}()
 	select {
 	case <-moveOn:
@@ -200,11 +206,12 @@ func (w *watchdog) renew(due []*Lock) {
 	}
 }
 
-// apply records one lock's renewal outcome r, for a lease of ttl sent at t1.
-// A lock that ends up lost although some nodes moved its lease (lost while
-// the renewal was on the wire, or refused by too many others) is released
-// there: the moved leases must not keep the name.
-func (w *watchdog) apply(l *Lock, ttl time.Duration, t1 time.Time, r batchResult) {
+// apply records one lock's renewal outcome r, for a lease of ttl sent at t1,
+// and reports whether it renewed the lock. A lock that ends up lost
+// although some nodes moved its lease (lost while the renewal was on the
+// wire, or refused by too many others) is released there: the moved
+// leases must not keep the name.
+func (w *watchdog) apply(l *Lock, ttl time.Duration, t1 time.Time, r batchResult) (renewed bool) {
 	c := w.c
 	if r.ok > 0 {
 		defer func() {
@@ -217,7 +224,7 @@ func (w *watchdog) apply(l *Lock, ttl time.Duration, t1 time.Time, r batchResult
 	until := validUntil(t1, ttl, l.driftFactor)
 	switch {
 	case r.ok >= c.pool.quorum && now.Before(until):
-		if c.renewed(l, ttl, until) {
+		if renewed = c.renewed(l, ttl, until); renewed {
 			w.schedule(l, renewAt(l, t1))
 		}
 		if l.obs != nil {
@@ -234,11 +241,11 @@ func (w *watchdog) apply(l *Lock, ttl time.Duration, t1 time.Time, r batchResult
 			observeRenew(l, false, ttl, t1, r.err, r.err)
 		}
 		if !l.is(stateHeld) {
-			return
+			return false
 		}
 		l.renewFailed(r.err, r.no > 0)
 		if r.interrupted {
-			return // Close: the lock is being released
+			return false // Close: the lock is being released
 		}
 		if l.logger.Enabled(context.Background(), slog.LevelWarn) {
 			l.logger.Warn("redlock: renewal failed, retrying", "name", l.name, "extended", r.ok, "nodes", len(c.pool.nodes), "err", r.err)
@@ -246,6 +253,7 @@ func (w *watchdog) apply(l *Lock, ttl time.Duration, t1 time.Time, r batchResult
 		// Retry soon; the loss clock fires at Until if this keeps failing.
 		w.schedule(l, now.Add(max(renewEvery(l)/4, time.Millisecond)))
 	}
+	return renewed
 }
 
 // slot is a lock's place in one timeHeap: when it is due there, and at which

@@ -1,0 +1,92 @@
+package redlock
+
+import (
+	"context"
+	"time"
+)
+
+// Lease repair, a Redlock's alone (beyond the Redlock spec). A lock granted
+// by a bare quorum (two masters of three, the third unreachable or holding
+// a contender's grant for a moment) stays on those masters for its whole
+// life, and one of them restarted empty then lets a second client take the
+// name; so does a lock on three masters after two single restarts. When a
+// renewal round has extended the lock on a quorum of masters within its
+// validity, and a master answered that the key is gone there, repair.lua
+// sets it there with SET NX: only where the name is free, with our owner
+// value, for what is left of the lease the quorum has just renewed, and the
+// name's fence counter raised to the lock's token.
+//
+// What this never does: create a key where another owner's (or a
+// reservation) is, since SET NX touches no existing key; count towards a
+// quorum, since the round that decides a renewal counts only the masters
+// that extended a key that was there; run before the round renewed the lock,
+// so a lock that is lost is never put back; outlive the renewed lease. A
+// repair that answers after the lock stopped being held (released, lost)
+// deletes what it set, as a late grant does (Lock.settle).
+
+// repairable reports whether renewals of l may put its key back: an
+// exclusive lock on one name, on a Redlock, without replica acks (a
+// repaired key is not one that WAIT has seen replicated).
+func (c *core) repairable(l *Lock) bool {
+	return len(c.pool.nodes) > 1 && l.kind == kindExclusive && parts(l) == 1 && l.replicas == 0
+}
+
+// foundGone is told by the call on n of the renewal of l sent at t1 for a
+// lease of ttl that the key is gone there: put back now if that round has
+// already renewed l, else when it does (repairRenewed).
+func (c *core) foundGone(l *Lock, n *node, ttl time.Duration, t1 time.Time) {
+	if !c.repairable(l) {
+		return
+	}
+	if l.noteGone(n.idx, validUntil(t1, ttl, l.driftFactor)) {
+		c.repair(l, []*node{n}, t1.Add(ttl))
+	}
+}
+
+// repairRenewed puts l's key back on the masters where the renewal that
+// has just renewed it (sent at t1 for ttl) found it gone.
+func (c *core) repairRenewed(l *Lock, ttl time.Duration, t1 time.Time) {
+	if !c.repairable(l) {
+		return
+	}
+	var buf [inlineNodes]int
+	idx := l.takeGone(buf[:0])
+	if len(idx) == 0 {
+		return
+	}
+	nodes := make([]*node, len(idx))
+	for i, x := range idx {
+		nodes[i] = c.pool.nodes[x]
+	}
+	c.repair(l, nodes, t1.Add(ttl))
+}
+
+// repair sends repair.lua for l to nodes, with the lease left until
+// leaseEnd (where the renewed keys expire at the earliest), waiting for
+// none of them.
+func (c *core) repair(l *Lock, nodes []*node, leaseEnd time.Time) {
+	ms := time.Until(leaseEnd).Milliseconds()
+	if ms < 1 {
+		return
+	}
+	keys := l.keys[:2]
+	args := []any{l.owner, ms, "0", int64(0)}
+	if l.fencing {
+		args[2] = l.token
+		args[3] = max(time.Until(l.counterUntil), time.Duration(ms)*time.Millisecond).Milliseconds()
+	}
+	if l.metadata != "" {
+		keys = []string{l.keys[0], l.keys[1], l.keys[4]}
+		args = append(args, metaValue(l.owner, l.metadata))
+	}
+	_, _ = c.pool.spawn(context.Background(), nodes, l.timeout, l.timeout, func(ctx context.Context, n *node, cl Client) reply {
+		v, err := sharded(scriptRepair, l.sharded).Run(ctx, cl, keys, args...).Int64()
+		set := err == nil && v == replyOK
+		if (set || (err != nil && !isServerError(err))) && !l.is(stateHeld) {
+			// Released or lost while the repair was on the way: what it
+			// set (or may have set) must not keep the name.
+			c.pool.releaseLater(ctx, n, l, set)
+		}
+		return reply{ok: set, err: err}
+	})
+}
