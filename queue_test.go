@@ -339,6 +339,13 @@ func TestHandOffSkipsWaitersThatGaveUp(t *testing.T) {
 			require.ErrorIs(t, err, ErrNotObtained, "round %d", round)
 			require.ErrorIs(t, err, context.Canceled, "round %d", round)
 		}
+		// The waiters leave the server's queue right after their calls
+		// returned (withdrawals run on); until they have, another Locker's
+		// release may reserve the name for one of them, for up to its node
+		// timeout (SAFETY.md "A reservation nobody claims"), and the next
+		// round's TryLock would meet that reservation.
+		require.True(t, eventually(5*time.Second, func() bool { return lk.c.withdraw.n.Load() == 0 }),
+			"round %d: the waiters' withdrawals from the queue finished", round)
 		// A waiter's attempt still on the wire when its ctx ended may grant
 		// after the call returned; that grant is released as soon as it
 		// arrives, so the name is free within moments, not at once.
