@@ -55,7 +55,7 @@ func newFollower(nodes []*node, life *lifecycle, nodeTimeout time.Duration, busy
 	for _, n := range nodes {
 		if d := sentinelDialer(n.client); d != nil {
 			dials = append(dials, func(ctx context.Context) {
-				if cn, err := d(ctx, "tcp", "FailoverClient"); err == nil {
+				if cn, err := d(ctx, "tcp", failoverAddr); err == nil {
 					_ = cn.Close()
 				}
 			})
@@ -67,6 +67,10 @@ func newFollower(nodes []*node, life *lifecycle, nodeTimeout time.Duration, busy
 	return &follower{life: life, dials: dials, every: max(min(followEvery, nodeTimeout/2), 10*time.Millisecond), busy: busy}
 }
 
+// failoverAddr is the placeholder address in the options of a client made
+// by redis.NewFailoverClient.
+const failoverAddr = "FailoverClient"
+
 // sentinelDialer is the dialer of a go-redis Sentinel client, whose dial
 // asks a sentinel where the master is and moves the client there; nil for
 // any other client.
@@ -75,7 +79,7 @@ func sentinelDialer(cl Client) func(context.Context, string, string) (net.Conn, 
 	if !ok {
 		return nil
 	}
-	if opt := c.Options(); opt.Addr == "FailoverClient" && opt.Dialer != nil {
+	if opt := c.Options(); opt.Addr == failoverAddr && opt.Dialer != nil {
 		return opt.Dialer
 	}
 	return nil
@@ -112,15 +116,11 @@ func (f *follower) check(ctx context.Context, timeout time.Duration) {
 	defer f.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
-	if len(f.dials) == 1 {
-		f.dials[0](ctx)
-	} else {
-		var wg sync.WaitGroup
-		for _, d := range f.dials {
-			wg.Go(func() { d(ctx) })
-		}
-		wg.Wait()
+	var wg sync.WaitGroup
+	for _, d := range f.dials {
+		wg.Go(func() { d(ctx) })
 	}
+	wg.Wait()
 }
 
 // run checks every interval while a lock is held or an acquisition came

@@ -281,7 +281,7 @@ func newNode(idx int, cl Client) *node {
 	_, n.ring = cl.(*redis.Ring)
 	if c, ok := cl.(*redis.Client); ok {
 		// NewFailoverClient's options carry this placeholder address.
-		n.fixed = c.Options().Addr != "FailoverClient"
+		n.fixed = c.Options().Addr != failoverAddr
 	}
 	n.fixed = n.fixed || n.ring
 	if c, ok := cl.(*redis.Client); ok && !n.deadlines {

@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	"regexp"
 	"strconv"
 	"sync"
 	"testing"
@@ -83,7 +82,7 @@ func TestRedlockFailedAttemptsWakeNobody(t *testing.T) {
 	require.NoError(t, nodes[0].admin.Del(ctx, rlKey("herd")).Err())
 
 	const waiters = 3
-	base := evalshaCalls(t, nodes[1])
+	base := commandCalls(t, nodes[1].srv, "evalsha")
 	var wg sync.WaitGroup
 	got := make(chan *Lock, waiters)
 	for range waiters {
@@ -96,11 +95,11 @@ func TestRedlockFailedAttemptsWakeNobody(t *testing.T) {
 		})
 	}
 	// Every waiter has made its first attempt (master 1 saw it) and waits.
-	require.True(t, eventually(5*time.Second, func() bool { return evalshaCalls(t, nodes[1]) >= base+waiters }))
-	before := evalshaCalls(t, nodes[1])
+	require.True(t, eventually(5*time.Second, func() bool { return commandCalls(t, nodes[1].srv, "evalsha") >= base+waiters }))
+	before := commandCalls(t, nodes[1].srv, "evalsha")
 	hold := time.Second
 	time.Sleep(hold) // the holder holds: this is the interval under test, not a synchronisation
-	during := evalshaCalls(t, nodes[1]) - before
+	during := commandCalls(t, nodes[1].srv, "evalsha") - before
 	require.NoError(t, l.Unlock(ctx))
 	for range waiters {
 		wl := <-got
@@ -112,18 +111,6 @@ func TestRedlockFailedAttemptsWakeNobody(t *testing.T) {
 	// When the withdrawal passed the name to the next queued waiter, which
 	// retried at once, 3 waiters made about 2,500 attempts in this second.
 	assert.LessOrEqual(t, during, 10*waiters, "attempts while the holder held (hundreds a second per waiter when each withdrawal woke the others)")
-}
-
-// evalshaCalls is how many EVALSHA calls nd's server has run.
-func evalshaCalls(t *testing.T, nd *rlNode) int {
-	t.Helper()
-	m := regexp.MustCompile(`cmdstat_evalsha:calls=(\d+)`).FindStringSubmatch(nd.srv.Info(t, "commandstats"))
-	if m == nil {
-		return 0
-	}
-	n, err := strconv.Atoi(m[1])
-	require.NoError(t, err)
-	return n
 }
 
 // TestRedlockLeaderSurvivesEmptyRestarts: three candidates, each its own
@@ -275,9 +262,9 @@ func TestRedlockLeaseRepair(t *testing.T) {
 		require.NoError(t, nodes[2].admin.Set(ctx, rlKey("repair"), "another", time.Minute).Err())
 		l, err := a.TryLock(ctx, "repair")
 		require.NoError(t, err)
-		base := evalshaCalls(t, nodes[0])
+		base := commandCalls(t, nodes[0].srv, "evalsha")
 		// Three renewals at least (TTL/3 each) on master 0.
-		require.True(t, eventually(5*ttl, func() bool { return evalshaCalls(t, nodes[0]) >= base+3 }))
+		require.True(t, eventually(5*ttl, func() bool { return commandCalls(t, nodes[0].srv, "evalsha") >= base+3 }))
 		assert.Equal(t, "another", get(t, nodes[2].admin, rlKey("repair")), "another owner's key untouched")
 		pttl, err := nodes[2].admin.PTTL(ctx, rlKey("repair")).Result()
 		require.NoError(t, err)

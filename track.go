@@ -194,12 +194,12 @@ func newTrackConn(t *tracker, idx int, base *redis.Client, prefix string) *track
 		tc.mu.Unlock()
 		return err
 	}
-	if opt.Addr == "FailoverClient" && opt.Dialer != nil {
+	if d := sentinelDialer(base); d != nil {
 		// go-redis's Sentinel client: its dialer follows the master. The
 		// tracking connection stays on the old master after a failover
 		// until the sentinels reconfigure it; the keeper compares where a
 		// fresh dial lands (masterMoved) and moves it.
-		tc.dial, tc.addr = opt.Dialer, opt.Addr
+		tc.dial, tc.addr = d, opt.Addr
 		opt.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
 			cn, err := tc.dial(ctx, network, addr)
 			if err == nil {

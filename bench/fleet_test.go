@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -134,11 +135,7 @@ func medianCost(cs []fleetCost) fleetCost {
 		for i, c := range cs {
 			v[i] = get(c)
 		}
-		for i := range v { // insertion sort: a handful of rounds
-			for j := i; j > 0 && v[j] < v[j-1]; j-- {
-				v[j], v[j-1] = v[j-1], v[j]
-			}
-		}
+		slices.Sort(v)
 		return v[len(v)/2]
 	}
 	lost := 0

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -101,10 +102,6 @@ func BenchmarkRedlockOneMasterFaulted(b *testing.B) {
 }
 
 func medianF(v []float64) float64 {
-	for i := range v {
-		for j := i; j > 0 && v[j] < v[j-1]; j-- {
-			v[j], v[j-1] = v[j-1], v[j]
-		}
-	}
+	slices.Sort(v)
 	return v[len(v)/2]
 }
