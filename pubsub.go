@@ -311,6 +311,9 @@ func (s *nodeSubs) do(op subOp) {
 			s.ps.logger.Info("redlock: the server has no sharded pub/sub (SSUBSCRIBE); waiters use SUBSCRIBE", "node", s.n.idx)
 		}
 		s.retire(sc)
+		// Retired: Close must not retire it again if it comes during the
+		// pause below (closing a closed stop channel panicked).
+		delete(s.perChan, op.channel)
 		// Not sooner than a refusing shard's pause allows.
 		t := time.NewTimer(50 * time.Millisecond)
 		select {
