@@ -51,12 +51,19 @@ type attempt struct {
 func (at *attempt) run(ctx context.Context, ttl any, wait string) (bool, error) {
 	p, l, cfg, timeout := at.p, at.l, at.cfg, at.timeout
 	fence, floor := fenceArg(cfg), any("")
-	if cfg.fencing && len(p.nodes) > 1 {
-		// One floor for all masters, so that they mint the same token and the
-		// write-back round of settleToken is needed only when a counter is
-		// already past it. A single node uses its own TIME. go-redis sends
-		// an int64 as its decimal digits, as it would the formatted string.
-		floor = time.Now().UnixMicro()
+	if cfg.fencing {
+		// The token's time floor is this client's clock: no TIME on the
+		// server. On a Redlock one floor for all masters, so that they mint
+		// the same token and the write-back round of settleToken is needed
+		// only when a counter is already past it. go-redis sends an int64
+		// as its decimal digits, as it would the formatted string.
+		now := time.Now().UnixMicro()
+		if l.kind == kindExclusive {
+			l.fenceFloor.set(cfg, now)
+			fence = &l.fenceFloor
+		} else {
+			floor = now
+		}
 	}
 	script, keys, args := kinds[l.kind].acquire(l, ttl, fence, floor, wait)
 	var argv []any // one command for every node: go-redis only reads it
@@ -66,7 +73,8 @@ func (at *attempt) run(ctx context.Context, ttl any, wait string) (bool, error) 
 			// exclusiveAcquire's ARGV starts with the owner and the lease.
 			l.boxed = boxedArgs{key: argv[3], owner: args[0], lease: args[1]}
 			if len(keys) > 3 {
-				l.boxed.queue = argv[6] // the queue key, also release.lua's
+				// The queue key and the waiting mark, also release.lua's.
+				l.boxed.queue, l.boxed.waiting = argv[5], argv[6]
 			}
 		}
 	}
@@ -333,6 +341,28 @@ func fenceArg(cfg *config) any {
 	}
 	return cfg.retention.Milliseconds()
 }
+
+// floorArg is acquire.lua's fencing argument with the token's time floor
+// after a colon, "<retention>:<floor µs>" (fenceArg's retention), kept in
+// the Lock: go-redis writes it through MarshalBinary from a pointer, so
+// that it costs no allocation, and hooks print it through String.
+type floorArg struct {
+	n int
+	b [44]byte
+}
+
+func (f *floorArg) set(cfg *config, floor int64) {
+	s := strconv.AppendInt(f.b[:0], 1, 10)
+	if cfg.retention != defaultFenceRetention {
+		s = strconv.AppendInt(f.b[:0], cfg.retention.Milliseconds(), 10)
+	}
+	s = append(s, ':')
+	f.n = len(strconv.AppendInt(s, floor, 10))
+}
+
+func (f *floorArg) MarshalBinary() ([]byte, error) { return f.b[:f.n], nil }
+
+func (f *floorArg) String() string { return string(f.b[:f.n]) }
 
 func ttlMillis(ttl time.Duration) int64 { return max(ttl.Milliseconds(), 1) }
 

@@ -80,11 +80,11 @@ func TestOwnerAndKeys(t *testing.T) {
 	t.Parallel()
 	for _, metadata := range []bool{false, true} {
 		owner, keys := ownerAndKeys(nil, "{redlock:x}", metadata)
-		want := []string{"{redlock:x}", "{redlock:x}:fence", "{redlock:x}:readers", "{redlock:x}:queue"}
+		want := []string{"{redlock:x}", "{redlock:x}:fence", "{redlock:x}:queue", "{redlock:x}:waiting"}
 		if metadata {
 			want = append(want, "{redlock:x}:meta")
 		}
-		want = append(want, "{redlock:x}", "{redlock:x}:released", "{redlock:x}:queue")
+		want = append(want, "{redlock:x}", "{redlock:x}:released", "{redlock:x}:queue", "{redlock:x}:waiting")
 		if !slices.Equal(keys, want) {
 			t.Errorf("ownerAndKeys(metadata=%v) keys = %q, want %q", metadata, keys, want)
 		}

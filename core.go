@@ -212,6 +212,13 @@ func (c *core) renewed(l *Lock, ttl time.Duration, until time.Time) bool {
 // core, waiting for nothing (engine): its holder gave it up by rule.
 func (c *core) abandon(l *Lock) { c.pool.releaseInBackground(context.Background(), c.pool.nodes, l) }
 
+// wakeOwn wakes this core's waiters for l's name once l has been released:
+// they queued behind l here and made no attempt of their own, so nothing
+// marked the name waited for and the release published nothing
+// (release.lua). Woken early (a release still on its way), a waiter's
+// attempt is refused and marks the name, and the release then publishes.
+func (c *core) wakeOwn(l *Lock) { c.waits.dispatch(l.channel, l.owner) }
+
 // ended is the one notice a Lock sends up (engine): it left stateHeld, or
 // its attempt failed, for to. The core drops it from its registries, and
 // tells the observer, the log and Do.
@@ -229,6 +236,9 @@ func (c *core) ended(l *Lock, to lockState) {
 		// Free the name now rather than at the end of the lease: a holder
 		// that outstays its cap must not block others either.
 		c.abandon(l)
+		if l.kind == kindExclusive {
+			c.wakeOwn(l)
+		}
 	}
 	for _, f := range fns {
 		f(cause)
@@ -479,7 +489,11 @@ func (c *core) unlock(ctx context.Context, l *Lock) error {
 	}
 	rs := c.pool.releaseOn(ctx, l, l.sentTo(c.pool.nodes), l.timeout, c.pool.settled)
 	if changed {
-		c.track.settle(l, c.pool.count(rs).ok > 0)
+		released := c.pool.count(rs).ok > 0
+		c.track.settle(l, released)
+		if released && l.kind == kindExclusive {
+			c.wakeOwn(l)
+		}
 	}
 	if !changed {
 		// A lost lock may still have our key on some node; the release above

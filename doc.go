@@ -85,12 +85,12 @@
 // no matter how late it arrives. Register the token when the critical section
 // starts ([Fence.Admit] or [RedisFence.Admit]), then send it with every write.
 //
-// Tokens are minted as max(counter+1, time in microseconds), with the Redis
-// server's clock for a [Locker] and the client's for a [Redlock] (one floor
-// for all masters, so they agree). A plain counter would be lost together
-// with the lock (the two failures above) and the next token would go
-// backwards; the time floor keeps it ahead as long as that clock is not
-// behind by more than the time since the last grant. The counter lives in one
+// Tokens are minted as max(counter+1, time in microseconds), on the clock of
+// the client that takes the lock (for a [Redlock] one floor for all masters,
+// so they agree). A plain counter would be lost together with the lock (the
+// two failures above) and the next token would go backwards; the time floor
+// keeps it ahead as long as the taker's clock is not behind the one that
+// floored the last token by more than the time since that grant. The counter lives in one
 // key per lock name, kept for a retention after the name's last grant
 // ([WithFenceRetention], default 24h): after it expires the next token is
 // the clock alone, still larger unless that clock went back by the
@@ -119,10 +119,13 @@
 // # Keys
 //
 // A lock named n lives at "{redlock:n}", its counter at "{redlock:n}:fence"
-// (the prefix is [WithKeyPrefix]). A release leaves "{redlock:n}:released"
-// holding the released owner for one TTL, so that a release retried after a
-// lost reply knows it already succeeded. Read holds live in the sorted set
-// "{redlock:n}:readers", a semaphore's permits in "{redlock:n}:sem" (their
+// (the prefix is [WithKeyPrefix]). A release renames the lock key to
+// "{redlock:n}:released", keeping the released owner for what was left of
+// the lease, so that a release retried after a lost reply knows it already
+// succeeded. Read holds live in the sorted set "{redlock:n}:readers" (the
+// lock key then holds a mark, so that writers are refused), a caller that
+// waits marks "{redlock:n}:waiting" (a release publishes only then), a
+// semaphore's permits in "{redlock:n}:sem" (their
 // number in "{redlock:n}:sem:permits", their counter in
 // "{redlock:n}:sem:fence"), metadata in "{redlock:n}:meta", and the queue of
 // waiting writers (a Locker's fair hand-off across processes) in the sorted

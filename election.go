@@ -124,7 +124,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Lock, error) {
 	if err := e.usable(); err != nil {
 		return nil, err
 	}
-	opts := append(slices.Clip(e.opts), WithFencing(true), WithAutoRenew(true), WithMetadata(value))
+	opts := append(slices.Clip(e.opts), WithFencing(true), WithAutoRenew(true), WithMetadata(value), announced())
 	l, err := e.c.lock(ctx, e.name, opts)
 	if err != nil {
 		return nil, err

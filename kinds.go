@@ -25,12 +25,14 @@ import (
 // a slot migration has already moved. With K the lock key
 // "{<prefix><name>}" (lockKey):
 //
-//	K                  an owner value, or reservedPrefix + a queued writer's id
+//	K                  an owner value, reservedPrefix + a queued writer's id,
+//	                   or readMark while read holds are live
 //	K:fence            fence counter
 //	K:released         released marker: the owner that released
 //	K:meta             metadata: "<owner>\n<metadata>"
 //	K:readers          read holds; K:readers:released:<owner> (ownerKey)
 //	K:queue            waiting writers: a sorted set of their places and lapse times (_lib.lua)
+//	K:waiting          "1" while a caller waits for a release (waitSuffix)
 //	K:sem              permits; K:sem:permits, K:sem:fence, K:sem:released:<owner>
 //	K:rel              release channel: released owners, or passedPrefix + an id
 //	K:elect            election channel: "<term>\n<value>" (electionSuffix, election.go)
@@ -43,6 +45,7 @@ const (
 	metaSuffix     = ":meta"
 	readersSuffix  = ":readers" // read holds (RLock)
 	queueSuffix    = ":queue"   // writers waiting (writer preference, FIFO)
+	waitSuffix     = ":waiting" // someone waits for a release (_lib.lua's waiting)
 	semSuffix      = ":sem"     // a semaphore's set, after the lock key
 	permitsSuffix  = ":permits" // the permit count, after the set's key
 	operatorSuffix = ":released-by-operator"
@@ -54,6 +57,13 @@ const (
 	// passedPrefix starts the message of a release that passed the name to
 	// a queued writer: "w:<its id>".
 	passedPrefix = "w:"
+	// readMark is the value of a lock key while read holds are live, so that
+	// a writer's SET NX fails on it with no read of the holds (rlock.lua). No
+	// owner value (a UUID) or reservation can equal it; it ends in a newline
+	// so that keep.lua, given the owner readMarkOwner, keeps it alive.
+	readMark = "read-held\n"
+	// readMarkOwner is readMark as keep.lua's owner argument.
+	readMarkOwner = "read-held"
 )
 
 func lockKey(prefix, name string) string { return "{" + prefix + name + "}" }
@@ -89,13 +99,14 @@ const (
 
 // Key layouts of the kinds other than exclusive (see ownerAndKeys for that one):
 //
-//	read:   holds set, this owner's released marker, lock key, waiting writers
+//	read:   holds set, this owner's released marker, lock key, waiting writers, waiting mark
 //	permit: holds set, this owner's released marker, permit count, fence counter
 //	multi:  the names' lock keys (see multiKeys for its scripts' keys)
 //
-// so that a read hold's release keys are keys[:2] and its extend keys
-// keys[:1], and a permit's release and extend keys keys[:3] (the count key
-// lives and dies with the set).
+// so that a read hold's release keys are keys[:3] (the lock key holds the
+// read holds' readMark) and its extend keys keys[:1], and a permit's
+// release and extend keys keys[:3] (the count key lives and dies with the
+// set).
 
 // multiKeys are the script keys of a multi-name lock, per part: one part
 // for all names on a server that takes keys of any slot in one script, one
@@ -104,7 +115,7 @@ const (
 type multiKeys struct {
 	names []string
 	locks []string   // the lock keys of names: the lock's keys
-	acq   [][]string // multi_acquire.lua: lock keys, fence counters, read holds
+	acq   [][]string // multi_acquire.lua: lock keys, fence counters, waiting marks
 	rel   [][]string // multi_release.lua: lock keys, released markers, queues
 	ext   [][]string // multi_extend.lua, multi_pttl.lua: lock keys
 }
@@ -116,7 +127,7 @@ type scriptCall func(l *Lock, p int, ttl time.Duration) (*redis.Script, []string
 // kindOps is one row of the kinds table.
 type kindOps struct {
 	// keys sets the owner value and keys of an attempt's lock l, appending
-	// the keys to buf, which has room for eight.
+	// the keys to buf, which has room for nine.
 	keys func(l *Lock, a *acquisition, buf []string)
 	// acquire is the acquire call of the first part, with the boxed lease,
 	// fencing argument (fenceArg), token floor and waiting writer's id.
@@ -135,9 +146,9 @@ var kinds = [...]kindOps{
 	kindMulti:     {keys: multiLockKeys, acquire: multiAcquire, release: multiRelease, extend: multiExtend, pttl: multiPTTL},
 }
 
-// Exclusive: keys from ownerAndKeys (0 lock, 1 fence counter, 2 read holds,
-// 3 queue, with metadata 4 metadata; then the release keys: lock, released
-// marker, queue).
+// Exclusive: keys from ownerAndKeys (0 lock, 1 fence counter, 2 queue,
+// 3 waiting mark, with metadata 4 metadata; then the release keys: lock,
+// released marker, queue, waiting mark).
 
 func exclusiveKeys(l *Lock, a *acquisition, buf []string) {
 	l.owner, l.keys = ownerAndKeys(buf, a.tag, a.cfg.metadata != "")
@@ -145,25 +156,22 @@ func exclusiveKeys(l *Lock, a *acquisition, buf []string) {
 
 // exclusiveAcquire is acquire.lua's call. Constants boxed in an any cost no
 // allocation; strings and numbers computed at run time each cost one, so
-// the owner value is boxed once. The call leaves out what acquire.lua
-// infers (an empty floor; the waiting writer's id of a first attempt, its
-// owner value), so that TryLock and a Lock's first attempt on one server
-// stay within the 10 arguments an unauthenticated connection may send.
-func exclusiveAcquire(l *Lock, ttl, fence, floor any, wait string) (*redis.Script, []string, []any) {
+// the owner value is boxed once. fence is fenceArg's, with the token floor
+// after a colon (fenceFloor). The call leaves out what acquire.lua infers
+// (the waiting writer's id of a first attempt, its owner value), so that
+// TryLock and a Lock's first attempt on one server stay within the 10
+// arguments an unauthenticated connection may send.
+func exclusiveAcquire(l *Lock, ttl, fence, _ any, wait string) (*redis.Script, []string, []any) {
 	owner := any(l.owner)
 	switch {
 	case l.metadata != "":
-		return scriptAcquire, l.keys[:5], []any{owner, ttl, fence, floor, wait, metaValue(l.owner, l.metadata)}
-	case wait == "" && floor == any(""):
-		return scriptAcquire, l.keys[:3], []any{owner, ttl, fence}
+		return scriptAcquire, l.keys[:5], []any{owner, ttl, fence, wait, metaValue(l.owner, l.metadata)}
 	case wait == "":
-		return scriptAcquire, l.keys[:3], []any{owner, ttl, fence, floor}
-	case wait == l.owner && floor == any(""):
-		return scriptAcquire, l.keys[:4], []any{owner, ttl, fence}
+		return scriptAcquire, l.keys[:2], []any{owner, ttl, fence}
 	case wait == l.owner:
-		return scriptAcquire, l.keys[:4], []any{owner, ttl, fence, floor, owner}
+		return scriptAcquire, l.keys[:4], []any{owner, ttl, fence}
 	}
-	return scriptAcquire, l.keys[:4], []any{owner, ttl, fence, floor, wait}
+	return scriptAcquire, l.keys[:4], []any{owner, ttl, fence, wait}
 }
 
 func exclusiveRelease(l *Lock, _ int, _ time.Duration) (*redis.Script, []string, []any) {
@@ -194,9 +202,10 @@ func fenceKey(l *Lock) string {
 	return l.keys[1]
 }
 
-// releaseKeys are release.lua's KEYS: the lock key, its released marker
-// and its queue of waiting writers, the last three of l.keys.
-func releaseKeys(l *Lock) []string { return l.keys[len(l.keys)-3:] }
+// releaseKeys are release.lua's KEYS: the lock key, its released marker,
+// its queue of waiting writers and its waiting mark, the last four of
+// l.keys.
+func releaseKeys(l *Lock) []string { return l.keys[len(l.keys)-4:] }
 
 // exclusiveExtend is extend.lua's call: the lock key alone (see extend.lua;
 // the metadata is kept by companions).
@@ -225,14 +234,17 @@ func releaseArgv(l *Lock) []any {
 		lease = ttlMillis(ttl) // extended to another lease
 	}
 	rel := releaseKeys(l)
-	queue := b.queue
+	queue, waiting := b.queue, b.waiting
 	if queue == nil {
-		queue = rel[2]
+		queue, waiting = rel[2], rel[3]
 	}
-	argv := make([]any, 0, 10)
-	argv = append(argv, "evalsha", scriptSources[sharded(scriptRelease, l.sharded)].sha, 3, b.key, rel[1], queue, b.owner, lease)
-	if l.timeout != defaultNodeTimeout(ttl) {
+	argv := make([]any, 0, 12)
+	argv = append(argv, "evalsha", scriptSources[sharded(scriptRelease, l.sharded)].sha, 4, b.key, rel[1], queue, waiting, b.owner, lease)
+	if l.timeout != defaultNodeTimeout(ttl) || l.announce {
 		argv = append(argv, ttlMillis(l.timeout))
+	}
+	if l.announce {
+		argv = append(argv, "1")
 	}
 	return argv
 }
@@ -240,13 +252,17 @@ func releaseArgv(l *Lock) []any {
 // releaseArgs are release.lua's ARGV for an exclusive lock l, nil for the
 // other kinds. The reservation for a waiting writer lasts l's node timeout,
 // sent only when it is not the default that release.lua derives from the
-// lease itself (an argument fewer to box).
+// lease itself (an argument fewer to box), or when an election's leader
+// tells its release to observers whether or not anyone waits.
 func releaseArgs(l *Lock) []any {
 	if l.kind != kindExclusive {
 		return nil
 	}
 	ttl := l.leaseTTL()
-	if l.timeout == defaultNodeTimeout(ttl) {
+	switch {
+	case l.announce:
+		return []any{l.owner, ttlMillis(ttl), ttlMillis(l.timeout), "1"}
+	case l.timeout == defaultNodeTimeout(ttl):
 		return []any{l.owner, ttlMillis(ttl)}
 	}
 	return []any{l.owner, ttlMillis(ttl), ttlMillis(l.timeout)}
@@ -258,17 +274,18 @@ func extendArgs(l *Lock, ttl time.Duration) []any {
 
 // Read holds and permits live in a sorted set of holds:
 //
-//	read:   holds set, this owner's released marker, lock key, waiting writers
+//	read:   holds set, this owner's released marker, lock key, waiting writers, waiting mark
 //	permit: holds set, this owner's released marker, permit count, fence counter
 //
-// so that a read hold's release keys are keys[:2] and its extend keys
-// keys[:1], and a permit's release and extend keys keys[:3] (the count key
-// lives and dies with the set).
+// so that a read hold's release keys are keys[:3] (the lock key holds the
+// read holds' readMark) and its extend keys keys[:1], and a permit's
+// release and extend keys keys[:3] (the count key lives and dies with the
+// set).
 
 func readKeys(l *Lock, a *acquisition, buf []string) {
 	l.owner, l.metadata = uuid.NewString(), ""
 	readers := a.tag + readersSuffix
-	l.keys = append(buf, readers, ownerKey(readers, releasedSuffix, l.owner), a.tag, a.tag+queueSuffix)
+	l.keys = append(buf, readers, ownerKey(readers, releasedSuffix, l.owner), a.tag, a.tag+queueSuffix, a.tag+waitSuffix)
 }
 
 func permitKeys(l *Lock, a *acquisition, buf []string) {
@@ -277,7 +294,7 @@ func permitKeys(l *Lock, a *acquisition, buf []string) {
 }
 
 func readAcquire(l *Lock, ttl, _, _ any, _ string) (*redis.Script, []string, []any) {
-	return scriptRLock, []string{l.keys[2], l.keys[0], l.keys[3]}, []any{l.owner, ttl}
+	return scriptRLock, []string{l.keys[2], l.keys[0], l.keys[3], l.keys[4]}, []any{l.owner, ttl}
 }
 
 func permitAcquire(l *Lock, ttl, fence, _ any, _ string) (*redis.Script, []string, []any) {
@@ -287,7 +304,7 @@ func permitAcquire(l *Lock, ttl, fence, _ any, _ string) (*redis.Script, []strin
 // readRelease and permitRelease are zrelease.lua's call; its last argument
 // says whether the release wakes waiting writers (a read hold) or not.
 func readRelease(l *Lock, _ int, _ time.Duration) (*redis.Script, []string, []any) {
-	return sharded(scriptZRelease, l.sharded), l.keys[:2], []any{l.owner, l.channel, ttlMillis(l.leaseTTL()), "1"}
+	return sharded(scriptZRelease, l.sharded), l.keys[:3], []any{l.owner, l.channel, ttlMillis(l.leaseTTL()), "1"}
 }
 
 func permitRelease(l *Lock, _ int, _ time.Duration) (*redis.Script, []string, []any) {
@@ -338,7 +355,8 @@ type keepCall struct {
 
 // companions appends to buf the keep.lua calls that go with a renewal of l
 // to ttl, apart from the renewal itself (extend.lua says why): the
-// metadata of an exclusive lock, the count key of a permit, and the fence
+// metadata of an exclusive lock, the lock key's readMark of a read hold,
+// the count key of a permit, and the fence
 // counter of a lock held long enough that it could expire before the new
 // lease ends (counterDue). Their outcome never decides the renewal's.
 func companions(l *Lock, ttl time.Duration, buf []keepCall) []keepCall {
@@ -352,6 +370,9 @@ func companions(l *Lock, ttl time.Duration, buf []keepCall) []keepCall {
 		if due {
 			buf = append(buf, keepCall{l.keys[1], []any{ms}})
 		}
+	case kindRead:
+		// The lock key's readMark lives as long as the longest read hold.
+		buf = append(buf, keepCall{l.keys[2], []any{ms, readMarkOwner}})
 	case kindPermit:
 		buf = append(buf, keepCall{l.keys[2], []any{ms}})
 		if due {
@@ -470,7 +491,7 @@ const inlineNodes = 8
 // its address inside; the arrays live as long as it does.
 type lockAlloc struct {
 	Lock
-	keys    [8]string
+	keys    [9]string
 	outcome [inlineNodes]outcome
 }
 
@@ -487,6 +508,7 @@ func (a *acquisition) newLock(eng engine, nodes int) *Lock {
 		fencing:       cfg.fencing,
 		autoRenew:     cfg.autoRenew,
 		sharded:       cfg.sharded,
+		announce:      cfg.announce,
 		driftFactor:   cfg.driftFactor,
 		renewInterval: cfg.renewInterval,
 		timeout:       cfg.timeout(cfg.ttl),
@@ -517,9 +539,9 @@ func (a *acquisition) newLock(eng engine, nodes int) *Lock {
 // ownerAndKeys draws a fresh owner value, a random (version 4) UUID, and
 // appends to keys an exclusive lock's keys, all under the hash tag tag:
 //
-//	0 lock, 1 fence counter, 2 read holds, 3 queue (acquire.lua: keys[:3]
+//	0 lock, 1 fence counter, 2 queue, 3 waiting mark (acquire.lua: keys[:2]
 //	  or keys[:4]), with metadata 4 metadata (acquire.lua: keys[:5])
-//	then lock, released marker, queue (release.lua: releaseKeys)
+//	then lock, released marker, queue, waiting mark (release.lua: releaseKeys)
 //
 // with the owner and the derived keys cut from one string: one allocation
 // instead of six.
@@ -536,13 +558,13 @@ func ownerAndKeys(keys []string, tag string, metadata bool) (owner string, _ []s
 	hex.Encode(hexed[24:36], u[10:16])
 	hexed[8], hexed[13], hexed[18], hexed[23] = '-', '-', '-', '-'
 
-	suffixes := [...]string{fenceSuffix, readersSuffix, queueSuffix, releasedSuffix, metaSuffix}
+	suffixes := [...]string{fenceSuffix, queueSuffix, waitSuffix, releasedSuffix, metaSuffix}
 	n := len(suffixes)
 	if !metadata {
 		n--
 	}
 	var b strings.Builder
-	b.Grow(len(hexed) + n*len(tag) + len(fenceSuffix) + len(readersSuffix) + len(queueSuffix) + len(releasedSuffix) + len(metaSuffix))
+	b.Grow(len(hexed) + n*len(tag) + len(fenceSuffix) + len(queueSuffix) + len(waitSuffix) + len(releasedSuffix) + len(metaSuffix))
 	b.Write(hexed[:])
 	for _, suffix := range suffixes[:n] {
 		b.WriteString(tag)
@@ -555,12 +577,12 @@ func ownerAndKeys(keys []string, tag string, metadata bool) (owner string, _ []s
 		part, s = s[:len(tag)+len(suffix)], s[len(tag)+len(suffix):]
 		return part
 	}
-	fence, readers, queue, released := cut(fenceSuffix), cut(readersSuffix), cut(queueSuffix), cut(releasedSuffix)
-	keys = append(keys, tag, fence, readers, queue)
+	fence, queue, waiting, released := cut(fenceSuffix), cut(queueSuffix), cut(waitSuffix), cut(releasedSuffix)
+	keys = append(keys, tag, fence, queue, waiting)
 	if metadata {
 		keys = append(keys, cut(metaSuffix))
 	}
-	return owner, append(keys, tag, released, queue)
+	return owner, append(keys, tag, released, queue, waiting)
 }
 
 // newMultiKeys lays out the keys of a multi-name lock on names (sorted,
@@ -576,7 +598,7 @@ func newMultiKeys(prefix string, names []string, sharded bool) *multiKeys {
 		rel := make([]string, 3*n)
 		for i, name := range names {
 			tag := lockKey(prefix, name)
-			acq[i], acq[n+i], acq[2*n+i] = tag, tag+fenceSuffix, tag+readersSuffix
+			acq[i], acq[n+i], acq[2*n+i] = tag, tag+fenceSuffix, tag+waitSuffix
 			rel[i], rel[n+i], rel[2*n+i] = tag, tag+releasedSuffix, tag+queueSuffix
 		}
 		mk.acq = append(mk.acq, acq)

@@ -36,7 +36,7 @@ const (
 
 // boxedArgs are script arguments boxed once for two commands; queue is
 // nil when the acquire command did not carry the queue key.
-type boxedArgs struct{ key, owner, lease, queue any }
+type boxedArgs struct{ key, owner, lease, queue, waiting any }
 
 // whyClosed is the reason of a lock released by Close.
 const whyClosed = "closed"
@@ -60,10 +60,15 @@ type Lock struct {
 	boxed     boxedArgs
 	fencing   bool
 	autoRenew bool
-	sharded   bool       // its core's nodes are Clusters: its releases publish with SPUBLISH
-	kind      lockKind   // what it holds: the scripts that release and extend it (kinds.go)
-	multi     *multiKeys // the names and keys of a multi-name lock (LockAll), else nil
-	permits   int        // a permit's Semaphore size (sem_acquire.lua), else 0
+	sharded   bool // its core's nodes are Clusters: its releases publish with SPUBLISH
+	// fenceFloor is the fencing argument of its acquire call (acquire.go).
+	fenceFloor floorArg
+	// announce: an election's leader, whose release is published whether
+	// or not anyone waits (its observers do not mark it, see release.lua).
+	announce bool
+	kind     lockKind   // what it holds: the scripts that release and extend it (kinds.go)
+	multi    *multiKeys // the names and keys of a multi-name lock (LockAll), else nil
+	permits  int        // a permit's Semaphore size (sem_acquire.lua), else 0
 	// WithReplicaAcks, packed into the padding after the bools so that a
 	// Lock without acks costs no more memory than before: replicas (0: no
 	// WAIT) and the ack timeout in milliseconds (validate bounds both).

@@ -34,6 +34,7 @@ type config struct {
 	retention     time.Duration // fence counters' life after a grant (WithFenceRetention)
 	noTracking    bool          // WithLossTracking(false)
 	sharded       bool          // every node is a Cluster: publish with SPUBLISH (set by newCore)
+	announce      bool          // an election's leader: its release is always published (announced)
 	ttlBoxed      any           // ttlMillis of the core's TTL, boxed once (see ttlArg)
 }
 
@@ -372,3 +373,8 @@ func (c *config) nodeTimeoutFor(ttl time.Duration) time.Duration {
 func defaultNodeTimeout(ttl time.Duration) time.Duration {
 	return min(max(ttl/10, 100*time.Millisecond), time.Second)
 }
+
+// announced makes a lock's release publish whether or not anyone waits:
+// an election's observers hear a resignation that no candidate waits for
+// (Election.Campaign).
+func announced() Option { return func(c *config) { c.announce = true } }

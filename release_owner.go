@@ -64,8 +64,11 @@ func releaseOwner(ctx context.Context, c *core, name, owner string) error {
 	// holder's marker key, it would make the holder's own Unlock report
 	// success for a lock an operator took away; so this call's marker has a
 	// key of its own, and lives 1ms (nothing reads it: see replyAlready below).
-	keys := []string{key, key + operatorSuffix, key + queueSuffix}
-	args := []any{owner, 1}
+	// The release is told to waiters whether or not one marked the name (the
+	// last argument): an operator's call is rare, and this keeps the marker
+	// to its 1ms (release.lua's quiet path would leave it for the lease).
+	keys := []string{key, key + operatorSuffix, key + queueSuffix, key + waitSuffix}
+	args := []any{owner, 1, 1, "1"}
 	timeout := c.cfg.timeout(c.cfg.ttl)
 	rs, interrupted, err := c.pool.round(detached(ctx), c.pool.nodes, timeout, timeout, func(ctx context.Context, n *node, cl Client) reply {
 		if err := c.pool.ids.identify(ctx, n); err != nil {
@@ -104,16 +107,13 @@ func releaseOwner(ctx context.Context, c *core, name, owner string) error {
 func releaseSetOwner(ctx context.Context, c *core, name, key, owner string, timeout time.Duration) error {
 	sets := []struct {
 		key, channel, reads string
-		counted             bool // a permit count key lives with the set
+		third               string // zrelease.lua's KEYS[3]: the lock key (its readMark), or a permit count key
 	}{
-		{key + readersSuffix, releaseChannel(key), "1", false}, // read holds publish on the lock's channel, when the last one leaves
-		{key + semSuffix, releaseChannel(key + semSuffix), "0", true},
+		{key + readersSuffix, releaseChannel(key), "1", key}, // read holds publish on the lock's channel, when the last one leaves
+		{key + semSuffix, releaseChannel(key + semSuffix), "0", key + semSuffix + permitsSuffix},
 	}
 	for _, set := range sets {
-		keys := []string{set.key, ownerKey(set.key, operatorSuffix, owner)}
-		if set.counted {
-			keys = append(keys, set.key+permitsSuffix)
-		}
+		keys := []string{set.key, ownerKey(set.key, operatorSuffix, owner), set.third}
 		rs, interrupted, err := c.pool.round(detached(ctx), c.pool.nodes, timeout, timeout, func(ctx context.Context, n *node, cl Client) reply {
 			v, err := sharded(scriptZRelease, c.cfg.sharded).Run(ctx, cl, keys, owner, set.channel, 1, set.reads).Int64()
 			if err == nil && v == replyUnpublished {

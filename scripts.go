@@ -243,6 +243,7 @@ var schemaStrings = map[string]string{
 	"SUFFIX_CHANNEL":  channelSuffix,
 	"PREFIX_RESERVED": reservedPrefix,
 	"PREFIX_PASSED":   passedPrefix,
+	"VALUE_READ_MARK": readMark,
 }
 
 // constant is the text of a constant a script names: a reply code's value

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
@@ -46,10 +47,10 @@ func loadBareScripts(tb testing.TB) bareScripts {
 	// The schema's key suffixes and value prefixes, by the names the
 	// scripts use (scripts.go's schemaStrings), from kinds.go's constants.
 	strs := map[string]string{}
-	for _, m := range regexp.MustCompile(`(?m)^\s*(\w+(?:Suffix|Prefix))\s*=\s*("[^"]*")`).FindAllStringSubmatch(read("kinds.go"), -1) {
+	for _, m := range regexp.MustCompile(`(?m)^\s*(\w+(?:Suffix|Prefix|Mark))\s*=\s*("[^"]*")`).FindAllStringSubmatch(read("kinds.go"), -1) {
 		strs[m[1]] = m[2]
 	}
-	for _, m := range regexp.MustCompile(`"((?:SUFFIX|PREFIX)_\w+)":\s*(\w+)`).FindAllStringSubmatch(goSrc, -1) {
+	for _, m := range regexp.MustCompile(`"((?:SUFFIX|PREFIX|VALUE)_\w+)":\s*(\w+)`).FindAllStringSubmatch(goSrc, -1) {
 		codes[m[1]] = strs[m[2]]
 	}
 	hours := regexp.MustCompile(`defaultFenceRetention = (\d+) \* time\.Hour`).FindStringSubmatch(read("options.go"))
@@ -92,11 +93,11 @@ func (s bareScripts) pair(ctx context.Context, c *redis.Client, name string, inG
 		return <-ch
 	}
 	if err := call(func() error {
-		return s.acquire.Run(ctx, c, []string{tag, tag + ":fence", tag + ":readers"}, owner, ttl, "1").Err()
+		return s.acquire.Run(ctx, c, []string{tag, tag + ":fence"}, owner, ttl, "1:"+strconv.FormatInt(time.Now().UnixMicro(), 10)).Err()
 	}); err != nil {
 		return err
 	}
 	return call(func() error {
-		return s.release.Run(ctx, c, []string{tag, tag + ":released", tag + ":queue"}, owner, ttl).Err()
+		return s.release.Run(ctx, c, []string{tag, tag + ":released", tag + ":queue", tag + ":waiting"}, owner, ttl).Err()
 	})
 }

@@ -18,7 +18,8 @@ import (
 // ---------------------------------------------------------------------------
 // Parallel: 16 goroutines of one process, each taking and releasing a name
 // of its own (no contention), over one client and one library instance:
-// pairs/s, against the raw SET NX PX + DEL floor in the same run.
+// pairs/s, and the server's CPU and commands per pair (the meter), against
+// the raw SET NX PX + DEL floor in the same run.
 
 func BenchmarkParallel16(b *testing.B) {
 	srvs := getServers(b, "single", 1)
@@ -89,7 +90,7 @@ func BenchmarkParallel16(b *testing.B) {
 			left.Store(int64(b.N))
 			var wg sync.WaitGroup
 			errs := make(chan error, g)
-			b.ResetTimer()
+			m := startMeter(b, nil, srvs)
 			t0 := time.Now()
 			for i := range g {
 				wg.Go(func() {
@@ -103,7 +104,7 @@ func BenchmarkParallel16(b *testing.B) {
 			}
 			wg.Wait()
 			elapsed := time.Since(t0)
-			b.StopTimer()
+			m.stop(b.N, "op")
 			close(errs)
 			for err := range errs {
 				b.Fatal(err)

@@ -41,7 +41,13 @@ local function mintone(k, now, life)
     tok = last + 1
     redis.call('SET', k, string.format('%.0f', tok), 'KEEPTTL')
   end
-  if redis.call('PEXPIRE', k, life, 'GT') == 0 and redis.call('PTTL', k) == -1 then
+  -- PEXPIRE GT also refuses an expiry no later than the one set: that of
+  -- a grant in the same millisecond of the server's clock, whose token is
+  -- then a little below the floor (10 ms allows for the clocks of two
+  -- clients). Only otherwise can the refusal mean a key without expiry
+  -- (written before counters expired), which PTTL tells.
+  if redis.call('PEXPIRE', k, life, 'GT') == 0 and not (last < now and now - last < 10000)
+      and redis.call('PTTL', k) == -1 then
     redis.call('PEXPIRE', k, life)
   end
   return tok
@@ -153,6 +159,17 @@ local function firstwaiter(q)
     dequeue(q, id)
   end
   return nil
+end
+
+-- waiting marks that a refused caller waits for the holder's release: the
+-- key flag ("<lock key>:waiting") lives the holder's lease left (pttl ms,
+-- below 0 for none) plus 10 s. A release publishes only while it is there
+-- (release.lua), so that a release nobody waits for sends nothing. A
+-- waiter sleeps no longer than the lease or a second before it tries again
+-- (and so renews the mark), unless a retry policy of its own makes it
+-- sleep longer than 10 s; messages only ever woke that one earlier.
+local function waiting(flag, pttl)
+  redis.call('SET', flag, '1', 'PX', math.max(pttl, 0) + 10000)
 end
 
 -- publishto(channel, message) publishes message on channel with

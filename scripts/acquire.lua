@@ -1,34 +1,37 @@
 -- acquire.lua: take the lock if free and mint its fencing token, in one round trip.
 --
--- KEYS[1]  lock key        "{<prefix><name>}"
+-- KEYS[1]  lock key        "{<prefix><name>}"; holds readMark (kinds.go)
+--          while read holds are live (rlock.lua), so SET NX fails then too
 -- KEYS[2]  fence counter   "{<prefix><name>}:fence"  (expires its retention
 --          after the last grant, see mint in _lib.lua)
--- KEYS[3]  read holds      "{<prefix><name>}:readers" (rlock.lua)
--- KEYS[4]  the queue of waiting writers "{<prefix><name>}:queue" (_lib.lua);
+-- KEYS[3]  the queue of waiting writers "{<prefix><name>}:queue" (_lib.lua);
 --          given by a Lock call that waits, and with metadata
--- KEYS[5]  metadata        "{<prefix><name>}:meta"   (only with ARGV[6])
+-- KEYS[4]  the waiting mark "{<prefix><name>}:waiting" (waiting in
+--          _lib.lua); given with KEYS[3]
+-- KEYS[5]  metadata        "{<prefix><name>}:meta"   (only with ARGV[5])
 -- ARGV[1]  owner value (a fresh UUID per attempt)
 -- ARGV[2]  TTL in milliseconds
--- ARGV[3]  "0" to skip the fencing token; otherwise mint one, keeping the
---          counter for this many ms (its retention), "1" for the default
--- ARGV[4]  time floor of the token in microseconds, or "" or absent to use
---          this server's TIME (Redlock proposes one floor to all masters so
---          that they mint the same token and need no write-back round)
--- ARGV[5]  the id of a Lock call that waits, in the queue of waiting
+-- ARGV[3]  "0" to skip the fencing token; otherwise "<retention>:<floor>":
+--          mint one, keeping the counter for <retention> ms ("1" for the
+--          default), no smaller than <floor>, the client's clock in µs
+--          (a Redlock proposes one floor to all masters, so that they mint
+--          the same token and need no write-back round). Without ":<floor>"
+--          the floor is this server's TIME.
+-- ARGV[4]  the id of a Lock call that waits, in the queue of waiting
 --          writers: the owner value of its first attempt; "" for a call
---          that does not wait. Absent: ARGV[1] when KEYS[4] is given (a
+--          that does not wait. Absent: ARGV[1] when KEYS[3] is given (a
 --          waiting call's first attempt), else "". A refused waiting call
---          enters or renews its id; a name reserved for it ("queued:<id>",
---          see pass) is its to take.
--- ARGV[6]  metadata value "<owner>\n<metadata>" (WithMetadata), stored at
+--          enters or renews its id and marks the name waited for; a name
+--          reserved for it ("queued:<id>", see pass) is its to take.
+-- ARGV[5]  metadata value "<owner>\n<metadata>" (WithMetadata), stored at
 --          KEYS[5] with the lock's TTL; absent without metadata
 --
 -- Every key the script reads or writes is in KEYS (TestScriptKeysDeclared).
 -- They share the lock key's hash tag, so they live in one slot. The call is
 -- kept short all the same: an unauthenticated connection may send no more
 -- than 10 arguments, and a refusal should read NOAUTH, so a TryLock on one
--- server sends 9 (EVALSHA, SHA, 3, three keys, three arguments) and the
--- first attempt of a Lock 10 (the queue key, and no ARGV[4] or ARGV[5]).
+-- server sends 8 (EVALSHA, SHA, 2, two keys, three arguments) and the
+-- first attempt of a Lock 10 (the queue and waiting keys, and no ARGV[4]).
 -- 'queued:' mirrors kinds.go's reservedPrefix.
 --
 -- Returns {REPLY_OK, token} when the lock is ours (token 0 with fencing
@@ -40,11 +43,15 @@
 -- minted (see _lib.lua): the lock is not taken, since a repeated token
 -- would let a fence admit two owners. Reply codes: the table in scripts.go.
 --
--- An uncontended call takes the name with SET NX (the name's first and
--- only read when free), reads the read holds once (EXISTS) and never
--- touches the queue; a refusal or a failed mint deletes the key it set, so
--- nothing changes then.
-local wid = ARGV[5] or (KEYS[4] and ARGV[1]) or ''
+-- An uncontended call runs three commands: SET NX takes the name (its
+-- first and only read when free: read holds keep their mark in the lock
+-- key, so they need no read of their own), and the token takes SET GET
+-- and PEXPIRE (mint). It never touches the queue; a failed mint deletes
+-- the key it set, so nothing changes then.
+local wid = ARGV[4] or (KEYS[3] and ARGV[1]) or ''
+local on, floor = ARGV[3], nil
+local sep = string.find(on, ':', 1, true)
+if sep then on, floor = string.sub(on, 1, sep - 1), string.sub(on, sep + 1) end
 local claimed = false
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local cur = redis.call('GET', KEYS[1])
@@ -52,36 +59,29 @@ if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     -- Our own earlier execution of this very attempt (a client-side retry
     -- after a lost reply): report the grant it made instead of a false
     -- "taken".
-    return {REPLY_OK, minted(ARGV[3], KEYS[2])}
+    return {REPLY_OK, minted(on, KEYS[2])}
   end
   if wid == '' or cur ~= PREFIX_RESERVED .. wid then
-    if wid ~= '' then enqueue(KEYS[4], wid) end
-    return {REPLY_TAKEN, redis.call('PTTL', KEYS[1]), cur}
+    local pttl = redis.call('PTTL', KEYS[1])
+    if wid ~= '' then
+      enqueue(KEYS[3], wid)
+      waiting(KEYS[4], pttl)
+    end
+    if cur == VALUE_READ_MARK then cur = '' end
+    return {REPLY_TAKEN, pttl, cur}
   end
   claimed = true -- our turn: pass took us off the queue
 end
-local readers = KEYS[3]
--- A reserved name had a key all along, which kept new read holds out.
-if not claimed and redis.call('EXISTS', readers) == 1 then
-  local now = nowms()
-  redis.call('ZREMRANGEBYSCORE', readers, '-inf', now)
-  local last = redis.call('ZRANGE', readers, -1, -1, 'WITHSCORES')
-  if last[1] then
-    redis.call('DEL', KEYS[1])
-    if wid ~= '' then enqueue(KEYS[4], wid) end
-    return {REPLY_TAKEN, tonumber(last[2]) - now, ''}
-  end
-end
-local tok, refused = mint(ARGV[3], {KEYS[2]}, ARGV[4], ARGV[2])
+local tok, refused = mint(on, {KEYS[2]}, floor, ARGV[2])
 if not tok then
   -- The name as it was: free, or still reserved for us.
   if not claimed then redis.call('DEL', KEYS[1]) end
   return refused
 end
 if claimed then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) end
-if ARGV[6] then redis.call('SET', KEYS[5], ARGV[6], 'PX', ARGV[2]) end
+if ARGV[5] then redis.call('SET', KEYS[5], ARGV[5], 'PX', ARGV[2]) end
 if wid ~= '' and wid ~= ARGV[1] and not claimed then
   -- Entered by an earlier refusal, and the name was free: leave the queue.
-  dequeue(KEYS[4], wid)
+  dequeue(KEYS[3], wid)
 end
 return {REPLY_OK, tok}

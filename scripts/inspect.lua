@@ -19,6 +19,7 @@
 -- Hash slots: all keys carry the same hash tag, so on Redis Cluster they map
 -- to one slot and the script never fails with CROSSSLOT.
 local owner = redis.call('GET', KEYS[1]) or ''
+if owner == VALUE_READ_MARK then owner = '' end -- read holds (rlock.lua), counted below
 local pttl = -2
 if owner ~= '' then pttl = redis.call('PTTL', KEYS[1]) end
 local meta = ''

@@ -1,7 +1,8 @@
 -- multi_acquire.lua: take several names at once, all or nothing.
 --
 -- KEYS     for n names: their lock keys (1..n), fence counters (n+1..2n) and
---          read-hold sets (2n+1..3n), in one global order (sorted by name)
+--          waiting marks (2n+1..3n, _lib.lua: set for the name that refuses),
+--          in one global order (sorted by name)
 -- ARGV[1]  owner value shared by all the names (a fresh UUID per attempt)
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3]  "0" to skip the fencing token; otherwise mint one, keeping the
@@ -25,16 +26,14 @@ local n = #KEYS / 3
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   return {REPLY_OK, minted(ARGV[3], KEYS[n + 1])}
 end
-local now
 for i = 1, n do
   local cur = redis.call('GET', KEYS[i])
-  if cur then return {REPLY_TAKEN, redis.call('PTTL', KEYS[i]), cur, i} end
-  local readers = KEYS[2 * n + i]
-  if redis.call('EXISTS', readers) == 1 then
-    now = now or nowms()
-    redis.call('ZREMRANGEBYSCORE', readers, '-inf', now)
-    local last = redis.call('ZRANGE', readers, -1, -1, 'WITHSCORES')
-    if last[1] then return {REPLY_TAKEN, tonumber(last[2]) - now, '', i} end
+  if cur then
+    -- Read holds keep readMark in the lock key (rlock.lua).
+    local pttl = redis.call('PTTL', KEYS[i])
+    waiting(KEYS[2 * n + i], pttl)
+    if cur == VALUE_READ_MARK then cur = '' end
+    return {REPLY_TAKEN, pttl, cur, i}
   end
 end
 local fences = {}

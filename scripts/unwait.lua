@@ -11,13 +11,14 @@
 --
 -- A name reserved for it ('queued:' .. id, kinds.go's reservedPrefix) passes
 -- on to the next writer in the queue, or is freed. When no writer is left
--- waiting and the name is free, it publishes ARGV[1] on ARGV[2], waking the
--- readers that waited for it. Returns REPLY_OK (reply codes: the table in
+-- waiting and the name is free or read-held (readMark), it publishes
+-- ARGV[1] on ARGV[2], waking the readers that waited for it. Returns REPLY_OK (reply codes: the table in
 -- scripts.go).
 dequeue(KEYS[1], ARGV[1])
-if redis.call('GET', KEYS[2]) == PREFIX_RESERVED .. ARGV[1] then
+local cur = redis.call('GET', KEYS[2])
+if cur == PREFIX_RESERVED .. ARGV[1] then
   pass(KEYS[2], KEYS[1], ARGV[2], ARGV[1], tonumber(ARGV[3] or 1000))
-elseif redis.call('EXISTS', KEYS[1]) == 0 and redis.call('EXISTS', KEYS[2]) == 0 then
+elseif redis.call('EXISTS', KEYS[1]) == 0 and (not cur or cur == VALUE_READ_MARK) then
   publishto(ARGV[2], ARGV[1])
 end
 return REPLY_OK

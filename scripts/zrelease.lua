@@ -4,7 +4,8 @@
 -- KEYS[1]  the sorted set of holds (rlock.lua, sem_acquire.lua)
 -- KEYS[2]  released marker of this owner "<set key>:released:<owner>"
 -- KEYS[3]  a permit's count key "<set key>:permits" (sem_acquire.lua),
---          deleted with the last live permit; absent for a read hold
+--          deleted with the last live permit; for a read hold the lock
+--          key, whose readMark (rlock.lua) goes with the last live hold
 -- ARGV[1]  owner value
 -- ARGV[2]  release channel
 -- ARGV[3]  lifetime of the marker in milliseconds (the hold's TTL)
@@ -24,7 +25,19 @@ local now = nowms()
 local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if s then
   redis.call('ZREM', KEYS[1], ARGV[1])
-  if KEYS[3] then
+  if KEYS[3] and ARGV[4] == '1' then
+    -- The lock key's readMark follows the live read holds: it goes with
+    -- the last of them, else expires with the longest lease left.
+    redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+    if redis.call('GET', KEYS[3]) == VALUE_READ_MARK then
+      local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+      if last[2] then
+        redis.call('PEXPIREAT', KEYS[3], last[2])
+      else
+        redis.call('DEL', KEYS[3])
+      end
+    end
+  elseif KEYS[3] then
     -- The last live permit gone: the next holder may choose another count.
     redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
     if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('DEL', KEYS[3]) end

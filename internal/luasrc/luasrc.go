@@ -17,7 +17,7 @@ import (
 var libFunc = regexp.MustCompile(`(?ms)^local function (\w+)\(.*?^end\n`)
 
 // constName finds the constants a script names.
-var constName = regexp.MustCompile(`\b(?:REPLY|SUFFIX|PREFIX|PUBLISH)_[A-Z_]+\b`)
+var constName = regexp.MustCompile(`\b(?:REPLY|SUFFIX|PREFIX|VALUE|PUBLISH)_[A-Z_]+\b`)
 
 // Assemble returns body with the functions of lib that it calls (and that
 // they call), in lib's order, in front, and each constant it names

@@ -1,0 +1,175 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlockgo/redlock/internal/redistest"
+)
+
+// pairCommandBudget is what an uncontended TryLock+Unlock with fencing on
+// may cost the server, counting the commands the scripts run (INFO
+// commandstats): bsm/redislock's Obtain+Release runs 5.
+const pairCommandBudget = 7
+
+// TestPairCommandBudget counts the server commands of uncontended
+// TryLock+Unlock pairs, on free names never used before (a fresh fence
+// counter each) and on one name used again and again, and fails above the
+// budget, so that no change adds a command to the hot path silently.
+func TestPairCommandBudget(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	lk := newLocker(t, srv.Client(t), WithAutoRenew(false))
+	ctx := context.Background()
+	const pairs = 100
+	for _, tc := range []struct {
+		name string
+		lock func(i int) string
+	}{
+		{"fresh names", func(i int) string { return fmt.Sprintf("fresh-%d", i) }},
+		{"one name", func(int) string { return "again" }},
+	} {
+		// Warm the name's keys up for the second case.
+		l, err := lk.TryLock(ctx, tc.lock(-1))
+		require.NoError(t, err)
+		require.NoError(t, l.Unlock(ctx))
+		srv.Do(t, "CONFIG", "RESETSTAT")
+		for i := range pairs {
+			l, err := lk.TryLock(ctx, tc.lock(i))
+			require.NoError(t, err)
+			require.Positive(t, l.Token())
+			require.NoError(t, l.Unlock(ctx))
+		}
+		calls := allCalls(t, srv)
+		total := 0
+		var each []string
+		for cmd, n := range calls {
+			switch cmd {
+			case "config|resetstat", "info", "hello", "client|setinfo", "ping":
+				continue // the test's own, or a new connection's set-up
+			}
+			total += n
+			each = append(each, fmt.Sprintf("%s=%.2f", cmd, float64(n)/pairs))
+		}
+		sort.Strings(each)
+		t.Logf("%s: %.2f commands per pair: %s", tc.name, float64(total)/pairs, strings.Join(each, " "))
+		assert.LessOrEqual(t, float64(total)/pairs, float64(pairCommandBudget), "%s: server commands per uncontended pair (%s)", tc.name, strings.Join(each, " "))
+	}
+}
+
+// TestReleasePublishesOnlyWhenWaited: a release publishes its message only
+// when a refused caller marked the name waited for; then the message is
+// what wakes it. Waiters of the holder's own Locker, which never ask the
+// server while it holds the name, are woken in process. Every waiter here
+// has a retry policy of an hour, and the holder a lease of 30 s, so a
+// waiter that got the lock within 10 s was woken by the release.
+func TestReleasePublishesOnlyWhenWaited(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	opts := []Option{WithTTL(30 * time.Second), WithRetry(ConstantRetry(time.Hour))}
+	lks := twoLockers(t, srv, opts...)
+
+	publishes := commandCalls(t, srv, "publish")
+	for range 20 {
+		l, err := lks[0].TryLock(ctx, "quiet")
+		require.NoError(t, err)
+		require.NoError(t, l.Unlock(ctx))
+	}
+	assert.Equal(t, publishes, commandCalls(t, srv, "publish"), "PUBLISH calls for releases nobody waited for")
+
+	for _, tc := range []struct {
+		name  string
+		other int // the Locker of the waiter: 1 another, 0 the holder's own
+		read  bool
+	}{
+		{"writer of another Locker", 1, false},
+		{"reader of another Locker", 1, true},
+		{"writer of the same Locker", 0, false},
+		{"reader of the same Locker", 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := "waited-" + strings.ReplaceAll(tc.name, " ", "-")
+			holder, err := lks[0].TryLock(ctx, name)
+			require.NoError(t, err)
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			got := make(chan error, 1)
+			w := lks[tc.other]
+			go func() {
+				var l *Lock
+				var err error
+				if tc.read {
+					l, err = w.RLock(wctx, name)
+				} else {
+					l, err = w.Lock(wctx, name)
+				}
+				if err == nil {
+					err = l.Unlock(ctx)
+				}
+				got <- err
+			}()
+			if tc.other == 1 {
+				require.True(t, eventually(5*time.Second, func() bool {
+					return get(t, srv.Client(t), "{redlock:"+name+"}:waiting") == "1"
+				}), "the refused waiter marked the name")
+			} else {
+				qk := releaseChannel(lockKey("redlock:", name))
+				if tc.read {
+					qk = queueKey(qk, queueReaders)
+				}
+				require.True(t, eventually(5*time.Second, func() bool { return lks[0].c.waits.busy(qk) }), "the waiter queued")
+			}
+			before := commandCalls(t, srv, "publish")
+			require.NoError(t, holder.Unlock(ctx))
+			require.NoError(t, <-got, "the waiter got the name after the release")
+			if tc.other == 1 {
+				assert.Positive(t, commandCalls(t, srv, "publish")-before, "the release was published")
+			}
+		})
+	}
+}
+
+// TestReadMarkFollowsHolds: the lock key's mark of live read holds, which
+// refuses writers without a read of the holds, lives as long as the
+// longest of them through renewals, goes with the last release, and
+// shortens to the holds left when a longer one is released.
+func TestReadMarkFollowsHolds(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	lk := newLocker(t, srv.Client(t), WithTTL(300*time.Millisecond))
+	key := "{redlock:marked}"
+
+	short, err := lk.TryRLock(ctx, "marked")
+	require.NoError(t, err)
+	long, err := lk.TryRLock(ctx, "marked", WithTTL(time.Minute), WithAutoRenew(false))
+	require.NoError(t, err)
+	assert.Equal(t, readMark, get(t, admin, key), "the lock key while read holds are live")
+	_, err = lk.TryLock(ctx, "marked")
+	require.ErrorIs(t, err, ErrNotObtained)
+	require.NoError(t, long.Unlock(ctx))
+	assert.LessOrEqual(t, admin.PTTL(ctx, key).Val(), 300*time.Millisecond, "the mark after the longest hold left")
+
+	// Renewed past three of its TTLs, the short hold keeps writers out.
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		_, err = lk.TryLock(ctx, "marked")
+		require.ErrorIs(t, err, ErrNotObtained, "a writer while a renewed read hold is live")
+		require.NoError(t, short.Err())
+		time.Sleep(50 * time.Millisecond) // pacing the probes, not synchronisation
+	}
+	require.NoError(t, short.Unlock(ctx))
+	assert.Empty(t, get(t, admin, key), "the mark after the last hold left")
+	w, err := lk.TryLock(ctx, "marked")
+	require.NoError(t, err, "a writer once the read holds are gone")
+	require.NoError(t, w.Unlock(ctx))
+}
