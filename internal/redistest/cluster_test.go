@@ -59,7 +59,7 @@ func TestClusterKillMaster(t *testing.T) {
 			c := StartCluster(t, 3, WithClusterReplicas(), WithClusterNodeTimeout(time.Second))
 			k := keyOn(t, c, 1)
 			c.Masters[1].Do(t, "SET", k, "kept")
-			c.waitSynced(t, 1)
+			c.WaitSynced(t, 1)
 			c.CutReplication(t, 1)
 			c.Masters[1].Do(t, "SET", k+"{"+k+"}", "lost")
 			replica := c.Replicas[1]
