@@ -337,6 +337,19 @@ func (c *contender) end() {
 	<-c.done
 }
 
+// renewedAfter reports whether a renewal recorded in log that started
+// after t succeeded.
+func renewedAfter(log *eventLog, t time.Time) bool {
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	for _, e := range log.renews {
+		if !e.Manual && e.Err == nil && e.Start.After(t) {
+			return true
+		}
+	}
+	return false
+}
+
 // renewalGap returns, from the renewals recorded in log that ended after
 // from, the longest time between the ends of two successful ones (how long
 // the lease went unrenewed), and how many failed.
@@ -438,6 +451,12 @@ func TestClusterMasterFailover(t *testing.T) {
 				heldThrough(t, "after the failover", l, other, name, 2*time.Second)
 			}
 			con.end()
+			if !tc.cut {
+				// Held by more than its lease: the renewals reach the new
+				// master.
+				require.True(t, eventually(5*time.Second, func() bool { return renewedAfter(log, start.Add(over)) }),
+					"a renewal that started after the failover succeeded")
+			}
 			gap, failed := renewalGap(log, start)
 
 			assert.Empty(t, con.odd, "the second Locker's errors that are not ErrNotObtained")
