@@ -2,15 +2,18 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlockgo/redlock/internal/history"
 	"github.com/redlockgo/redlock/internal/redistest"
 )
 
@@ -275,5 +278,217 @@ func TestClusterWaiterAfterSlotMove(t *testing.T) {
 		t.Logf("the waiter got the lock %v after the release that followed the slot move", time.Since(start).Round(time.Millisecond))
 	case <-time.After(5 * time.Second):
 		t.Fatal("the waiter did not get the lock within 5s of the release that followed the slot move")
+	}
+}
+
+// contender is a second Locker trying a name every 20 ms in a goroutine of
+// its own, recording every grant in the scene's history (and releasing it
+// at once) and every error that does not match ErrNotObtained.
+type contender struct {
+	stop chan struct{}
+	done chan struct{}
+
+	granted atomic.Int32 // grants so far, for polls while it runs
+	last    atomic.Value // the last refusal's text
+
+	// Read after done closes.
+	tries  int
+	odd    []error // errors that are not ErrNotObtained
+	tokens []int64 // of each grant
+}
+
+func contend(s *scene, lk *Locker, name string) *contender {
+	c := &contender{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		ctx := context.Background()
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			l, err := lk.TryLock(ctx, name)
+			c.tries++
+			if a := s.took(l, err); a != nil {
+				c.tokens = append(c.tokens, l.Token())
+				c.granted.Add(1)
+				if err := s.write(l); err != nil {
+					c.odd = append(c.odd, fmt.Errorf("fenced write of a grant: %w", err))
+				}
+				if err := s.rec.unlock(ctx, a, l); err != nil {
+					c.odd = append(c.odd, fmt.Errorf("Unlock() of a grant: %w", err))
+				}
+			} else if !errors.Is(err, ErrNotObtained) {
+				c.odd = append(c.odd, err)
+			} else {
+				c.last.Store(err.Error())
+			}
+			select {
+			case <-c.stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return c
+}
+
+// end stops the contender and waits for it.
+func (c *contender) end() {
+	close(c.stop)
+	<-c.done
+}
+
+// renewedAfter reports whether a renewal recorded in log that started
+// after t succeeded.
+func renewedAfter(log *eventLog, t time.Time) bool {
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	for _, e := range log.renews {
+		if !e.Manual && e.Err == nil && e.Start.After(t) {
+			return true
+		}
+	}
+	return false
+}
+
+// renewalGap returns, from the renewals recorded in log that ended after
+// from, the longest time between the ends of two successful ones (how long
+// the lease went unrenewed), and how many failed.
+func renewalGap(log *eventLog, from time.Time) (gap time.Duration, failed int) {
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	last := from
+	for _, e := range log.renews {
+		end := e.Start.Add(e.Duration)
+		switch {
+		case e.Manual || end.Before(from):
+		case e.Err != nil:
+			failed++
+		default:
+			gap = max(gap, end.Sub(last))
+			last = end
+		}
+	}
+	return gap, failed
+}
+
+// TestClusterMasterFailover: a lock held with auto-renewal on a Cluster
+// whose name's master fails over to its replica, with a second Locker
+// trying the name every 20 ms all through, every grant and Done in a
+// history that the checker reads.
+//
+//   - manual: CLUSTER FAILOVER, as an operator runs it (no write lost). The
+//     lock stays held, Done open; its renewals fail for a moment (the
+//     old master pauses writes, then answers MOVED) and then follow MOVED
+//     to the promoted replica; the second Locker is refused throughout,
+//     each time with ErrNotObtained; after, Unlock succeeds and the next
+//     token is larger.
+//   - paused, killed: the master SIGSTOPped (then resumed: it rejoins as a
+//     replica) or SIGKILLed, the lock's key replicated before, and the
+//     cluster promotes the replica by itself after cluster-node-timeout
+//     (1s). The same, the lease (10s) being longer than the promotion. The
+//     Cluster client's slot map is reloaded after a call that got no
+//     answer; go-redis alone kept sending the slot's calls to the dead
+//     master for a minute, and the lock was lost at Until.
+//   - killed, write not replicated: replication cut before the grant, then
+//     the master SIGKILLed: the promoted replica never had the key, so the
+//     second Locker gets the name while the holder believes it holds it
+//     (asynchronous replication: the documented loss); its token is larger,
+//     the fence rejects the first holder's write after the second's, and
+//     the first holder's Done closes at its next renewal, the key gone.
+func TestClusterMasterFailover(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		ttl   time.Duration
+		fault func(t *testing.T, c *redistest.Cluster, i int)
+		cut   bool // replication cut before the grant
+	}{
+		{"manual", 2 * time.Second, func(t *testing.T, c *redistest.Cluster, i int) { c.Failover(t, i) }, false},
+		{"paused", 10 * time.Second, func(t *testing.T, c *redistest.Cluster, i int) {
+			c.PauseMaster(t, i)
+			c.Resume(t, i)
+		}, false},
+		{"killed", 10 * time.Second, func(t *testing.T, c *redistest.Cluster, i int) { c.KillMaster(t, i) }, false},
+		{"killed, write not replicated", 10 * time.Second, func(t *testing.T, c *redistest.Cluster, i int) { c.KillMaster(t, i) }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			c := redistest.StartCluster(t, 3, redistest.WithClusterReplicas(), redistest.WithClusterNodeTimeout(time.Second))
+			log := &eventLog{}
+			// Renewals every 100ms, so that some meet the failover.
+			holder := newLocker(t, c.Client(t), WithTTL(tc.ttl), WithRenewInterval(100*time.Millisecond), WithObserver(log))
+			other := newLocker(t, c.Client(t), WithTTL(tc.ttl))
+			s := newScene(t)
+			name := "failover-" + strings.NewReplacer(" ", "-", ",", "").Replace(tc.name)
+			i := c.Owner(t, int(c.Masters[0].Do(t, "CLUSTER", "KEYSLOT", rlKey(name)).(int64)))
+			if tc.cut {
+				c.CutReplication(t, i)
+			}
+
+			l, err := holder.Lock(ctx, name)
+			a := s.took(l, err)
+			require.NoError(t, err)
+			require.NoError(t, s.write(l))
+			if !tc.cut {
+				// The grant on the replica before the fault: asynchronous
+				// replication would otherwise lose it now and then.
+				c.WaitSynced(t, i)
+			}
+			con := contend(s, other, name)
+			start := time.Now()
+			tc.fault(t, c, i)
+			over := time.Since(start)
+			if tc.cut {
+				// The name is free on the promoted replica: the contender
+				// takes it at its next try.
+				if !eventually(5*time.Second, func() bool { return con.granted.Load() > 0 }) {
+					con.end()
+					t.Fatalf("the second Locker not granted the name on the promoted replica within 5s; key there: %v; errors: %v; last refusal: %v",
+						c.Masters[i].Do(t, "PTTL", rlKey(name)), con.odd, con.last.Load())
+				}
+			} else {
+				heldThrough(t, "after the failover", l, other, name, 2*time.Second)
+			}
+			con.end()
+			if !tc.cut {
+				// Held by more than its lease: the renewals reach the new
+				// master.
+				require.True(t, eventually(5*time.Second, func() bool { return renewedAfter(log, start.Add(over)) }),
+					"a renewal that started after the failover succeeded")
+			}
+			gap, failed := renewalGap(log, start)
+
+			assert.Empty(t, con.odd, "the second Locker's errors that are not ErrNotObtained")
+			if tc.cut {
+				require.NotEmpty(t, con.tokens, "grants of the name to the second Locker after a failover that lost the key")
+				assert.Greater(t, con.tokens[0], l.Token(), "the second holder's token")
+				assert.ErrorIs(t, s.write(l), ErrStaleToken, "the first holder's write after the second's")
+				select {
+				case <-l.Done():
+				case <-time.After(time.Until(l.Until())):
+					t.Fatalf("Done still open at Until, %v after the failover", time.Since(start))
+				}
+				assert.ErrorIs(t, l.Err(), ErrLost)
+				t.Logf("%s: failover over (agreed) %v after the kill; the second Locker granted after %d tries; the first holder's Done closed %v after the kill: %v",
+					tc.name, over, con.tries, doneAt(l).Sub(start), l.Err())
+				closeAll(t, holder, other)
+				s.check(history.Overlap, history.LateDone)
+				return
+			}
+			assert.Empty(t, con.tokens, "grants of the held name to the second Locker")
+			require.NoError(t, l.Err(), "the holder's Err() after the failover")
+			require.NoError(t, s.rec.unlock(ctx, a, l), "Unlock() after the failover")
+			next, err := other.TryLock(ctx, name)
+			b := s.took(next, err)
+			require.NoError(t, err)
+			assert.Greater(t, next.Token(), l.Token(), "the next holder's token")
+			require.NoError(t, s.write(next))
+			require.NoError(t, s.rec.unlock(ctx, b, next))
+			t.Logf("%s: failover over (every node agreed) %v after it began; no renewal landed for %v (%d failed), then the new master took them; the second Locker refused %d times",
+				tc.name, over, gap, failed, con.tries)
+			closeAll(t, holder, other)
+			s.check()
+		})
 	}
 }

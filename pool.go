@@ -109,6 +109,9 @@ type node struct {
 	// shared is set for a plain *redis.Client that ignores ctx deadlines
 	// (go-redis's default): how a call on it is bounded inline.
 	shared *divertedClient
+	// cluster is the client when it is a *redis.ClusterClient, whose slot
+	// map a call that got no answer has reloaded (see note).
+	cluster *redis.ClusterClient
 }
 
 // note records how a call on the node ended (see lastErr).
@@ -121,13 +124,29 @@ func (n *node) note(err error) {
 		n.answered()
 	case errors.Is(err, errNodeTimeout), errors.Is(err, context.DeadlineExceeded), isTimeout(err):
 		n.silence()
+		n.reloadSlots()
 	case errors.Is(err, context.Canceled):
 	default:
 		if isServerError(err) {
 			n.answered()
+		} else {
+			n.reloadSlots()
 		}
 		e := err // a copy: &err would move the parameter to the heap on every call
 		n.lastErr.Store(&e)
+	}
+}
+
+// reloadSlots has a Cluster client reload its slot map after a call that
+// got no answer (a refused connection, a timeout). go-redis reloads it on
+// MOVED, ASK and READONLY, which only a live server says, and otherwise once
+// a minute (ClusterStateReloadInterval): a master that died, or stopped
+// answering, keeps every call of its slots, renewals included, until then,
+// although the cluster promoted its replica seconds after. The reload runs
+// in go-redis's background, one at a time, 200ms apart at most.
+func (n *node) reloadSlots() {
+	if n.cluster != nil {
+		n.cluster.ReloadState(context.Background())
 	}
 }
 
@@ -279,6 +298,7 @@ func newNode(idx int, cl Client) *node {
 		n.addr = s.String()
 	}
 	_, n.ring = cl.(*redis.Ring)
+	n.cluster, _ = cl.(*redis.ClusterClient)
 	if c, ok := cl.(*redis.Client); ok {
 		// NewFailoverClient's options carry this placeholder address.
 		n.fixed = c.Options().Addr != failoverAddr

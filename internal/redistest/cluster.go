@@ -1,7 +1,9 @@
 package redistest
 
 import (
+	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,30 +12,101 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Cluster is a Redis Cluster of masters only, each a Server started as
-// Start does with cluster mode on, the 16384 slots split evenly between
-// them in order.
+// Cluster is a Redis Cluster started by StartCluster: masters, each a
+// Server started as Start does with cluster mode on, the 16384 slots split
+// evenly between them in order, and, with WithClusterReplicas, one replica
+// of each. When master i fails over, Masters[i] and Replicas[i] trade
+// places, so that Masters always lists the masters serving the slots.
 type Cluster struct {
 	Masters []*Server
-	ids     []string // CLUSTER MYID of each master
+	// Replicas[i] replicates Masters[i]; nil without WithClusterReplicas.
+	Replicas []*Server
+
+	ids        []string         // CLUSTER MYID of each master
+	replicaIDs []string         // of each replica
+	down       map[*Server]bool // killed or paused by KillMaster or PauseMaster
 }
 
 // clusterWait bounds how long the masters may take to agree on the
-// cluster's shape, and a slot migration.
+// cluster's shape, a slot migration, and a failover.
 const clusterWait = 20 * time.Second
 
-// StartCluster starts a cluster of n masters and returns once every master
-// reports cluster_state:ok and knows every other. Cleanups registered on t
-// stop the servers.
-func StartCluster(t testing.TB, n int) *Cluster {
+// defaultClusterNodeTimeout is WithClusterNodeTimeout's default.
+const defaultClusterNodeTimeout = 5 * time.Second
+
+// replicationUser and replicationPassword are the ACL user that the
+// replicas of a Cluster with replicas authenticate as (masteruser), so that
+// CutReplication can lock them out.
+const (
+	replicationUser     = "repl"
+	replicationPassword = "redistest-repl"
+)
+
+// ClusterOption changes a setting of StartCluster.
+type ClusterOption func(*clusterSettings)
+
+// clusterSettings are the settings ClusterOptions change.
+type clusterSettings struct {
+	replicas    bool
+	nodeTimeout time.Duration
+}
+
+// WithClusterReplicas gives each master one replica, for failover tests:
+// StartCluster returns once every node knows every replica's master and
+// each replica is in sync.
+func WithClusterReplicas() ClusterOption {
+	return func(s *clusterSettings) { s.replicas = true }
+}
+
+// WithClusterNodeTimeout sets cluster-node-timeout, 5s by default: how long
+// a master must be unreachable before it is failed over. A failover by the
+// cluster itself (KillMaster, PauseMaster) takes about two of them.
+func WithClusterNodeTimeout(d time.Duration) ClusterOption {
+	return func(s *clusterSettings) { s.nodeTimeout = d }
+}
+
+// StartCluster starts a cluster of n masters and returns once every node
+// reports cluster_state:ok, knows every other, and agrees on which nodes
+// are masters and which replicate which. Cleanups registered on t stop the
+// servers.
+func StartCluster(t testing.TB, n int, opts ...ClusterOption) *Cluster {
 	t.Helper()
 	if n < 1 {
 		t.Fatalf("redistest: StartCluster needs at least one master, got n=%d", n)
 	}
-	c := &Cluster{}
+	set := clusterSettings{nodeTimeout: defaultClusterNodeTimeout}
+	for _, o := range opts {
+		o(&set)
+	}
+	args := []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+		"--cluster-node-timeout", strconv.FormatInt(set.nodeTimeout.Milliseconds(), 10)}
+	if set.replicas {
+		args = append(args,
+			// A replica whose link is down (CutReplication) is still
+			// promoted, as the replica of the Redlock debate is.
+			"--cluster-replica-validity-factor", "0",
+			"--cluster-allow-replica-migration", "no",
+			"--user", replicationUser, "on", ">"+replicationPassword, "~*", "&*", "+@all",
+			"--masteruser", replicationUser, "--masterauth", replicationPassword)
+	}
+	c := &Cluster{down: make(map[*Server]bool)}
 	for range n {
-		c.Masters = append(c.Masters, Start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", "5000"))
+		c.Masters = append(c.Masters, startServerOn(t, "", args, freeClusterPort))
+	}
+	if set.replicas {
+		for range n {
+			c.Replicas = append(c.Replicas, startServerOn(t, "", args, freeClusterPort))
+		}
+	}
+	nodes := append(slices.Clone(c.Masters), c.Replicas...)
+	// Distinct config epochs, as redis-cli --cluster create sets them, and
+	// only possible now: SET-CONFIG-EPOCH is refused once a node knows
+	// another. A replica wins its master's slots only with an epoch above
+	// every other claim to them; nodes left at epoch 0 sort out their
+	// collisions over the bus, one bump per exchange, and a failover in the
+	// meantime may claim the slots with an epoch that is not the highest.
+	for i, s := range nodes {
+		s.Do(t, "CLUSTER", "SET-CONFIG-EPOCH", i+1)
 	}
 	per := 16384 / n
 	for i, s := range c.Masters {
@@ -44,31 +117,230 @@ func StartCluster(t testing.TB, n int) *Cluster {
 		s.Do(t, "CLUSTER", "ADDSLOTSRANGE", first, last)
 		c.ids = append(c.ids, s.Do(t, "CLUSTER", "MYID").(string))
 	}
-	for _, s := range c.Masters[1:] {
+	for _, s := range c.Replicas {
+		c.replicaIDs = append(c.replicaIDs, s.Do(t, "CLUSTER", "MYID").(string))
+	}
+	for _, s := range nodes[1:] {
 		c.Masters[0].Do(t, "CLUSTER", "MEET", loopbackHost, s.port)
 	}
-	err := waitFor(clusterWait, func() error {
-		for _, s := range c.Masters {
-			info := s.Do(t, "CLUSTER", "INFO").(string)
-			if !strings.Contains(info, "cluster_state:ok") || infoInt(info, "cluster_known_nodes") != int64(n) {
-				return fmt.Errorf("%s: %s", s.Addr(), strings.Join(strings.Fields(info)[:3], " "))
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("redistest: cluster of %d not ready within %v: %v", n, clusterWait, err)
+	if err := waitFor(clusterWait, c.allKnown); err != nil {
+		t.Fatalf("redistest: cluster of %d nodes not ready within %v: %v", len(nodes), clusterWait, err)
+	}
+	for i, s := range c.Replicas {
+		s.Do(t, "CLUSTER", "REPLICATE", c.ids[i])
+	}
+	c.waitAgreed(t, "start")
+	for i := range c.Replicas {
+		c.WaitSynced(t, i)
 	}
 	return c
 }
 
-// Client returns a cluster client of the masters, closed by a cleanup
-// registered on t, with the timeouts and retries of Server.Client.
+// nodes returns every node of the cluster, masters first.
+func (c *Cluster) nodes() []*Server { return append(slices.Clone(c.Masters), c.Replicas...) }
+
+// allKnown checks that every node that is up reports cluster_state:ok and
+// knows every node.
+func (c *Cluster) allKnown() error {
+	all := c.nodes()
+	for _, s := range all {
+		if c.down[s] {
+			continue
+		}
+		info, err := clusterCmd(s, "CLUSTER", "INFO")
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(info, "cluster_state:ok") || infoInt(info, "cluster_known_nodes") != int64(len(all)) {
+			return fmt.Errorf("%s: %s", s.Addr(), strings.Join(strings.Fields(info)[:3], " "))
+		}
+	}
+	return nil
+}
+
+// agreed checks that every node that is up sees the shape c records:
+// cluster_state:ok, Masters serving slots and no other node serving any,
+// and each replica that is up replicating its master. This is what a
+// manual failover needs before it starts (its master must know the replica
+// as its own, or it ignores the replica's request, and the other masters
+// must know it to vote), and what a failover is over with.
+func (c *Cluster) agreed() error {
+	if err := c.allKnown(); err != nil {
+		return err
+	}
+	for _, s := range c.nodes() {
+		if c.down[s] {
+			continue
+		}
+		text, err := clusterCmd(s, "CLUSTER", "NODES")
+		if err != nil {
+			return err
+		}
+		seen := make(map[string][]string) // id -> flags, master, slots...
+		for line := range strings.Lines(text) {
+			if f := strings.Fields(line); len(f) >= 8 {
+				seen[f[0]] = append([]string{f[2], f[3]}, f[8:]...)
+			}
+		}
+		for i, id := range c.ids {
+			if f := seen[id]; len(f) < 3 || !strings.Contains(f[0], "master") || strings.Contains(f[0], "fail") {
+				return fmt.Errorf("%s sees master %d (%s) as %v", s.Addr(), i, id, f)
+			}
+		}
+		for id, f := range seen {
+			if len(f) > 2 && !slices.Contains(c.ids, id) {
+				return fmt.Errorf("%s sees %s, not a master, serving slots %v", s.Addr(), id, f[2:])
+			}
+		}
+		for i, id := range c.replicaIDs {
+			if c.down[c.Replicas[i]] {
+				continue
+			}
+			if f := seen[id]; len(f) < 2 || !strings.Contains(f[0], "slave") || f[1] != c.ids[i] {
+				return fmt.Errorf("%s sees replica %d (%s) as %v, want a replica of %s", s.Addr(), i, id, f, c.ids[i])
+			}
+		}
+	}
+	return nil
+}
+
+// waitAgreed waits until agreed holds, or fails the test saying after what.
+func (c *Cluster) waitAgreed(t testing.TB, after string) {
+	t.Helper()
+	if err := waitFor(clusterWait, c.agreed); err != nil {
+		t.Fatalf("redistest: cluster not agreed on its shape within %v of %s: %v", clusterWait, after, err)
+	}
+}
+
+// WaitSynced waits until replica i is linked to master i and has processed
+// the master's whole replication stream, so that a failover now loses no
+// write made before; it fails the test after 10 seconds.
+func (c *Cluster) WaitSynced(t testing.TB, i int) {
+	t.Helper()
+	p := Pair{Master: c.Masters[i], Replica: c.Replicas[i]}
+	p.WaitSynced(t)
+}
+
+// needReplica fails the test unless master i has a replica.
+func (c *Cluster) needReplica(t testing.TB, op string, i int) {
+	t.Helper()
+	if i < 0 || i >= len(c.Replicas) {
+		t.Fatalf("redistest: %s(%d): master %d has no replica (StartCluster needs WithClusterReplicas)", op, i, i)
+	}
+}
+
+// Failover fails master i over to its replica as an operator does, with
+// CLUSTER FAILOVER on the replica: the master stops accepting writes, the
+// replica catches up with it, wins the other masters' votes and takes the
+// slots, and the old master becomes its replica. No write is lost. It
+// returns once every node agrees (Masters[i] is then the promoted replica,
+// Replicas[i] the old master) and the old master is in sync.
+//
+// The failover starts only once the replica has caught up and every node
+// knows it as master i's replica: a master ignores the failover request of
+// a node it does not know as its own replica (and the failover times out
+// after 5 s), and the other masters vote only for a replica they know.
+func (c *Cluster) Failover(t testing.TB, i int) {
+	t.Helper()
+	c.needReplica(t, "Failover", i)
+	c.waitAgreed(t, "the request for a failover")
+	c.WaitSynced(t, i)
+	c.Replicas[i].Do(t, "CLUSTER", "FAILOVER")
+	c.swap(i)
+	c.waitAgreed(t, fmt.Sprintf("CLUSTER FAILOVER of master %d", i))
+	c.WaitSynced(t, i)
+}
+
+// KillMaster kills master i with SIGKILL and returns once the cluster has
+// promoted its replica by itself (after cluster-node-timeout, the other
+// masters mark the master failed and vote) and every other node agrees.
+// Masters[i] is then the promoted replica; Replicas[i], the old master,
+// stays down. Writes the replica had not received are lost.
+func (c *Cluster) KillMaster(t testing.TB, i int) {
+	t.Helper()
+	c.needReplica(t, "KillMaster", i)
+	c.Masters[i].Kill(t)
+	c.down[c.Masters[i]] = true
+	c.swap(i)
+	c.waitAgreed(t, fmt.Sprintf("the kill of master %d", i))
+}
+
+// PauseMaster stops master i with SIGSTOP and returns once the cluster has
+// promoted its replica, as KillMaster does. The old master, Replicas[i]
+// now, stays stopped until Resume.
+func (c *Cluster) PauseMaster(t testing.TB, i int) {
+	t.Helper()
+	c.needReplica(t, "PauseMaster", i)
+	c.Masters[i].Pause(t)
+	c.down[c.Masters[i]] = true
+	c.swap(i)
+	c.waitAgreed(t, fmt.Sprintf("the pause of master %d", i))
+}
+
+// Resume continues the old master of slot range i, stopped by PauseMaster,
+// and returns once it has learnt that it was failed over, has become a
+// replica of the new master (dropping whatever it accepted alone) and is
+// in sync.
+func (c *Cluster) Resume(t testing.TB, i int) {
+	t.Helper()
+	c.needReplica(t, "Resume", i)
+	c.Replicas[i].Resume(t)
+	delete(c.down, c.Replicas[i])
+	c.waitAgreed(t, fmt.Sprintf("the resume of the old master %d", i))
+	c.WaitSynced(t, i)
+}
+
+// CutReplication stops the replication of master i's writes to its
+// replica: the replica's user is disabled on the master and its link
+// killed, so that it cannot reconnect. It returns once the replica reports
+// its link down. The replica keeps what it had and can still be promoted,
+// so a failover after CutReplication loses every write made since.
+func (c *Cluster) CutReplication(t testing.TB, i int) {
+	t.Helper()
+	c.needReplica(t, "CutReplication", i)
+	c.Masters[i].Do(t, "ACL", "SETUSER", replicationUser, "off")
+	c.Masters[i].Do(t, "CLIENT", "KILL", "USER", replicationUser)
+	err := waitFor(syncTimeout, func() error {
+		ri, err := replicationFields(c.Replicas[i])
+		if err == nil && ri["master_link_status"] != "down" {
+			err = fmt.Errorf("replica %s: master link %q", c.Replicas[i].Addr(), ri["master_link_status"])
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatalf("redistest: CutReplication(%d): %v", i, err)
+	}
+}
+
+// swap records that master i and its replica traded places.
+func (c *Cluster) swap(i int) {
+	c.Masters[i], c.Replicas[i] = c.Replicas[i], c.Masters[i]
+	c.ids[i], c.replicaIDs[i] = c.replicaIDs[i], c.ids[i]
+}
+
+// clusterCmd runs one command whose reply is text on s, with the
+// timeouts of an administrative connection, returning errors instead of
+// failing a test, for the polls of a wait.
+func clusterCmd(s *Server, args ...any) (string, error) {
+	cl := adminClient(s.Addr())
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)
+	defer cancel()
+	v, err := cl.Do(ctx, args...).Text()
+	if err != nil {
+		return "", fmt.Errorf("%v on %s: %w", args, s.Addr(), err)
+	}
+	return v, nil
+}
+
+// Client returns a cluster client seeded with every node, closed by a
+// cleanup registered on t, with the timeouts of Server.Client (go-redis's
+// own redirections and retries stay on: they follow MOVED and ASK).
 func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
 	t.Helper()
-	addrs := make([]string, len(c.Masters))
-	for i, s := range c.Masters {
-		addrs[i] = s.Addr()
+	var addrs []string
+	for _, s := range c.nodes() {
+		addrs = append(addrs, s.Addr())
 	}
 	cl := redis.NewClusterClient(&redis.ClusterOptions{
 		Addrs:        addrs,

@@ -126,7 +126,14 @@ func Start(t testing.TB, extra ...string) *Server {
 // configuration again.
 func startServer(t testing.TB, conf string, extra []string) *Server {
 	t.Helper()
-	s, err := launch(RequireRedisServer(t), conf, extra)
+	return startServerOn(t, conf, extra, freePort)
+}
+
+// startServerOn is startServer with the function that picks a port for
+// each attempt: freeClusterPort for a Cluster node.
+func startServerOn(t testing.TB, conf string, extra []string, pick func() (int, error)) *Server {
+	t.Helper()
+	s, err := launch(RequireRedisServer(t), conf, extra, pick)
 	if err != nil {
 		t.Fatalf("%v", err)
 	}
@@ -144,7 +151,7 @@ func Launch(extra ...string) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redistest: %w", err)
 	}
-	return launch(bin, "", extra)
+	return launch(bin, "", extra, freePort)
 }
 
 // Stop kills a server started by Launch, as the cleanup of Start does, and
@@ -158,14 +165,14 @@ func (s *Server) Stop() error {
 	return nil
 }
 
-// launch starts redis-server bin on a free port and waits until it answers,
-// retrying on another port when the server exits at once (another process
-// took the port between freePort and redis-server binding it).
-func launch(bin, conf string, extra []string) (*Server, error) {
+// launch starts redis-server bin on a port that pick finds free and waits
+// until it answers, retrying on another port when the server exits at once
+// (another process took the port between pick and redis-server binding it).
+func launch(bin, conf string, extra []string, pick func() (int, error)) (*Server, error) {
 	s := &Server{bin: bin, conf: conf, extra: slices.Clone(extra)}
 	var failures []error
 	for attempt := 1; attempt <= maxStartAttempts; attempt++ {
-		port, err := freePort()
+		port, err := pick()
 		if err != nil {
 			return nil, fmt.Errorf("redistest: finding a free port: %w", err)
 		}
@@ -427,4 +434,37 @@ func freePort() (int, error) {
 		}
 	}
 	return 0, errors.New("the kernel kept offering the default Redis port 6379")
+}
+
+// clusterBusOffset is how far above its port a Cluster node listens for the
+// cluster bus (Redis's fixed offset when cluster-port is not set).
+const clusterBusOffset = 10000
+
+// freeClusterPort returns a port of 127.0.0.1 that was free a moment ago,
+// as freePort does, whose cluster bus port (port+10000) was free too: a
+// node that cannot bind its bus port exits at start, and one above 55535
+// has no bus port at all. The kernel's ephemeral range (32768-60999 on
+// Linux) leaves most ports below that.
+func freeClusterPort() (int, error) {
+	var last error
+	for range 10 * maxStartAttempts {
+		port, err := freePort()
+		if err != nil {
+			return 0, err
+		}
+		if port+clusterBusOffset > 65535 {
+			last = fmt.Errorf("port %d has no bus port", port)
+			continue
+		}
+		ln, err := net.Listen("tcp", net.JoinHostPort(loopbackHost, strconv.Itoa(port+clusterBusOffset)))
+		if err != nil {
+			last = err
+			continue
+		}
+		if err := ln.Close(); err != nil {
+			return 0, err
+		}
+		return port, nil
+	}
+	return 0, fmt.Errorf("no port with a free cluster bus port (port+%d): %w", clusterBusOffset, last)
 }
