@@ -93,6 +93,7 @@ type Lock struct {
 	// releases its own grant (see settle). Once held, gone marks a node
 	// where a renewal found the key gone (noteGone, repair.go).
 	outcome []outcome
+	relSent uint64 // nodes (bit by index) a release of the lock was sent to
 	why     string
 	// With stateLost: why, and what was last heard. The LostError is built
 	// on first use (lossErr), not in the loss clock's loop that closes Done
@@ -347,7 +348,24 @@ func (l *Lock) settle(idx int, o outcome) (release bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.outcome[idx] = o
+	if o == granted && l.state == stateReleased && idx < 64 && l.relSent&(1<<idx) == 0 {
+		// Unlock's release to this node is still to be sent: it reaches
+		// the node after this grant ran there, and finds it (a healthy
+		// Redlock's stragglers are not released twice).
+		return false
+	}
 	return o != taken && o != unsent && l.state != stateAcquiring && l.state != stateHeld
+}
+
+// releaseSent notes that a release of l is being sent to node idx (see
+// settle).
+func (l *Lock) releaseSent(idx int) {
+	if idx >= 64 {
+		return
+	}
+	l.mu.Lock()
+	l.relSent |= 1 << idx
+	l.mu.Unlock()
 }
 
 // release marks l released (Unlock); wasLost reports a lock that was lost

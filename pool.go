@@ -1249,6 +1249,7 @@ func (p *pool) releaseOn(ctx context.Context, l *Lock, nodes []*node, timeout ti
 		if !p.send(n) {
 			return reply{err: n.timedOut(), unsent: true} // released in the background (releaseNode)
 		}
+		l.releaseSent(n.idx)
 		return releaseCall(ctx, cl, l, argv)
 	}
 	rs, _, err := p.round(detached(ctx), nodes, timeout, timeout, call, time.Now().Add(timeout), nil, stop)
@@ -1357,6 +1358,7 @@ func (p *pool) releaseNode(ctx context.Context, n *node, l *Lock, ran bool) {
 		}
 		cctx, cancel := context.WithTimeout(ctx, l.timeout)
 		n.begin()
+		l.releaseSent(n.idx)
 		r := releaseCall(cctx, cl, l, releaseArgv(l))
 		n.end(r.err)
 		n.note(r.err)
