@@ -246,11 +246,19 @@ func TestRedlockQuorumTable(t *testing.T) {
 					if !errors.As(err, &ne) {
 						t.Errorf("TryLock() = %v, want a NodeError in it", err)
 					}
+					// A NodeError for each down node whose failure came before
+					// the outcome was decided: at least as many as make a
+					// quorum impossible (the round ends there, and under load
+					// the last down node's timeout may fire just after).
 					failed := nodeErrors(err)
+					named := 0
 					for _, i := range down {
-						if failed[i] == nil {
-							t.Errorf("TryLock() = %v, want a NodeError for down node %d", err, i)
+						if failed[i] != nil {
+							named++
 						}
+					}
+					if want := min(len(down), len(nodes)-len(nodes)/2); named < want {
+						t.Errorf("TryLock() = %v, want a NodeError for %d of the down nodes %v", err, want, down)
 					}
 				}
 				// Nothing of this attempt may stay behind: released on the
