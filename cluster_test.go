@@ -56,8 +56,6 @@ func handOffs(t *testing.T, lks [2]*Locker, name string, n, migrateAt int, migra
 		}
 		require.NoError(t, g.err, "round %d", i)
 		waits = append(waits, g.at.Sub(released))
-		if i == migrateAt {
-		}
 		cur = g.l
 	}
 	require.NoError(t, cur.Unlock(ctx))
