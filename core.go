@@ -561,7 +561,7 @@ func (c *core) verify(locks []*Lock, via []Client) (later []bool) {
 		}
 		row, err := readLeases(ctx, cl, read)
 		if via != nil && via[n.idx] != nil {
-			c.track.dataFailed(cl, err)
+			c.track.dataDone(cl, err)
 		}
 		rows[n.idx] = row
 		return reply{err: err}

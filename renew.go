@@ -75,7 +75,7 @@ func (b *batchRound) run(ctx context.Context, locks []*Lock, ttls []time.Duratio
 		}
 		codes, err := pipelineScript(ctx, cl, locks, ttls, rearm)
 		if rearm {
-			via.t.dataFailed(cl, err)
+			via.t.dataDone(cl, err)
 		}
 		if renew {
 			releaseLate(ctx, n, locks, codes)

@@ -120,6 +120,9 @@ type tracker struct {
 	// each is read (armed) at armAfter of hold.
 	arming  []*Lock
 	armHead int // arming[:armHead] are done
+	// unarmed are locks read through the pool while a node's data
+	// connection was down: read again once it is back (probe).
+	unarmed map[*Lock]struct{}
 
 	// Counts, for tests: keys heard in invalidations, those no credit
 	// covered, and locks read.
@@ -158,14 +161,15 @@ func creditMask(n int) uint64 {
 	return 0x0101010101010101 & (1<<(8*n) - 1)
 }
 
-// trackConn is one node's tracking connection.
+// trackConn is one node's tracking connections: the listener, and its
+// data connection of the moment.
 type trackConn struct {
 	t   *tracker
 	idx int
 	cl  *redis.Client
 	// dial is the Sentinel client's dialer, which dials the master of the
 	// moment; nil for a client of one address. remote is the address the
-	// tracking connection last reached through it.
+	// listener last reached through it.
 	dial   func(ctx context.Context, network, addr string) (net.Conn, error)
 	addr   string
 	remote atomic.Pointer[string]
@@ -192,13 +196,14 @@ type dataConn struct {
 	up      atomic.Bool
 	conns   atomic.Int32 // connections made
 	probing atomic.Bool
+	used    atomic.Int64 // when a call on it last ended (UnixNano)
 }
 
-// newTracker prepares a tracking connection for each node whose client can
+// newTracker prepares the tracking connections of each node whose client can
 // have one, and starts the keeper that opens them; nil if none can.
 func newTracker(nodes []*node, life *lifecycle, logger *slog.Logger, verify func([]*Lock, []Client) []bool) *tracker {
 	t := &tracker{life: life, logger: logger, verify: verify, nodes: len(nodes), watched: map[string]watchers{},
-		suspect: map[*Lock]struct{}{}, kick: make(chan struct{}, 1), held: make(chan struct{}, 1), byNode: make([]*trackConn, len(nodes))}
+		suspect: map[*Lock]struct{}{}, unarmed: map[*Lock]struct{}{}, kick: make(chan struct{}, 1), held: make(chan struct{}, 1), byNode: make([]*trackConn, len(nodes))}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	for _, n := range nodes {
 		base, ok := n.client.(*redis.Client)
@@ -258,7 +263,7 @@ func newTrackConn(t *tracker, idx int, base *redis.Client) *trackConn {
 	}
 	if d := sentinelDialer(base); d != nil {
 		// go-redis's Sentinel client: its dialer follows the master. The
-		// tracking connection stays on the old master after a failover
+		// listener stays on the old master after a failover
 		// until the sentinels reconfigure it; the keeper compares where a
 		// fresh dial lands (masterMoved) and moves it.
 		tc.dial, tc.addr = d, opt.Addr
@@ -276,11 +281,17 @@ func newTrackConn(t *tracker, idx int, base *redis.Client) *trackConn {
 }
 
 // followEvery is how often, while armed, the keeper checks that a
-// Sentinel client's master is still where the tracking connection is.
+// Sentinel client's master is still where the listener is, and tries a
+// data connection that is down.
 const followEvery = 250 * time.Millisecond
 
+// idlePing is how long a data connection may go unused before the keeper
+// pings it (a PING, whose only use is to find a connection killed while
+// idle). Renewals every TTL/3 of a few locks keep it busier than that.
+const idlePing = time.Second
+
 // masterMoved reports that a fresh dial of a Sentinel client reaches
-// another address than the tracking connection: a failover happened. The
+// another address than the listener: a failover happened. The
 // dial is a TCP connection closed at once, no command.
 func (tc *trackConn) masterMoved(ctx context.Context) bool {
 	was := tc.remote.Load()
@@ -370,11 +381,18 @@ func (dc *dataConn) failed(err error) {
 	}
 }
 
-// probe tries a data connection that is down, once at a time, bounded by
-// followEvery; a new connection arms every held lock again (OnConnect).
+// probe tries a data connection that is down, or one that is up but has
+// not been used for idlePing (a connection killed while idle would
+// otherwise lose its invalidations unnoticed until the next renewal), once
+// at a time, bounded by followEvery; a new connection arms every held lock
+// again (OnConnect).
 func (tc *trackConn) probe() {
 	dc := tc.data.Load()
-	if dc == nil || dc.up.Load() || tc.gone.Load() || !dc.probing.CompareAndSwap(false, true) {
+	if dc == nil || tc.gone.Load() {
+		return
+	}
+	up := dc.up.Load()
+	if up && time.Since(time.Unix(0, dc.used.Load())) < idlePing || !dc.probing.CompareAndSwap(false, true) {
 		return
 	}
 	if !tc.t.life.goCount(1) {
@@ -386,8 +404,19 @@ func (tc *trackConn) probe() {
 		defer dc.probing.Store(false)
 		ctx, cancel := context.WithTimeout(tc.t.ctx, followEvery)
 		defer cancel()
-		if dc.cl.Ping(ctx).Err() == nil && !dc.up.Swap(true) {
-			tc.t.suspectAll() // the renewals went through the pool meanwhile
+		err := dc.cl.Ping(ctx).Err()
+		dc.used.Store(time.Now().UnixNano())
+		if up {
+			if err != nil && ctx.Err() == nil {
+				dc.failed(err) // not merely busy: broken
+			}
+			return
+		}
+		if err == nil && !dc.up.Swap(true) {
+			// Same connection: what it tracked it still tracks (the pool's
+			// renewals meanwhile were told, and read again). The locks read
+			// through the pool meanwhile are not armed yet.
+			tc.t.armUnarmed()
 		}
 	}()
 }
@@ -430,27 +459,49 @@ func (t *tracker) routes() (via *dataRoutes, credit uint64) {
 	return via, credit
 }
 
-// reads is verify's via: the data connections that are up.
-func (t *tracker) readVia() []Client {
-	var via []Client
+// readVia is verify's via: the data connections that are up; down says
+// that some node has one that is down (a read through the pool there does
+// not arm).
+func (t *tracker) readVia() (via []Client, down bool) {
 	for i, tc := range t.byNode {
+		if tc == nil {
+			continue
+		}
 		if dc := tc.dataClient(); dc != nil {
 			if via == nil {
 				via = make([]Client, t.nodes)
 			}
 			via[i] = dc.cl
+		} else if dc := tc.data.Load(); dc != nil && !tc.gone.Load() {
+			down = true
 		}
 	}
-	return via
+	return via, down
 }
 
-// dataFailed puts down the data connection that cl is, after err.
-func (t *tracker) dataFailed(cl Client, err error) {
-	if t == nil || err == nil {
+// armUnarmed makes the locks read while a data connection was down
+// suspect, to be read (armed) on it.
+func (t *tracker) armUnarmed() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for l := range t.unarmed {
+		t.suspect[l] = struct{}{}
+	}
+	clear(t.unarmed)
+	if len(t.suspect) > 0 {
+		t.wake()
+	}
+}
+
+// dataDone records a call on the data connection that cl is, which ended
+// in err: an error of the connection puts it down.
+func (t *tracker) dataDone(cl Client, err error) {
+	if t == nil {
 		return
 	}
 	for _, tc := range t.conns {
 		if dc := tc.data.Load(); dc != nil && Client(dc.cl) == cl {
+			dc.used.Store(time.Now().UnixNano())
 			dc.failed(err)
 		}
 	}
@@ -534,7 +585,7 @@ func (t *tracker) keeper() {
 	}
 }
 
-// follow moves the tracking connection of a Sentinel client whose master
+// follow moves the listener of a Sentinel client whose master
 // changed to the new master, where its subscription then makes every held
 // lock suspect (the keeper's).
 func (t *tracker) follow() {
@@ -618,10 +669,11 @@ func (t *tracker) disarm() {
 	t.mu.Lock()
 	clear(t.arming)
 	t.arming, t.armHead = t.arming[:0], 0
+	clear(t.unarmed)
 	t.mu.Unlock()
 }
 
-// run subscribes one node's tracking connection and reads it until it is
+// run subscribes one node's listener and reads it until it is
 // closed.
 func (tc *trackConn) run(ps *redis.PubSub, stop <-chan struct{}) {
 	t := tc.t
@@ -729,6 +781,7 @@ func (t *tracker) giveUp(tc *trackConn) {
 	t.on.Store(false)
 	clear(t.watched)
 	clear(t.suspect)
+	clear(t.unarmed)
 }
 
 // expect gives l a credit on every node before an own write to its keys;
@@ -870,6 +923,7 @@ func (k *lockTrack) live(now int64) bool {
 
 func (t *tracker) unwatchLocked(l *Lock) {
 	delete(t.suspect, l)
+	delete(t.unarmed, l)
 	for _, k := range watchKeys(l) {
 		w, ok := t.watched[k]
 		if !ok {
@@ -988,6 +1042,7 @@ func (t *tracker) suspectAll() {
 			t.suspect[l] = struct{}{}
 		}
 	}
+	clear(t.unarmed)
 	if len(t.suspect) > 0 {
 		t.wake()
 	}
@@ -1032,13 +1087,16 @@ func (t *tracker) verifier() {
 				break
 			}
 			t.reads.Add(int64(len(batch)))
-			later := t.verify(batch, t.readVia())
+			via, down := t.readVia()
+			later := t.verify(batch, via)
 			t.mu.Lock()
 			again := false
 			for i, l := range batch {
 				if later[i] {
 					t.suspect[l] = struct{}{}
 					again = true
+				} else if down {
+					t.unarmed[l] = struct{}{}
 				}
 			}
 			t.mu.Unlock()

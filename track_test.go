@@ -491,3 +491,42 @@ func TestRearmAfterReconnectBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestLossHeardAfterDataConnKilled: the data connection killed while idle
+// (CLIENT KILL TYPE normal, as an operator might), with a held key deleted
+// in the same step: the keeper's ping of an idle data connection finds it
+// gone within idlePing, a new one arms every held lock again, and the
+// deletion is found then; the other locks, renewed across the kill, stay
+// held.
+func TestLossHeardAfterDataConnKilled(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	out := srv.Client(t)
+	lk := newLocker(t, srv.Client(t), WithTTL(30*time.Second))
+	short := newLocker(t, srv.Client(t), WithTTL(600*time.Millisecond))
+	ctx := context.Background()
+	l, err := lk.TryLock(ctx, "killed-data")
+	require.NoError(t, err)
+	var renewed []*Lock
+	for i := range 10 {
+		r, err := short.TryLock(ctx, fmt.Sprintf("killed-data-renewed-%d", i))
+		require.NoError(t, err)
+		renewed = append(renewed, r)
+	}
+	require.Eventually(t, func() bool { return trackingArmed(lk.c.track) && trackingArmed(short.c.track) }, 5*time.Second, time.Millisecond)
+	time.Sleep(idlePing + followEvery) // the idle data connection has been pinged once
+	at := time.Now()
+	_, err = out.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.ClientKillByFilter(ctx, "TYPE", "normal")
+		p.Del(ctx, "{redlock:killed-data}")
+		return nil
+	})
+	require.NoError(t, err)
+	delay := heardAfter(t, at, 5*time.Second, l)
+	requireLoss(t, l.Err(), LossDeleted)
+	assert.Less(t, delay[0], idlePing+4*followEvery, "heard after the data connection was killed")
+	time.Sleep(600 * time.Millisecond) // a TTL of renewals of the short locks
+	for i, r := range renewed {
+		require.NoError(t, r.Err(), "lock %d, renewed across the kill", i)
+	}
+}
