@@ -620,7 +620,9 @@ func (t *tracker) pause(d time.Duration) bool {
 }
 
 // heldSince reports whether a watched lock held since before cutoff
-// (UnixNano) exists, and whether any is held.
+// (UnixNano) exists, and whether any is held; with cutoff 0 (the armed
+// keeper's question, every followEvery) it stops at the first held lock
+// instead of scanning thousands.
 func (t *tracker) heldSince(cutoff int64) (old, any bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -634,10 +636,13 @@ func (t *tracker) heldSince(cutoff int64) (old, any bool) {
 			if at == 0 || l.trk.retired.Load() {
 				continue
 			}
-			any = true
 			if at <= cutoff {
 				return true, true
 			}
+			if cutoff == 0 {
+				return false, true
+			}
+			any = true
 		}
 	}
 	return false, any
