@@ -477,14 +477,22 @@ func TestRearmAfterReconnectBounded(t *testing.T) {
 	requireLoss(t, locks[1234].Err(), LossDeleted)
 	require.Eventually(t, func() bool { return trackingArmed(tr) && tr.reads.Load()-reads >= held }, 5*time.Second, time.Millisecond)
 	t.Logf("the deleted key heard %v after the kill; %d locks armed again %v after it", heard, held, time.Since(at))
-	assert.LessOrEqual(t, tr.reads.Load()-reads, int64(held+10), "locks read after the reconnection")
-	dataConns := 0
-	for _, l := range strings.Split(out.ClientList(ctx).Val(), "\n") {
-		if strings.Contains(l, " name=redlock-tracking-data ") {
-			dataConns++
+	// Once each; a batch whose pipeline outlived the node timeout on a
+	// loaded machine is read again (through the pool, then on the data
+	// connection), which a slow run may see once or twice.
+	assert.LessOrEqual(t, tr.reads.Load()-reads, int64(held+4*verifyBatch), "locks read after the reconnection")
+	dataConns := func() int {
+		n := 0
+		for _, l := range strings.Split(out.ClientList(ctx).Val(), "\n") {
+			if strings.Contains(l, " name=redlock-tracking-data ") {
+				n++
+			}
 		}
+		return n
 	}
-	assert.Equal(t, 1, dataConns, "data connections: the re-arm's reads in flight are one pipeline")
+	// The old one may linger a moment in CLIENT LIST after its close.
+	assert.Eventually(t, func() bool { return dataConns() == 1 }, 2*time.Second, 10*time.Millisecond,
+		"data connections: the re-arm's reads in flight are one pipeline")
 	for i, l := range locks {
 		if i != 1234 {
 			require.NoError(t, l.Err(), "lock %d", i)
