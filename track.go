@@ -22,9 +22,9 @@ import (
 // change to a key only if the data connection read it (keys read by a
 // script's commands count: verified on Redis 7.0), and only once per read:
 // a write drops the key from the server's tracking table, even when NOLOOP
-// leaves it untold. So an instance hears of
-// its own held keys only, not of the fleet's (issue "scale": BCAST sent
-// every renewal under the prefix to every instance).
+// leaves it untold. So an instance hears of its own held keys only, not of
+// the fleet's (issue "scale": BCAST sent every renewal under the prefix to
+// every instance).
 //
 // Arming. The connections open once a lock of the core has been held for
 // armAfter, and close after disarmAfter with none held: short critical
@@ -41,9 +41,14 @@ import (
 // Renewals. The watchdog renews on the data connection while it is up
 // (routes), with extend scripts that read the key again after moving it:
 // NOLOOP keeps the renewal itself silent, and the read after the write
-// puts the key back in the tracking table. A renewal costs no message and
-// no command more. While the data connection is down, renewals go through
-// the pool as before and the keys are armed again when it is back.
+// puts the key back in the tracking table. A renewal costs no message, and
+// no command or round trip more (one read more inside its script). While
+// the data connection is down (a call on it failed on the connection),
+// renewals and reads go through the pool, and the keeper pings it every
+// followEvery; once it answers, the locks read through the pool meanwhile
+// are read on it again. The keeper also pings one left unused for
+// idlePing, which finds one killed while idle; a new connection arms every
+// held lock again.
 //
 // Own writes from other connections (acquisitions, Extend, releases,
 // hand-offs, all on the pool) are told apart by count: before each write to
@@ -53,8 +58,9 @@ import (
 // suspicion. The server queues the invalidation of a write before the
 // write's reply, so a credit that no invalidation consumed within creditFor
 // of the reply was for a write that changed nothing, or of a key nobody
-// tracked; it lapses. Since such a write dropped the key from the tracking
-// table, the held locks watching it are read again (armed). A lock is
+// tracked; it lapses. An own write whose invalidation came dropped the key
+// from the tracking table: the held locks watching it (not those being
+// released) are read again, which arms them. A lock is
 // watched from before its acquisition is sent until its release has
 // answered, so that its own acquisition and release are counted too. Any
 // change that no credit covers makes the locks watching the key suspect,
@@ -125,8 +131,10 @@ type tracker struct {
 	unarmed map[*Lock]struct{}
 
 	// Counts, for tests: keys heard in invalidations, those no credit
-	// covered, and locks read.
-	heard, outside, reads atomic.Int64
+	// covered (afterConnect: within creditFor of a data connection's
+	// connecting), and locks read.
+	heard, outside, afterConnect, reads atomic.Int64
+	dataConnected                       atomic.Int64 // when a data connection last connected (UnixNano)
 }
 
 // watchers are the held locks of the core on one key: usually one.
@@ -337,6 +345,7 @@ func (tc *trackConn) newData(stop <-chan struct{}) {
 			return err
 		}
 		dc.up.Store(true)
+		tc.t.dataConnected.Store(time.Now().UnixNano())
 		if dc.conns.Add(1) > 1 {
 			// A new connection tracks nothing yet: arm every held lock
 			// again (and read it: what changed meanwhile was not heard).
@@ -982,7 +991,14 @@ func (t *tracker) invalidated(node int, keys []string) {
 			}
 			continue
 		}
-		t.outside.Add(1)
+		if now-t.dataConnected.Load() < int64(creditFor) {
+			// Possibly an own renewal that a data connection given up on
+			// (timed out) still sent, heard by its successor: read all
+			// the same, but not counted as an outside change.
+			t.afterConnect.Add(1)
+		} else {
+			t.outside.Add(1)
+		}
 		t.suspect[w.one] = struct{}{}
 		for _, l := range w.more {
 			t.suspect[l] = struct{}{}

@@ -301,8 +301,11 @@ func TestOwnWritesStayQuiet(t *testing.T) {
 	// About 400 own writes (80 sections: acquire or hand-off, Extend,
 	// renewals every 20 ms, release), some of armed keys; uncredited, each
 	// would count. A load that delays a reply past its credit can leave
-	// one or two.
-	assert.LessOrEqual(t, tr.outside.Load(), int64(2), "invalidations taken for outside changes (of %d heard)", tr.heard.Load())
+	// one or two. One that times out a call on the data connection (node
+	// timeout 100 ms here) has it replaced, and a renewal the old one
+	// still sends is heard by the new one: read, but counted apart.
+	assert.LessOrEqual(t, tr.outside.Load(), int64(2), "invalidations taken for outside changes (of %d heard; %d more just after a data connection connected)",
+		tr.heard.Load(), tr.afterConnect.Load())
 }
 
 // TestTrackingAddsNoCommand: an uncontended TryLock+Unlock sends exactly
