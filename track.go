@@ -132,7 +132,7 @@ type tracker struct {
 
 	// Counts, for tests: keys heard in invalidations, those no credit
 	// covered (afterConnect: within creditFor of a data connection's
-	// connecting), and locks read.
+	// replacing another), and locks read.
 	heard, outside, afterConnect, reads atomic.Int64
 	dataConnected                       atomic.Int64 // when a data connection last connected (UnixNano)
 }
@@ -325,6 +325,7 @@ func (tc *trackConn) newData(stop <-chan struct{}) {
 	dc := &dataConn{}
 	dc.up.Store(true)
 	redirect := tc.subID.Load()
+	replacing := tc.data.Load() != nil
 	opt := tc.dataOpt
 	prev := opt.OnConnect
 	opt.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
@@ -345,8 +346,11 @@ func (tc *trackConn) newData(stop <-chan struct{}) {
 			return err
 		}
 		dc.up.Store(true)
-		tc.t.dataConnected.Store(time.Now().UnixNano())
-		if dc.conns.Add(1) > 1 {
+		n := dc.conns.Add(1)
+		if n > 1 || replacing {
+			tc.t.dataConnected.Store(time.Now().UnixNano())
+		}
+		if n > 1 {
 			// A new connection tracks nothing yet: arm every held lock
 			// again (and read it: what changed meanwhile was not heard).
 			tc.t.suspectAll()
