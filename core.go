@@ -536,22 +536,24 @@ func (c *core) extend(ctx context.Context, l *Lock, ttl time.Duration) error {
 // still being acquired, to be read once it is held. One no longer ours on
 // so many nodes that a quorum is out of reach is lost now, taken when every
 // refusing node holds another owner's value, else deleted (or quorum on a
-// mix). A read that fails decides nothing: the renewals go on.
-func (c *core) verify(locks []*Lock, via []Client) (later []bool) {
-	later = make([]bool, len(locks))
+// mix). A read that fails decides nothing: the renewals go on; failed
+// says which locks were not read (nor armed) on a data connection of via.
+func (c *core) verify(locks []*Lock, via []Client) (later, failed []bool) {
+	later, failed = make([]bool, len(locks)), make([]bool, len(locks))
 	var read []*Lock
+	var at []int
 	var timeout time.Duration
 	for i, l := range locks {
 		switch {
 		case l.is(stateAcquiring):
 			later[i] = true
 		case l.is(stateHeld):
-			read = append(read, l)
+			read, at = append(read, l), append(at, i)
 			timeout = max(timeout, l.timeout)
 		}
 	}
 	if len(read) == 0 {
-		return later
+		return later, failed
 	}
 	p := c.pool
 	rows := make([][]reply, len(p.nodes))
@@ -567,7 +569,10 @@ func (c *core) verify(locks []*Lock, via []Client) (later []bool) {
 		return reply{err: err}
 	})
 	if err != nil {
-		return later
+		for _, i := range at {
+			failed[i] = via != nil
+		}
+		return later, failed
 	}
 	rs, _ := gather(ch, p.nodes, time.Now().Add(timeout), nil, never)
 	lrs := make([]reply, 0, len(rs))
@@ -580,13 +585,15 @@ func (c *core) verify(locks []*Lock, via []Client) (later []bool) {
 				lr := rows[r.node][j]
 				lr.node = r.node
 				lrs = append(lrs, lr)
+				failed[at[j]] = failed[at[j]] || lr.err != nil && via != nil && via[r.node] != nil
 			} else {
 				lrs = append(lrs, reply{node: r.node, err: join(r.err, errNodeTimeout)})
+				failed[at[j]] = failed[at[j]] || via != nil && via[r.node] != nil
 			}
 		}
 		c.decideRead(l, lrs)
 	}
-	return later
+	return later, failed
 }
 
 // decideRead loses l if the leases read in rs say it is no longer ours

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -105,7 +106,7 @@ type tracker struct {
 	// connection) and through the pool elsewhere, and loses those that are
 	// not ours; later says a lock is still being acquired, to be read once
 	// it is held.
-	verify func(locks []*Lock, via []Client) (later []bool)
+	verify func(locks []*Lock, via []Client) (later, failed []bool)
 	nodes  int
 	conns  []*trackConn
 	byNode []*trackConn // by node index, nil for a node without tracking
@@ -209,7 +210,7 @@ type dataConn struct {
 
 // newTracker prepares the tracking connections of each node whose client can
 // have one, and starts the keeper that opens them; nil if none can.
-func newTracker(nodes []*node, life *lifecycle, logger *slog.Logger, verify func([]*Lock, []Client) []bool) *tracker {
+func newTracker(nodes []*node, life *lifecycle, logger *slog.Logger, verify func([]*Lock, []Client) ([]bool, []bool)) *tracker {
 	t := &tracker{life: life, logger: logger, verify: verify, nodes: len(nodes), watched: map[string]watchers{},
 		suspect: map[*Lock]struct{}{}, unarmed: map[*Lock]struct{}{}, kick: make(chan struct{}, 1), held: make(chan struct{}, 1), byNode: make([]*trackConn, len(nodes))}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
@@ -337,7 +338,10 @@ func (tc *trackConn) newData(stop <-chan struct{}) {
 			err = cn.Do(ctx, "client", "tracking", "on", "redirect", redirect, "noloop").Err()
 		}
 		if err != nil {
-			if isServerError(err) {
+			// A redirect to a listener that is gone (it reconnected
+			// meanwhile) is no refusal: its new subscription brings a new
+			// data connection.
+			if isServerError(err) && !strings.Contains(strings.ToLower(err.Error()), "redirect") {
 				tc.setArmErr(err)
 				tc.t.logger.Debug("redlock: the server refuses CLIENT TRACKING; a lost lock is found at its next renewal",
 					"node", tc.idx, "err", err)
@@ -588,6 +592,9 @@ func (t *tracker) keeper() {
 			t.follow()
 			for _, tc := range t.conns {
 				tc.probe()
+			}
+			if via, down := t.readVia(); via != nil && !down {
+				t.armUnarmed() // reads that failed, now that every node's is up
 			}
 			if _, any := t.heldSince(0); any {
 				idle = 0
@@ -1113,14 +1120,16 @@ func (t *tracker) verifier() {
 			}
 			t.reads.Add(int64(len(batch)))
 			via, down := t.readVia()
-			later := t.verify(batch, via)
+			later, failed := t.verify(batch, via)
 			t.mu.Lock()
 			again := false
 			for i, l := range batch {
 				if later[i] {
 					t.suspect[l] = struct{}{}
 					again = true
-				} else if down {
+				} else if down || failed[i] {
+					// Read through the pool, or not read: not armed. The
+					// keeper reads it again on the data connection.
 					t.unarmed[l] = struct{}{}
 				}
 			}
