@@ -251,7 +251,8 @@ func WithLogger(l *slog.Logger) Option {
 // per node, open while a lock has been held for 50 ms or more (and 2 s
 // after), on which the server pushes the names of changed keys that the
 // Locker holds (CLIENT TRACKING in default mode, NOLOOP); while they are
-// open, renewals run on one of them, past the client's hooks.
+// open, renewals run on one of them (through the client's hooks all the
+// same).
 // Default on, for a *redis.Client (standalone or Sentinel) on a server that
 // allows CLIENT TRACKING; a Cluster or Ring client, or a server that refuses
 // it, finds such a loss at the next renewal. Without it, or per call, loss

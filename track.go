@@ -176,6 +176,9 @@ type trackConn struct {
 	t   *tracker
 	idx int
 	cl  *redis.Client
+	// hooks routes the data connection's calls through the node's client,
+	// so that its hooks see them (divertedClient).
+	hooks *divertedClient
 	// dial is the Sentinel client's dialer, which dials the master of the
 	// moment; nil for a client of one address. remote is the address the
 	// listener last reached through it.
@@ -200,6 +203,9 @@ type trackConn struct {
 // redirects to the listener's id of the moment it was made.
 type dataConn struct {
 	cl *redis.Client
+	// via is cl reached through the client's hooks (divertedClient.through):
+	// what renewals and reads use, so that the hooks see them.
+	via *boundedClient
 	// up: its last call did not fail on the connection; while false,
 	// renewals and reads use the pool, and the keeper tries it again.
 	up      atomic.Bool
@@ -242,7 +248,7 @@ func newTracker(nodes []*node, life *lifecycle, logger *slog.Logger, verify func
 // the names redlock-tracking and redlock-tracking-data; the listener learns
 // its id on every new connection before it subscribes.
 func newTrackConn(t *tracker, idx int, base *redis.Client) *trackConn {
-	tc := &trackConn{t: t, idx: idx}
+	tc := &trackConn{t: t, idx: idx, hooks: divertedOf(base)}
 	opt := *base.Options()
 	opt.Protocol = 2
 	opt.ClientName = "redlock-tracking"
@@ -362,6 +368,7 @@ func (tc *trackConn) newData(stop <-chan struct{}) {
 		return nil
 	}
 	dc.cl = redis.NewClient(&opt)
+	dc.via = tc.hooks.through(dc.cl)
 	if old := tc.data.Swap(dc); old != nil {
 		_ = old.cl.Close()
 	}
@@ -468,7 +475,8 @@ func (t *tracker) routes() (via *dataRoutes, credit uint64) {
 		if via == nil {
 			via = &dataRoutes{t: t, clients: make([]Client, t.nodes)}
 		}
-		via.clients[i] = dc.cl
+		tc.hooks.keepInnermost()
+		via.clients[i] = dc.via
 		if i < creditNodes {
 			credit &^= 0xff << (8 * i)
 		}
@@ -488,7 +496,8 @@ func (t *tracker) readVia() (via []Client, down bool) {
 			if via == nil {
 				via = make([]Client, t.nodes)
 			}
-			via[i] = dc.cl
+			tc.hooks.keepInnermost()
+			via[i] = dc.via
 		} else if dc := tc.data.Load(); dc != nil && !tc.gone.Load() {
 			down = true
 		}
@@ -517,7 +526,7 @@ func (t *tracker) dataDone(cl Client, err error) {
 		return
 	}
 	for _, tc := range t.conns {
-		if dc := tc.data.Load(); dc != nil && Client(dc.cl) == cl {
+		if dc := tc.data.Load(); dc != nil && Client(dc.via) == cl {
 			dc.used.Store(time.Now().UnixNano())
 			dc.failed(err)
 		}
