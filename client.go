@@ -94,8 +94,8 @@ func (dc *divertedClient) addDiverter() {
 	} // else a hook was added meanwhile, maybe inside d: the next call adds another
 }
 
-// bounded returns the Client whose scripts are bounded by timeout.
-func (dc *divertedClient) bounded(timeout time.Duration) *boundedClient {
+// keepInnermost adds a new diverter when a hook went inside the active one.
+func (dc *divertedClient) keepInnermost() {
 	if dc.rebuilds.Load() != dc.innermost.Load() {
 		dc.mu.Lock()
 		if dc.rebuilds.Load() != dc.innermost.Load() {
@@ -103,6 +103,19 @@ func (dc *divertedClient) bounded(timeout time.Duration) *boundedClient {
 		}
 		dc.mu.Unlock()
 	}
+}
+
+// through returns a Client whose scripts and pipelines go through the
+// client's hooks to target, a client of the library's own (a node's
+// tracking data connection): the hooks see them as every other command.
+// Call keepInnermost before each use, as bounded does.
+func (dc *divertedClient) through(target *redis.Client) *boundedClient {
+	return &boundedClient{Client: dc.parent, clone: target}
+}
+
+// bounded returns the Client whose scripts are bounded by timeout.
+func (dc *divertedClient) bounded(timeout time.Duration) *boundedClient {
+	dc.keepInnermost()
 	if m := dc.clones.Load(); m != nil {
 		if b := (*m)[timeout]; b != nil {
 			return b

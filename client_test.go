@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -160,8 +161,32 @@ func TestClientHooksSeeLockCommands(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, l.Unlock(ctx))
 			assert.Equal(t, int64(2), hook.scripts.Load()-before, "scripts seen by the client's hook for TryLock+Unlock")
+
+			// Renewals of a lock held long enough for loss tracking run on
+			// the tracking data connection: through the hooks all the same.
+			l, err = lk.TryLock(ctx, "hooked-renewals", WithTTL(300*time.Millisecond))
+			require.NoError(t, err)
+			require.True(t, eventually(5*time.Second, func() bool { return dataConnScripts(t, srv) > 0 }),
+				"renewals on the tracking data connection")
+			piped := hook.piped.Load()
+			require.True(t, eventually(5*time.Second, func() bool { return hook.piped.Load()-piped >= 3 }),
+				"renewal pipelines seen by the client's hook")
+			require.NoError(t, l.Unlock(ctx))
 		})
 	}
+}
+
+// dataConnScripts is how many scripts the tracking data connections of the
+// server ran as their last command (CLIENT LIST).
+func dataConnScripts(t testing.TB, srv *redistest.Server) (n int) {
+	t.Helper()
+	list, _ := srv.Do(t, "CLIENT", "LIST").(string)
+	for _, line := range strings.Split(list, "\n") {
+		if strings.Contains(line, " name=redlock-tracking-data ") && strings.Contains(line, " cmd=evalsha") {
+			n++
+		}
+	}
+	return n
 }
 
 // rebuildHook counts the times go-redis builds its client's hook chain

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // core is the engine shared by Locker (one node) and Redlock (N nodes): the
@@ -150,7 +152,7 @@ func newCore(clients []Client, opts []Option) (*core, error) {
 	c.waits = newWaiters(c.names)
 	c.waits.ps = newPubsub(p.nodes, p.quorum, life, cfg.logger, c.waits, c.cfg.sharded)
 	if !cfg.noTracking {
-		c.track = newTracker(p.nodes, cfg.prefix, life, cfg.logger, c.verify)
+		c.track = newTracker(p.nodes, life, cfg.logger, c.verify)
 	}
 	if err := p.ids.warmUp(life, cfg.timeout(cfg.ttl)); err != nil {
 		c.track.close()
@@ -294,7 +296,7 @@ func (c *core) close() error {
 		}
 	}
 	var unsure []*Lock
-	for i, res := range c.pool.batch(context.Background(), live, nil, deadline, nil, nil, nil, nil) {
+	for i, res := range c.pool.batch(context.Background(), live, nil, deadline, nil, nil, nil, nil, nil) {
 		if res.failed > 0 { // a node's error, or silence until the deadline
 			unsure = append(unsure, live[i])
 		}
@@ -542,26 +544,78 @@ func (c *core) extend(ctx context.Context, l *Lock, ttl time.Duration) error {
 	}
 }
 
-// verify reads a lock that the tracker heard changed from outside (the
-// pttl scripts on every node); later: it is still being acquired, to be
-// read once it is held: one no longer ours on so many nodes that a
-// quorum is out of reach is lost now, taken when every refusing node holds
-// another owner's value, else deleted (or quorum on a mix). A read that
-// fails decides nothing: the renewals go on.
-func (c *core) verify(l *Lock) (later bool) {
-	switch {
-	case l.is(stateAcquiring):
-		return true
-	case !l.is(stateHeld):
-		return false
+// verify reads locks that the tracker heard changed from outside, or arms
+// (the pttl scripts, one pipeline per node, on via[node] where it is not
+// nil, a tracking data connection, whose read arms them); later: a lock is
+// still being acquired, to be read once it is held. One no longer ours on
+// so many nodes that a quorum is out of reach is lost now, taken when every
+// refusing node holds another owner's value, else deleted (or quorum on a
+// mix). A read that fails decides nothing: the renewals go on; failed
+// says which locks were not read (nor armed) on a data connection of via.
+func (c *core) verify(locks []*Lock, via []Client) (later, failed []bool) {
+	later, failed = make([]bool, len(locks)), make([]bool, len(locks))
+	var read []*Lock
+	var at []int
+	var timeout time.Duration
+	for i, l := range locks {
+		switch {
+		case l.is(stateAcquiring):
+			later[i] = true
+		case l.is(stateHeld):
+			read, at = append(read, l), append(at, i)
+			timeout = max(timeout, l.timeout)
+		}
 	}
-	rs, _, err := c.pool.leases(context.Background(), l)
+	if len(read) == 0 {
+		return later, failed
+	}
+	p := c.pool
+	rows := make([][]reply, len(p.nodes))
+	ch, err := p.fanOut(context.Background(), p.nodes, timeout, timeout, func(ctx context.Context, n *node, cl Client) reply {
+		if via != nil && via[n.idx] != nil {
+			cl = via[n.idx]
+		}
+		row, err := readLeases(ctx, cl, read)
+		if via != nil && via[n.idx] != nil {
+			c.track.dataDone(cl, err)
+		}
+		rows[n.idx] = row
+		return reply{err: err}
+	})
 	if err != nil {
-		return false
+		for _, i := range at {
+			failed[i] = via != nil
+		}
+		return later, failed
 	}
+	rs, _ := gather(ch, p.nodes, time.Now().Add(timeout), nil, never)
+	lrs := make([]reply, 0, len(rs))
+	for j, l := range read {
+		lrs = lrs[:0]
+		for _, r := range rs {
+			// Only a node that answered wrote its row: one still on its
+			// way must not be read.
+			if r.err == nil && rows[r.node] != nil {
+				lr := rows[r.node][j]
+				lr.node = r.node
+				lrs = append(lrs, lr)
+				failed[at[j]] = failed[at[j]] || lr.err != nil && via != nil && via[r.node] != nil
+			} else {
+				lrs = append(lrs, reply{node: r.node, err: join(r.err, errNodeTimeout)})
+				failed[at[j]] = failed[at[j]] || via != nil && via[r.node] != nil
+			}
+		}
+		c.decideRead(l, lrs)
+	}
+	return later, failed
+}
+
+// decideRead loses l if the leases read in rs say it is no longer ours
+// (verify).
+func (c *core) decideRead(l *Lock, rs []reply) {
 	t := c.pool.count(rs)
 	if !c.pool.impossible(t.no) {
-		return false
+		return
 	}
 	taken := 0
 	for _, r := range rs {
@@ -572,7 +626,71 @@ func (c *core) verify(l *Lock) (later bool) {
 	if l.lose(refusalReason(t.no, taken, 0), nil) && t.ok > 0 {
 		c.abandon(l) // the nodes still holding it must not keep the name
 	}
-	return false
+}
+
+// readLeases reads the lease of every lock on cl (the pttl scripts, in one
+// pipeline, again with EVAL those that found no script): per lock, a
+// reply as pool.leases makes them; the error is the pipeline's, when no
+// reply came.
+func readLeases(ctx context.Context, cl Client, locks []*Lock) ([]reply, error) {
+	type sent struct {
+		cmd  *redis.Cmd
+		lock int
+		part int
+	}
+	cmds := make([]sent, 0, len(locks))
+	pipe := cl.Pipeline()
+	for i, l := range locks {
+		for part := range parts(l) {
+			s, keys, args := kinds[l.kind].pttl(l, part, 0)
+			cmds = append(cmds, sent{s.EvalSha(ctx, pipe, keys, args...), i, part})
+		}
+	}
+	_, perr := pipe.Exec(ctx)
+	pipe = nil
+	for j := range cmds {
+		if isNoScript(cmds[j].cmd.Err()) {
+			if pipe == nil {
+				pipe = cl.Pipeline()
+			}
+			s, keys, args := kinds[locks[cmds[j].lock].kind].pttl(locks[cmds[j].lock], cmds[j].part, 0)
+			cmds[j].cmd = s.Eval(ctx, pipe, keys, args...)
+		}
+	}
+	if pipe != nil {
+		_, perr = pipe.Exec(ctx)
+	}
+	out := make([]reply, len(locks))
+	errs := make([]error, len(locks))
+	vals := make([]int64, len(locks))
+	for _, s := range cmds {
+		if errs[s.lock] != nil {
+			continue
+		}
+		v, err := s.cmd.Int64()
+		if redis.HasErrorPrefix(err, "WRONGTYPE") {
+			v, err = replyOthers, nil // a value of another type where the set of holds was
+		}
+		if err != nil {
+			errs[s.lock] = err
+			continue
+		}
+		vals[s.lock] = foldPTTL(vals[s.lock], v, s.part == 0)
+	}
+	answered := false
+	for i := range out {
+		if errs[i] != nil {
+			out[i] = reply{err: errs[i]}
+			continue
+		}
+		answered = true
+		v := vals[i]
+		out[i] = reply{ok: v != replyNotOurs && v != replyOthers, val: v}
+	}
+	if answered {
+		perr = nil
+	}
+	return out, perr
 }
 
 // remaining is l's lease on the server (engine: Lock.TTL).

@@ -246,12 +246,14 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
-// WithLossTracking turns off (false) or on the tracking connection that
-// lets a Locker or Redlock hear at once that a held lock's key was changed
-// by someone else (deleted, overwritten, flushed, evicted): one connection
+// WithLossTracking turns off (false) or on the tracking connections that
+// let a Locker or Redlock hear at once that a held lock's key was changed
+// by someone else (deleted, overwritten, flushed, evicted): two connections
 // per node, open while a lock has been held for 50 ms or more (and 2 s
-// after), on which the server pushes the names of changed keys under the
-// key prefix (CLIENT TRACKING in broadcast mode).
+// after), on which the server pushes the names of changed keys that the
+// Locker holds (CLIENT TRACKING in default mode, NOLOOP); while they are
+// open, renewals run on one of them (through the client's hooks all the
+// same).
 // Default on, for a *redis.Client (standalone or Sentinel) on a server that
 // allows CLIENT TRACKING; a Cluster or Ring client, or a server that refuses
 // it, finds such a loss at the next renewal. Without it, or per call, loss

@@ -35,14 +35,17 @@ type batchResult struct {
 // as failed), so a hung node ties up one goroutine, not one per period.
 // gone, when not nil, is told from the node's call of every lock whose
 // renewal found its key gone on that node, whenever that reply comes,
-// before or after the lock is settled (lease repair, repair.go).
-func (p *pool) batch(ctx context.Context, locks []*Lock, ttls []time.Duration, deadline time.Time, quit <-chan struct{}, settle func(int, batchResult), moveOn chan struct{}, gone func(int, *node)) []batchResult {
+// before or after the lock is settled (lease repair, repair.go). via, when
+// not nil, names per node a client to renew on instead of the node's (a
+// tracking data connection, track.go): its renewals read their keys again
+// after moving them, so that they stay tracked.
+func (p *pool) batch(ctx context.Context, locks []*Lock, ttls []time.Duration, deadline time.Time, quit <-chan struct{}, settle func(int, batchResult), moveOn chan struct{}, gone func(int, *node), via *dataRoutes) []batchResult {
 	b := &batchRound{p: p, out: make([]batchResult, len(locks)), done: make([]bool, len(locks)), left: len(locks), settle: settle, moveOn: moveOn}
-	return b.run(ctx, locks, ttls, deadline, quit, gone)
+	return b.run(ctx, locks, ttls, deadline, quit, gone, via)
 }
 
 // run is batch's round.
-func (b *batchRound) run(ctx context.Context, locks []*Lock, ttls []time.Duration, deadline time.Time, quit <-chan struct{}, gone func(int, *node)) []batchResult {
+func (b *batchRound) run(ctx context.Context, locks []*Lock, ttls []time.Duration, deadline time.Time, quit <-chan struct{}, gone func(int, *node), via *dataRoutes) []batchResult {
 	p := b.p
 	defer b.letGo()
 	if len(locks) == 0 {
@@ -66,7 +69,14 @@ func (b *batchRound) run(ctx context.Context, locks []*Lock, ttls []time.Duratio
 		if renew {
 			defer n.renewing.Store(false)
 		}
-		codes, err := pipelineScript(ctx, cl, locks, ttls)
+		rearm := renew && via.on(n.idx)
+		if rearm {
+			cl = via.clients[n.idx]
+		}
+		codes, err := pipelineScript(ctx, cl, locks, ttls, rearm)
+		if rearm {
+			via.t.dataDone(cl, err)
+		}
 		if renew {
 			releaseLate(ctx, n, locks, codes)
 			if gone != nil {
@@ -223,7 +233,7 @@ func releaseLate(ctx context.Context, n *node, locks []*Lock, codes []int8) {
 	if len(late) > 0 {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), late[0].timeout)
 		defer cancel()
-		_, _ = pipelineScript(ctx, n.client, late, nil)
+		_, _ = pipelineScript(ctx, n.client, late, nil, false)
 	}
 }
 
@@ -262,9 +272,10 @@ func (b *batchRound) tallyBatch(res *batchResult, r reply, i int, withErr bool) 
 // go-redis's EVALSHA-to-EVAL fallback does not apply inside pipelines, so
 // calls that failed with NOSCRIPT (after SCRIPT FLUSH, a restart, a
 // failover) are sent again with EVAL: a missing script must never read as
-// "not held".
-func pipelineScript(ctx context.Context, cl Client, locks []*Lock, ttls []time.Duration) ([]int8, error) {
-	p := pipelined{locks: locks, ttls: ttls}
+// "not held". rearm: the renewals read their keys again after moving them
+// (on a tracking data connection, where the move untracked them).
+func pipelineScript(ctx context.Context, cl Client, locks []*Lock, ttls []time.Duration, rearm bool) ([]int8, error) {
+	p := pipelined{locks: locks, ttls: ttls, rearm: rearm}
 	if p.renew() {
 		if p.replicas, p.ackTimeout = batchAcks(locks); p.replicas > 0 && keyRouted(cl) {
 			return renewAcked(ctx, cl, locks, ttls)
@@ -281,6 +292,7 @@ type pipelined struct {
 	ttls       []time.Duration // nil: release
 	replicas   int             // WithReplicaAcks of the renewals, 0 without
 	ackTimeout time.Duration
+	rearm      bool // see pipelineScript
 	cmds       []sentScript
 	// With replica acks, one WAIT ends each pipeline: it runs on the
 	// pipeline's connection, after its scripts (see scriptAcked); wait
@@ -300,7 +312,11 @@ func (p *pipelined) renew() bool { return p.ttls != nil }
 
 func (p *pipelined) call(i, part int) (*redis.Script, []string, []any) {
 	if p.renew() {
-		return kinds[p.locks[i].kind].extend(p.locks[i], part, p.ttls[i])
+		s, keys, args := kinds[p.locks[i].kind].extend(p.locks[i], part, p.ttls[i])
+		if p.rearm {
+			args = append(args, 1) // extend scripts' ARGV[4]: read the key again
+		}
+		return s, keys, args
 	}
 	return kinds[p.locks[i].kind].release(p.locks[i], part, 0)
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,31 +16,63 @@ import (
 )
 
 // Loss heard at once. Each node of a core whose client is a *redis.Client
-// (standalone or Sentinel-managed) may get one connection of its own that
-// asks the server to tell it of every change to a key under the library's
-// prefix: CLIENT TRACKING ON REDIRECT <itself> BCAST PREFIX "{<prefix>",
-// then SUBSCRIBE __redis__:invalidate, so that the server's invalidation
-// messages arrive as pub/sub messages (RESP2) on the same connection. The
-// connections open once a lock of the core has been held for armAfter, and
-// close after disarmAfter with none held: short critical sections never
-// open them (a BCAST connection hears every lock event under the prefix,
-// from every process, which costs the server a message per event), and
-// their own path sends nothing extra in any case. Every change to a key the
-// core holds that is not one of its own writes makes the locks on it
-// suspect, and they are read at once (the pttl scripts): a lock that is no
-// longer ours on enough nodes is lost then, with the reason the read found,
-// instead of at its next renewal. A FLUSHALL (a message without keys) and
-// every (re)connection of a tracking connection (its opening included:
-// changes before it were not heard) make every held lock suspect.
+// (standalone or Sentinel-managed) may get two connections of its own: a
+// listener, RESP2, subscribed to __redis__:invalidate, and a data
+// connection that runs CLIENT TRACKING ON REDIRECT <the listener's id>
+// NOLOOP (default mode, not BCAST): the server then tells the listener of a
+// change to a key only if the data connection read it (keys read by a
+// script's commands count: verified on Redis 7.0), and only once per read:
+// a write drops the key from the server's tracking table, even when NOLOOP
+// leaves it untold. So an instance hears of its own held keys only, not of
+// the fleet's (issue "scale": BCAST sent every renewal under the prefix to
+// every instance).
 //
-// Own writes are told apart by count: before each write to its key, a
-// lock gets a credit per node, and an invalidation of the key consumes a
-// credit of one of the locks watching it instead of raising suspicion. The
-// server queues the invalidation of a write before the write's reply, so a
-// credit that no invalidation consumed within creditFor of the reply was
-// for a write that changed nothing; it lapses. A lock is watched from
-// before its acquisition is sent until its release has answered, so that
-// its own acquisition and release are counted too.
+// Arming. The connections open once a lock of the core has been held for
+// armAfter, and close after disarmAfter with none held: short critical
+// sections never open them, and their own path sends nothing extra in any
+// case. A held lock is armed by a read of its keys (the pttl scripts) on the
+// data connection: every held lock when the listener (re)subscribes or the
+// data connection (re)connects (changes while nobody listened were not
+// heard), and a lock that becomes held while they are open at armAfter of
+// hold. The reads are pipelined, up to verifyBatch locks per node in
+// flight. The same read decides: a lock that is no longer ours on so many
+// nodes that a quorum is out of reach is lost then, with the reason the
+// read found.
+//
+// Renewals. The watchdog renews on the data connection while it is up
+// (routes), with extend scripts that read the key again after moving it:
+// NOLOOP keeps the renewal itself silent, and the read after the write
+// puts the key back in the tracking table. A renewal costs no message, and
+// no command or round trip more (one read more inside its script). While
+// the data connection is down (a call on it failed on the connection),
+// renewals and reads go through the pool, and the keeper pings it every
+// followEvery; once it answers, the locks read through the pool meanwhile
+// are read on it again. The keeper also pings one left unused for
+// idlePing, which finds one killed while idle; a new connection arms every
+// held lock again.
+//
+// Own writes from other connections (acquisitions, Extend, releases,
+// hand-offs, all on the pool) are told apart by count: before each write to
+// its key, a lock gets a credit per node (not for a renewal on a node's
+// data connection, which is silent), and an invalidation of the key
+// consumes a credit of one of the locks watching it instead of raising
+// suspicion. The server queues the invalidation of a write before the
+// write's reply, so a credit that no invalidation consumed within creditFor
+// of the reply was for a write that changed nothing, or of a key nobody
+// tracked; it lapses. An own write whose invalidation came dropped the key
+// from the tracking table: the held locks watching it (not those being
+// released) are read again, which arms them. A lock is
+// watched from before its acquisition is sent until its release has
+// answered, so that its own acquisition and release are counted too. Any
+// change that no credit covers makes the locks watching the key suspect,
+// and they are read at once. A FLUSHALL (a message without keys) makes
+// every held lock suspect.
+//
+// What an instance pays per held lock: one read at armAfter of hold (none
+// for shorter holds), one more after each own write through the pool
+// (Extend), an invalidation message for its release, and a read per held
+// lock after a reconnection; the server keeps one tracking-table entry per
+// armed key.
 
 // invalidateChannel is where a RESP2 connection hears its invalidations.
 const invalidateChannel = "__redis__:invalidate"
@@ -61,18 +94,22 @@ const (
 	disarmAfter = 2 * time.Second
 )
 
-// verifyBatch bounds the reads in flight when many locks are suspect at
-// once (a FLUSHALL under many holds).
-const verifyBatch = 16
+// verifyBatch bounds the locks read at once, one pipeline per node, when
+// many are suspect or to be armed (a FLUSHALL or a reconnection under many
+// holds): 10,000 held locks are 40 pipelines, one after the other.
+const verifyBatch = 256
 
 type tracker struct {
 	life   *lifecycle
 	logger *slog.Logger
-	// verify reads a suspect lock, and loses it if it is not ours; later
-	// says it is still being acquired, to be read once it is held.
-	verify func(*Lock) (later bool)
+	// verify reads suspect locks, on via[node] where it is not nil (a data
+	// connection) and through the pool elsewhere, and loses those that are
+	// not ours; later says a lock is still being acquired, to be read once
+	// it is held.
+	verify func(locks []*Lock, via []Client) (later, failed []bool)
 	nodes  int
 	conns  []*trackConn
+	byNode []*trackConn // by node index, nil for a node without tracking
 	// on: some node's tracking connection may be armed, so the bookkeeping
 	// below is worth its cost.
 	on     atomic.Bool
@@ -84,8 +121,21 @@ type tracker struct {
 	mu      sync.Mutex
 	watched map[string]watchers
 	suspect map[*Lock]struct{}
-	kick    chan struct{} // buffered 1: suspects were added
+	kick    chan struct{} // buffered 1: suspects (or locks to arm) were added
 	spent   []*Lock       // invalidated's, kept for the next message
+	// arming are the locks that became held while armed, in that order:
+	// each is read (armed) at armAfter of hold.
+	arming  []*Lock
+	armHead int // arming[:armHead] are done
+	// unarmed are locks read through the pool while a node's data
+	// connection was down: read again once it is back (probe).
+	unarmed map[*Lock]struct{}
+
+	// Counts, for tests: keys heard in invalidations, those no credit
+	// covered (afterConnect: within creditFor of a data connection's
+	// replacing another), and locks read.
+	heard, outside, afterConnect, reads atomic.Int64
+	dataConnected                       atomic.Int64 // when a data connection last connected (UnixNano)
 }
 
 // watchers are the held locks of the core on one key: usually one.
@@ -120,37 +170,64 @@ func creditMask(n int) uint64 {
 	return 0x0101010101010101 & (1<<(8*n) - 1)
 }
 
-// trackConn is one node's tracking connection.
+// trackConn is one node's tracking connections: the listener, and its
+// data connection of the moment.
 type trackConn struct {
 	t   *tracker
 	idx int
 	cl  *redis.Client
+	// hooks routes the data connection's calls through the node's client,
+	// so that its hooks see them (divertedClient).
+	hooks *divertedClient
 	// dial is the Sentinel client's dialer, which dials the master of the
 	// moment; nil for a client of one address. remote is the address the
-	// tracking connection last reached through it.
+	// listener last reached through it.
 	dial   func(ctx context.Context, network, addr string) (net.Conn, error)
 	addr   string
 	remote atomic.Pointer[string]
 	ps     *redis.PubSub // while armed (the keeper's)
 	stop   chan struct{} // closed when the armed connection is closed
 	gone   atomic.Bool   // the server refused tracking: never armed again
+	subID  atomic.Int64  // the listener's CLIENT ID, since it last connected
+	// data is the data connection of the listener's current subscription,
+	// nil while there is none; dataOpt its client's options.
+	data    atomic.Pointer[dataConn]
+	dataOpt redis.Options
 
 	mu     sync.Mutex
 	armErr error // the last OnConnect's error
 }
 
-// newTracker prepares a tracking connection for each node whose client can
+// dataConn is a node's data connection: one connection (PoolSize 1), so
+// that NOLOOP keeps every write of its own silent, whose tracking
+// redirects to the listener's id of the moment it was made.
+type dataConn struct {
+	cl *redis.Client
+	// via is cl reached through the client's hooks (divertedClient.through):
+	// what renewals and reads use, so that the hooks see them.
+	via *boundedClient
+	// up: its last call did not fail on the connection; while false,
+	// renewals and reads use the pool, and the keeper tries it again.
+	up      atomic.Bool
+	conns   atomic.Int32 // connections made
+	probing atomic.Bool
+	used    atomic.Int64 // when a call on it last ended (UnixNano)
+}
+
+// newTracker prepares the tracking connections of each node whose client can
 // have one, and starts the keeper that opens them; nil if none can.
-func newTracker(nodes []*node, prefix string, life *lifecycle, logger *slog.Logger, verify func(*Lock) bool) *tracker {
+func newTracker(nodes []*node, life *lifecycle, logger *slog.Logger, verify func([]*Lock, []Client) ([]bool, []bool)) *tracker {
 	t := &tracker{life: life, logger: logger, verify: verify, nodes: len(nodes), watched: map[string]watchers{},
-		suspect: map[*Lock]struct{}{}, kick: make(chan struct{}, 1), held: make(chan struct{}, 1)}
+		suspect: map[*Lock]struct{}{}, unarmed: map[*Lock]struct{}{}, kick: make(chan struct{}, 1), held: make(chan struct{}, 1), byNode: make([]*trackConn, len(nodes))}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	for _, n := range nodes {
 		base, ok := n.client.(*redis.Client)
 		if !ok {
 			continue // Cluster, Ring, custom clients: loss is found at the next renewal
 		}
-		t.conns = append(t.conns, newTrackConn(t, n.idx, base, "{"+prefix))
+		tc := newTrackConn(t, n.idx, base)
+		t.conns = append(t.conns, tc)
+		t.byNode[n.idx] = tc
 	}
 	if len(t.conns) == 0 || !life.goCount(2) {
 		t.cancel()
@@ -165,17 +242,24 @@ func newTracker(nodes []*node, prefix string, life *lifecycle, logger *slog.Logg
 	return t
 }
 
-// newTrackConn makes the client of one node's tracking connection: the
-// node client's options (address, dialer, credentials, TLS; a Sentinel
-// client's dialer follows the master), RESP2, the name redlock-tracking,
-// and the tracking command run on every new connection before it
-// subscribes.
-func newTrackConn(t *tracker, idx int, base *redis.Client, prefix string) *trackConn {
-	tc := &trackConn{t: t, idx: idx}
+// newTrackConn makes the client of one node's listener, and the options
+// of its data connections: the node client's options (address, dialer,
+// credentials, TLS; a Sentinel client's dialer follows the master), RESP2,
+// the names redlock-tracking and redlock-tracking-data; the listener learns
+// its id on every new connection before it subscribes.
+func newTrackConn(t *tracker, idx int, base *redis.Client) *trackConn {
+	tc := &trackConn{t: t, idx: idx, hooks: divertedOf(base)}
 	opt := *base.Options()
 	opt.Protocol = 2
 	opt.ClientName = "redlock-tracking"
 	opt.PoolSize, opt.MinIdleConns, opt.MaxIdleConns = 1, 0, 0
+	tc.dataOpt = opt
+	tc.dataOpt.ClientName = "redlock-tracking-data"
+	tc.dataOpt.MaxIdleConns = 1
+	// One connection for as long as it works: a new one must arm every
+	// held lock again. Calls are bounded by their ctx (the node timeout).
+	tc.dataOpt.ConnMaxIdleTime, tc.dataOpt.ConnMaxLifetime = -1, 0
+	tc.dataOpt.ContextTimeoutEnabled = true
 	prev := opt.OnConnect
 	opt.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
 		var err error
@@ -187,16 +271,14 @@ func newTrackConn(t *tracker, idx int, base *redis.Client, prefix string) *track
 			id, err = cn.ClientID(ctx).Result()
 		}
 		if err == nil {
-			err = cn.Do(ctx, "client", "tracking", "on", "redirect", id, "bcast", "prefix", prefix).Err()
+			tc.subID.Store(id)
 		}
-		tc.mu.Lock()
-		tc.armErr = err
-		tc.mu.Unlock()
+		tc.setArmErr(err)
 		return err
 	}
 	if d := sentinelDialer(base); d != nil {
 		// go-redis's Sentinel client: its dialer follows the master. The
-		// tracking connection stays on the old master after a failover
+		// listener stays on the old master after a failover
 		// until the sentinels reconfigure it; the keeper compares where a
 		// fresh dial lands (masterMoved) and moves it.
 		tc.dial, tc.addr = d, opt.Addr
@@ -214,11 +296,17 @@ func newTrackConn(t *tracker, idx int, base *redis.Client, prefix string) *track
 }
 
 // followEvery is how often, while armed, the keeper checks that a
-// Sentinel client's master is still where the tracking connection is.
+// Sentinel client's master is still where the listener is, and tries a
+// data connection that is down.
 const followEvery = 250 * time.Millisecond
 
+// idlePing is how long a data connection may go unused before the keeper
+// pings it (a PING, whose only use is to find a connection killed while
+// idle). Renewals every TTL/3 of a few locks keep it busier than that.
+const idlePing = time.Second
+
 // masterMoved reports that a fresh dial of a Sentinel client reaches
-// another address than the tracking connection: a failover happened. The
+// another address than the listener: a failover happened. The
 // dial is a TCP connection closed at once, no command.
 func (tc *trackConn) masterMoved(ctx context.Context) bool {
 	was := tc.remote.Load()
@@ -234,6 +322,215 @@ func (tc *trackConn) masterMoved(ctx context.Context) bool {
 	now := cn.RemoteAddr().String()
 	_ = cn.Close()
 	return now != *was
+}
+
+// newData replaces the node's data connection by one whose tracking
+// redirects to the listener's current id (run, when it has (re)subscribed:
+// the old one's invalidations went to a connection that is gone). It
+// connects on its first call.
+func (tc *trackConn) newData(stop <-chan struct{}) {
+	dc := &dataConn{}
+	dc.up.Store(true)
+	redirect := tc.subID.Load()
+	replacing := tc.data.Load() != nil
+	opt := tc.dataOpt
+	prev := opt.OnConnect
+	opt.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
+		var err error
+		if prev != nil {
+			err = prev(ctx, cn)
+		}
+		if err == nil {
+			err = cn.Do(ctx, "client", "tracking", "on", "redirect", redirect, "noloop").Err()
+		}
+		if err != nil {
+			// A redirect to a listener that is gone (it reconnected
+			// meanwhile) is no refusal: its new subscription brings a new
+			// data connection.
+			if isServerError(err) && !strings.Contains(strings.ToLower(err.Error()), "redirect") {
+				tc.setArmErr(err)
+				tc.t.logger.Debug("redlock: the server refuses CLIENT TRACKING; a lost lock is found at its next renewal",
+					"node", tc.idx, "err", err)
+				tc.t.giveUp(tc)
+			}
+			return err
+		}
+		dc.up.Store(true)
+		n := dc.conns.Add(1)
+		if n > 1 || replacing {
+			tc.t.dataConnected.Store(time.Now().UnixNano())
+		}
+		if n > 1 {
+			// A new connection tracks nothing yet: arm every held lock
+			// again (and read it: what changed meanwhile was not heard).
+			tc.t.suspectAll()
+		}
+		return nil
+	}
+	dc.cl = redis.NewClient(&opt)
+	dc.via = tc.hooks.through(dc.cl)
+	if old := tc.data.Swap(dc); old != nil {
+		_ = old.cl.Close()
+	}
+	select {
+	case <-stop: // disarmed or moved meanwhile: its closeData may have come first
+		tc.closeData()
+	default:
+	}
+}
+
+// closeData closes the node's data connection.
+func (tc *trackConn) closeData() {
+	if old := tc.data.Swap(nil); old != nil {
+		_ = old.cl.Close()
+	}
+}
+
+// dataClient is the node's data connection if it is up, else nil.
+func (tc *trackConn) dataClient() *dataConn {
+	if tc == nil || tc.gone.Load() {
+		return nil
+	}
+	if dc := tc.data.Load(); dc != nil && dc.up.Load() {
+		return dc
+	}
+	return nil
+}
+
+// failed records a call on dc that ended in err: an error of the
+// connection (not a reply) puts dc down until the keeper's probe.
+func (dc *dataConn) failed(err error) {
+	if err != nil && !isServerError(err) && !errors.Is(err, redis.Nil) {
+		dc.up.Store(false)
+	}
+}
+
+// probe tries a data connection that is down, or one that is up but has
+// not been used for idlePing (a connection killed while idle would
+// otherwise lose its invalidations unnoticed until the next renewal), once
+// at a time, bounded by followEvery; a new connection arms every held lock
+// again (OnConnect).
+func (tc *trackConn) probe() {
+	dc := tc.data.Load()
+	if dc == nil || tc.gone.Load() {
+		return
+	}
+	up := dc.up.Load()
+	if up && time.Since(time.Unix(0, dc.used.Load())) < idlePing || !dc.probing.CompareAndSwap(false, true) {
+		return
+	}
+	if !tc.t.life.goCount(1) {
+		dc.probing.Store(false)
+		return
+	}
+	go func() {
+		defer tc.t.life.wg.Done()
+		defer dc.probing.Store(false)
+		ctx, cancel := context.WithTimeout(tc.t.ctx, followEvery)
+		defer cancel()
+		err := dc.cl.Ping(ctx).Err()
+		dc.used.Store(time.Now().UnixNano())
+		if up {
+			if err != nil && ctx.Err() == nil {
+				dc.failed(err) // not merely busy: broken
+			}
+			return
+		}
+		if err == nil && !dc.up.Swap(true) {
+			// Same connection: what it tracked it still tracks (the pool's
+			// renewals meanwhile were told, and read again). The locks read
+			// through the pool meanwhile are not armed yet.
+			tc.t.armUnarmed()
+		}
+	}()
+}
+
+// dataRoutes are, by node, the clients a renewal round uses instead of the
+// nodes': a data connection, or nil for the pool.
+type dataRoutes struct {
+	t       *tracker
+	clients []Client
+}
+
+// on reports whether node idx's renewals go to its data connection.
+func (r *dataRoutes) on(idx int) bool { return r != nil && r.clients[idx] != nil }
+
+// routes is where a renewal round goes: the data connection where it is up
+// (its renewals keep their keys armed, and are silent), the pool elsewhere
+// (nil routes: the pool everywhere); and the credits an own write through
+// those routes needs (none on a data connection).
+func (t *tracker) routes() (via *dataRoutes, credit uint64) {
+	if t == nil || !t.on.Load() {
+		return nil, 0
+	}
+	credit = creditMask(t.nodes)
+	if !t.armed.Load() {
+		return nil, credit
+	}
+	for i, tc := range t.byNode {
+		dc := tc.dataClient()
+		if dc == nil {
+			continue
+		}
+		if via == nil {
+			via = &dataRoutes{t: t, clients: make([]Client, t.nodes)}
+		}
+		tc.hooks.keepInnermost()
+		via.clients[i] = dc.via
+		if i < creditNodes {
+			credit &^= 0xff << (8 * i)
+		}
+	}
+	return via, credit
+}
+
+// readVia is verify's via: the data connections that are up; down says
+// that some node has one that is down (a read through the pool there does
+// not arm).
+func (t *tracker) readVia() (via []Client, down bool) {
+	for i, tc := range t.byNode {
+		if tc == nil {
+			continue
+		}
+		if dc := tc.dataClient(); dc != nil {
+			if via == nil {
+				via = make([]Client, t.nodes)
+			}
+			tc.hooks.keepInnermost()
+			via[i] = dc.via
+		} else if dc := tc.data.Load(); dc != nil && !tc.gone.Load() {
+			down = true
+		}
+	}
+	return via, down
+}
+
+// armUnarmed makes the locks read while a data connection was down
+// suspect, to be read (armed) on it.
+func (t *tracker) armUnarmed() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for l := range t.unarmed {
+		t.suspect[l] = struct{}{}
+	}
+	clear(t.unarmed)
+	if len(t.suspect) > 0 {
+		t.wake()
+	}
+}
+
+// dataDone records a call on the data connection that cl is, which ended
+// in err: an error of the connection puts it down.
+func (t *tracker) dataDone(cl Client, err error) {
+	if t == nil {
+		return
+	}
+	for _, tc := range t.conns {
+		if dc := tc.data.Load(); dc != nil && Client(dc.via) == cl {
+			dc.used.Store(time.Now().UnixNano())
+			dc.failed(err)
+		}
+	}
 }
 
 // close ends the keeper, which closes the connections, and the verifier
@@ -253,10 +550,19 @@ func (t *tracker) heldNow(l *Lock) {
 	}
 	l.trk.heldAt.Store(time.Now().UnixNano())
 	if !t.armed.Load() {
+		// Armed later: the subscription then reads every held lock.
 		select {
 		case t.held <- struct{}{}:
 		default:
 		}
+		return
+	}
+	t.mu.Lock()
+	t.arming = append(t.arming, l)
+	first := len(t.arming)-t.armHead == 1
+	t.mu.Unlock()
+	if first {
+		t.wake() // the verifier sets its timer for it
 	}
 }
 
@@ -293,6 +599,12 @@ func (t *tracker) keeper() {
 				return
 			}
 			t.follow()
+			for _, tc := range t.conns {
+				tc.probe()
+			}
+			if via, down := t.readVia(); via != nil && !down {
+				t.armUnarmed() // reads that failed, now that every node's is up
+			}
 			if _, any := t.heldSince(0); any {
 				idle = 0
 			} else if idle++; time.Duration(idle)*followEvery >= disarmAfter {
@@ -302,7 +614,7 @@ func (t *tracker) keeper() {
 	}
 }
 
-// follow moves the tracking connection of a Sentinel client whose master
+// follow moves the listener of a Sentinel client whose master
 // changed to the new master, where its subscription then makes every held
 // lock suspect (the keeper's).
 func (t *tracker) follow() {
@@ -313,6 +625,7 @@ func (t *tracker) follow() {
 		t.logger.Info("redlock: the master moved; tracking follows it", "node", tc.idx)
 		close(tc.stop)
 		_ = tc.ps.Close()
+		tc.closeData()
 		tc.remote.Store(nil)
 		if t.life.goCount(1) {
 			tc.ps, tc.stop = tc.cl.Subscribe(t.ctx), make(chan struct{})
@@ -336,7 +649,9 @@ func (t *tracker) pause(d time.Duration) bool {
 }
 
 // heldSince reports whether a watched lock held since before cutoff
-// (UnixNano) exists, and whether any is held.
+// (UnixNano) exists, and whether any is held; with cutoff 0 (the armed
+// keeper's question, every followEvery) it stops at the first held lock
+// instead of scanning thousands.
 func (t *tracker) heldSince(cutoff int64) (old, any bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -350,10 +665,13 @@ func (t *tracker) heldSince(cutoff int64) (old, any bool) {
 			if at == 0 || l.trk.retired.Load() {
 				continue
 			}
-			any = true
 			if at <= cutoff {
 				return true, true
 			}
+			if cutoff == 0 {
+				return false, true
+			}
+			any = true
 		}
 	}
 	return false, any
@@ -380,10 +698,16 @@ func (t *tracker) disarm() {
 			_ = tc.ps.Close()
 			tc.ps, tc.stop = nil, nil
 		}
+		tc.closeData()
 	}
+	t.mu.Lock()
+	clear(t.arming)
+	t.arming, t.armHead = t.arming[:0], 0
+	clear(t.unarmed)
+	t.mu.Unlock()
 }
 
-// run subscribes one node's tracking connection and reads it until it is
+// run subscribes one node's listener and reads it until it is
 // closed.
 func (tc *trackConn) run(ps *redis.PubSub, stop <-chan struct{}) {
 	t := tc.t
@@ -430,13 +754,20 @@ func (tc *trackConn) run(ps *redis.PubSub, stop <-chan struct{}) {
 		}
 		switch m := msg.(type) {
 		case *redis.Subscription:
-			// (Re)connected: what changed while no connection listened was
-			// not heard, and credits of writes made before may have no
-			// invalidation to meet.
+			// (Re)connected: a data connection that tells this one; what
+			// changed while no connection listened was not heard, and
+			// credits of writes made before may have no invalidation to
+			// meet. Every held lock is read on the new data connection,
+			// which arms it.
+			if closed() {
+				return
+			}
+			tc.newData(stop)
 			t.forgetCredits()
 			t.suspectAll()
 		case *redis.Message:
 			if m.Channel == invalidateChannel {
+				t.heard.Add(int64(len(m.PayloadSlice)))
 				t.invalidated(tc.idx, m.PayloadSlice)
 			}
 		}
@@ -449,6 +780,12 @@ func (tc *trackConn) run(ps *redis.PubSub, stop <-chan struct{}) {
 func (tc *trackConn) refused() bool {
 	var rerr redis.Error
 	return errors.As(tc.armError(), &rerr)
+}
+
+func (tc *trackConn) setArmErr(err error) {
+	tc.mu.Lock()
+	tc.armErr = err
+	tc.mu.Unlock()
 }
 
 func (tc *trackConn) armError() error {
@@ -478,16 +815,26 @@ func (t *tracker) giveUp(tc *trackConn) {
 	t.on.Store(false)
 	clear(t.watched)
 	clear(t.suspect)
+	clear(t.unarmed)
 }
 
 // expect gives l a credit on every node before an own write to its keys;
 // settle ends the write. Neither does anything without tracking.
 func (t *tracker) expect(l *Lock) {
+	if t == nil {
+		return
+	}
+	t.expectOn(l, creditMask(t.nodes))
+}
+
+// expectOn is expect with the credits of credit (creditMask's form): a
+// write on a node's data connection is silent and needs none.
+func (t *tracker) expectOn(l *Lock, credit uint64) {
 	if t == nil || !t.on.Load() || l.trk == nil {
 		return
 	}
 	l.trk.inflight.Add(1)
-	l.trk.credits.Add(creditMask(t.nodes))
+	l.trk.credits.Add(credit)
 }
 
 // settle ends an own write of l that expect announced; changed false says
@@ -610,6 +957,7 @@ func (k *lockTrack) live(now int64) bool {
 
 func (t *tracker) unwatchLocked(l *Lock) {
 	delete(t.suspect, l)
+	delete(t.unarmed, l)
 	for _, k := range watchKeys(l) {
 		w, ok := t.watched[k]
 		if !ok {
@@ -637,8 +985,9 @@ func (t *tracker) unwatchLocked(l *Lock) {
 }
 
 // invalidated takes node's invalidation of keys: one that a watching lock
-// has a credit for is its own write's; any other makes every lock watching
-// the key suspect.
+// has a credit for is its own write's, after which the held locks watching
+// the key are read again (armed: the write untracked it); any other makes
+// every lock watching the key suspect.
 func (t *tracker) invalidated(node int, keys []string) {
 	now := time.Now().UnixNano()
 	t.mu.Lock()
@@ -657,7 +1006,18 @@ func (t *tracker) invalidated(node int, keys []string) {
 		}
 		if l := t.spend(w, node, now); l != nil {
 			spent = append(spent, l)
+			if w, ok = t.watched[k]; ok && t.rearm(w) {
+				added = true
+			}
 			continue
+		}
+		if now-t.dataConnected.Load() < int64(creditFor) {
+			// Possibly an own renewal that a data connection given up on
+			// (timed out) still sent, heard by its successor: read all
+			// the same, but not counted as an outside change.
+			t.afterConnect.Add(1)
+		} else {
+			t.outside.Add(1)
 		}
 		t.suspect[w.one] = struct{}{}
 		for _, l := range w.more {
@@ -696,6 +1056,23 @@ func (t *tracker) spend(w watchers, node int, now int64) *Lock {
 	return got
 }
 
+// rearm makes the held locks of w that are not being released suspect,
+// and reports whether there were any (t.mu held).
+func (t *tracker) rearm(w watchers) bool {
+	any := false
+	for i := -1; i < len(w.more); i++ {
+		l := w.one
+		if i >= 0 {
+			l = w.more[i]
+		}
+		if l.trk.heldAt.Load() != 0 && !l.trk.retired.Load() {
+			t.suspect[l] = struct{}{}
+			any = true
+		}
+	}
+	return any
+}
+
 // suspectAll makes every held lock suspect.
 func (t *tracker) suspectAll() {
 	t.mu.Lock()
@@ -706,6 +1083,7 @@ func (t *tracker) suspectAll() {
 			t.suspect[l] = struct{}{}
 		}
 	}
+	clear(t.unarmed)
 	if len(t.suspect) > 0 {
 		t.wake()
 	}
@@ -718,19 +1096,25 @@ func (t *tracker) wake() {
 	}
 }
 
-// verifier reads suspect locks until Close, up to verifyBatch at a time.
+// verifier reads suspect locks until Close, up to verifyBatch at a time
+// (one pipeline per node), and arms the locks in arming at armAfter of
+// hold.
 func (t *tracker) verifier() {
 	defer t.life.wg.Done()
 	var batch []*Lock
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
 	for {
 		select {
 		case <-t.ctx.Done():
 			return
 		case <-t.kick:
+		case <-timer.C:
 		}
 		for {
 			batch = batch[:0]
 			t.mu.Lock()
+			next := t.dueArming(time.Now().UnixNano())
 			for l := range t.suspect {
 				if len(batch) == verifyBatch {
 					break
@@ -739,21 +1123,23 @@ func (t *tracker) verifier() {
 				delete(t.suspect, l)
 			}
 			t.mu.Unlock()
+			timer.Reset(next)
 			if len(batch) == 0 || t.ctx.Err() != nil {
 				break
 			}
-			var wg sync.WaitGroup
-			later := make([]bool, len(batch))
-			for i, l := range batch {
-				wg.Go(func() { later[i] = t.verify(l) })
-			}
-			wg.Wait()
+			t.reads.Add(int64(len(batch)))
+			via, down := t.readVia()
+			later, failed := t.verify(batch, via)
 			t.mu.Lock()
 			again := false
 			for i, l := range batch {
 				if later[i] {
 					t.suspect[l] = struct{}{}
 					again = true
+				} else if down || failed[i] {
+					// Read through the pool, or not read: not armed. The
+					// keeper reads it again on the data connection.
+					t.unarmed[l] = struct{}{}
 				}
 			}
 			t.mu.Unlock()
@@ -765,4 +1151,31 @@ func (t *tracker) verifier() {
 			}
 		}
 	}
+}
+
+// dueArming makes the locks of arming held for armAfter suspect (to be
+// read, which arms them), drops those no longer held, and returns how long
+// until the next is due (t.mu held).
+func (t *tracker) dueArming(now int64) time.Duration {
+	i := t.armHead
+	next := time.Hour
+	for ; i < len(t.arming); i++ {
+		l := t.arming[i]
+		if due := l.trk.heldAt.Load() + int64(armAfter); due > now {
+			next = time.Duration(due - now)
+			break
+		}
+		if l.trk.retired.Load() || !l.is(stateHeld) {
+			continue // (heldNow comes just before the lock is held)
+		}
+		t.suspect[l] = struct{}{}
+	}
+	clear(t.arming[t.armHead:i])
+	t.armHead = i
+	if i == len(t.arming) || i > len(t.arming)/2 {
+		n := copy(t.arming, t.arming[i:])
+		clear(t.arming[n:])
+		t.arming, t.armHead = t.arming[:n], 0
+	}
+	return next
 }

@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -247,47 +246,39 @@ func TestTrackingOpensForHeldLocks(t *testing.T) {
 		"the tracking connection, %v after the last hold", disarmAfter)
 }
 
-// readHook counts the lease reads (the pttl scripts) sent through a client:
-// what the tracker sends to check a suspect lock.
-type readHook struct{ reads atomic.Int64 }
-
-func (h *readHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *readHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if args := cmd.Args(); len(args) > 1 && cmd.Name() == "evalsha" {
-			switch args[1] {
-			case scriptSources[scriptPTTL].sha, scriptSources[scriptZPTTL].sha, scriptSources[scriptMultiPTTL].sha:
-				h.reads.Add(1)
-			}
-		}
-		return next(ctx, cmd)
+// trackingArmed reports that every tracking data connection of tr is
+// connected and nothing is left to read or arm: the connections' opening
+// is over.
+func trackingArmed(tr *tracker) bool {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if !tr.armed.Load() || len(tr.suspect) > 0 || len(tr.arming) > tr.armHead {
+		return false
 	}
-}
-
-func (h *readHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	for _, tc := range tr.conns {
+		if dc := tc.data.Load(); dc == nil || dc.conns.Load() == 0 {
+			return false
+		}
+	}
+	return tr.reads.Load() > 0
 }
 
 // TestOwnWritesStayQuiet: a holder's own acquisitions, renewals, Extends,
 // hand-offs and releases, from goroutines contending for a few names, are
-// not taken for outside changes: no lock is lost and no lease is read.
+// not taken for outside changes: no lock is lost, and no invalidation
+// goes uncredited.
 func TestOwnWritesStayQuiet(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	cl := srv.Client(t)
-	hook := &readHook{}
-	cl.AddHook(hook)
-	lk := newLocker(t, cl, WithTTL(300*time.Millisecond), WithRenewInterval(20*time.Millisecond))
+	lk := newLocker(t, srv.Client(t), WithTTL(300*time.Millisecond), WithRenewInterval(20*time.Millisecond))
+	tr := lk.c.track
 	ctx := context.Background()
-	// A long hold keeps the tracking connection open; when it opens, it
-	// reads that lock once (changes before it were not heard).
+	// A long hold keeps the tracking connections open; when they open, it
+	// is read once (changes before were not heard).
 	keep, err := lk.TryLock(ctx, "quiet-keep")
 	require.NoError(t, err)
-	// At least one: a load that delays a renewal past its credit can add a
-	// second before this poll sees the first (counted in the bound below).
-	require.Eventually(t, func() bool { return hook.reads.Load() >= 1 }, 5*time.Second, time.Millisecond,
-		"the read of the held lock when the tracking connection opens")
+	require.Eventually(t, func() bool { return trackingArmed(tr) }, 5*time.Second, time.Millisecond,
+		"the read of the held lock when the tracking connections open")
 	var wg sync.WaitGroup
 	for g := range 4 {
 		wg.Go(func() {
@@ -297,19 +288,24 @@ func TestOwnWritesStayQuiet(t *testing.T) {
 					return
 				}
 				assert.NoError(t, l.Extend(ctx, 300*time.Millisecond))
-				// Held across renewals of its own.
+				// Held across renewals of its own, and past armAfter now
+				// and then.
 				<-time.After(30 * time.Millisecond)
 				assert.NoError(t, l.Unlock(ctx), "goroutine %d round %d", g, i)
 			}
 		})
 	}
 	wg.Wait()
+	require.NoError(t, keep.Err(), "the long hold, through the others' own writes")
 	require.NoError(t, keep.Unlock(ctx))
 	// About 400 own writes (80 sections: acquire or hand-off, Extend,
-	// renewals every 20 ms, release); uncredited, each would cost a read.
-	// One run in a few has one such read, for a cause not found yet: the
-	// lock held, its credit spent while a renewal or Extend was in flight.
-	assert.LessOrEqual(t, hook.reads.Load(), int64(3), "lease reads: the opening's, and at most two for own writes")
+	// renewals every 20 ms, release), some of armed keys; uncredited, each
+	// would count. A load that delays a reply past its credit can leave
+	// one or two. One that times out a call on the data connection (node
+	// timeout 100 ms here) has it replaced, and a renewal the old one
+	// still sends is heard by the new one: read, but counted apart.
+	assert.LessOrEqual(t, tr.outside.Load(), int64(2), "invalidations taken for outside changes (of %d heard; %d more just after a data connection connected)",
+		tr.heard.Load(), tr.afterConnect.Load())
 }
 
 // TestTrackingAddsNoCommand: an uncontended TryLock+Unlock sends exactly
@@ -323,7 +319,7 @@ func TestTrackingAddsNoCommand(t *testing.T) {
 	ctx := context.Background()
 	long, err := lk.TryLock(ctx, "long")
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return trackingSubscribers(t, srv) == 1 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return trackingSubscribers(t, srv) == 1 && trackingArmed(lk.c.track) }, 5*time.Second, time.Millisecond)
 	srv.Do(t, "CONFIG", "RESETSTAT")
 	const pairs = 200
 	for range pairs {
@@ -395,4 +391,153 @@ func TestLossHeardAfterFailover(t *testing.T) {
 	now.Do(t, "DEL", "{redlock:failover}")
 	heardAfter(t, at, time.Second, l)
 	requireLoss(t, l.Err(), LossDeleted)
+}
+
+// TestTrackingHearsOwnNamesOnly: the server tells an instance of changes to
+// the names it holds only (issue "scale"): while a second fleet of Lockers
+// renews other names on the same server, one of whose names the instance
+// waits for, and the instance renews its own, it hears nothing; an outside
+// DEL of one of its keys and its own Extend through the pool are all it
+// hears, and only the DEL is taken for an outside change.
+func TestTrackingHearsOwnNamesOnly(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	const ttl = 600 * time.Millisecond
+	a := newLocker(t, srv.Client(t), WithTTL(ttl))
+	var mine []*Lock
+	for i := range 50 {
+		l, err := a.TryLock(ctx, fmt.Sprintf("mine-%d", i))
+		require.NoError(t, err)
+		mine = append(mine, l)
+	}
+	for f := range 4 {
+		b := newLocker(t, srv.Client(t), WithTTL(ttl))
+		for i := range 50 {
+			_, err := b.TryLock(ctx, fmt.Sprintf("theirs-%d-%d", f, i))
+			require.NoError(t, err)
+		}
+	}
+	tr := a.c.track
+	require.Eventually(t, func() bool { return trackingArmed(tr) }, 5*time.Second, time.Millisecond)
+	waitCtx, stopWaiting := context.WithCancel(ctx)
+	waited := make(chan error, 1)
+	go func() {
+		_, err := a.Lock(waitCtx, "theirs-0-0")
+		waited <- err
+	}()
+	heard, outside := tr.heard.Load(), tr.outside.Load()+tr.afterConnect.Load()
+	calls := allCalls(t, srv)["evalsha"]
+	time.Sleep(5 * ttl / 2) // each lock renewed about 7 times (every TTL/3)
+	stopWaiting()
+	require.Error(t, <-waited, "the wait for a name the other fleet holds")
+	assert.Greater(t, allCalls(t, srv)["evalsha"]-calls, 1000, "renewals of both fleets during the window")
+	assert.Zero(t, tr.heard.Load()-heard, "invalidations heard while both fleets renewed")
+	require.NoError(t, srv.Client(t).Del(ctx, "{redlock:mine-7}").Err())
+	heardAfter(t, time.Now(), 5*time.Second, mine[7])
+	requireLoss(t, mine[7].Err(), LossDeleted)
+	require.NoError(t, mine[3].Extend(ctx, ttl))
+	require.Eventually(t, func() bool { return tr.heard.Load()-heard == 2 }, 5*time.Second, time.Millisecond,
+		"the DEL's invalidation and the Extend's")
+	time.Sleep(ttl)
+	assert.Equal(t, int64(2), tr.heard.Load()-heard, "invalidations heard: the DEL's and the Extend's")
+	assert.Equal(t, int64(1), tr.outside.Load()+tr.afterConnect.Load()-outside, "taken for outside changes: the DEL")
+	for i, l := range mine {
+		if i != 7 {
+			require.NoError(t, l.Err(), "lock %d", i)
+		}
+	}
+}
+
+// TestRearmAfterReconnectBounded: after the tracking connections come back,
+// every held lock is read once, through one data connection per node, in
+// pipelines of verifyBatch locks; a key deleted while they were down is
+// found.
+func TestRearmAfterReconnectBounded(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	out := srv.Client(t)
+	lk := newLocker(t, srv.Client(t), WithTTL(30*time.Second))
+	ctx := context.Background()
+	const held = 2000
+	locks := make([]*Lock, held)
+	for i := range locks {
+		var err error
+		locks[i], err = lk.TryLock(ctx, fmt.Sprintf("rearm-%d", i))
+		require.NoError(t, err)
+	}
+	tr := lk.c.track
+	require.Eventually(t, func() bool { return trackingArmed(tr) }, 5*time.Second, time.Millisecond)
+	reads := tr.reads.Load()
+	at := time.Now()
+	_, err := out.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.ClientKillByFilter(ctx, "TYPE", "pubsub")
+		p.Del(ctx, "{redlock:rearm-1234}")
+		return nil
+	})
+	require.NoError(t, err)
+	heard := heardAfter(t, at, 2*time.Second, locks[1234])
+	requireLoss(t, locks[1234].Err(), LossDeleted)
+	require.Eventually(t, func() bool { return trackingArmed(tr) && tr.reads.Load()-reads >= held }, 5*time.Second, time.Millisecond)
+	t.Logf("the deleted key heard %v after the kill; %d locks armed again %v after it", heard, held, time.Since(at))
+	// Once each; a batch whose pipeline outlived the node timeout on a
+	// loaded machine is read again (through the pool, then on the data
+	// connection), which a slow run may see once or twice.
+	assert.LessOrEqual(t, tr.reads.Load()-reads, int64(held+4*verifyBatch), "locks read after the reconnection")
+	dataConns := func() int {
+		n := 0
+		for _, l := range strings.Split(out.ClientList(ctx).Val(), "\n") {
+			if strings.Contains(l, " name=redlock-tracking-data ") {
+				n++
+			}
+		}
+		return n
+	}
+	// The old one may linger a moment in CLIENT LIST after its close.
+	assert.Eventually(t, func() bool { return dataConns() == 1 }, 2*time.Second, 10*time.Millisecond,
+		"data connections: the re-arm's reads in flight are one pipeline")
+	for i, l := range locks {
+		if i != 1234 {
+			require.NoError(t, l.Err(), "lock %d", i)
+		}
+	}
+}
+
+// TestLossHeardAfterDataConnKilled: the data connection killed while idle
+// (CLIENT KILL TYPE normal, as an operator might), with a held key deleted
+// in the same step: the keeper's ping of an idle data connection finds it
+// gone within idlePing, a new one arms every held lock again, and the
+// deletion is found then; the other locks, renewed across the kill, stay
+// held.
+func TestLossHeardAfterDataConnKilled(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	out := srv.Client(t)
+	lk := newLocker(t, srv.Client(t), WithTTL(30*time.Second))
+	short := newLocker(t, srv.Client(t), WithTTL(600*time.Millisecond))
+	ctx := context.Background()
+	l, err := lk.TryLock(ctx, "killed-data")
+	require.NoError(t, err)
+	var renewed []*Lock
+	for i := range 10 {
+		r, err := short.TryLock(ctx, fmt.Sprintf("killed-data-renewed-%d", i))
+		require.NoError(t, err)
+		renewed = append(renewed, r)
+	}
+	require.Eventually(t, func() bool { return trackingArmed(lk.c.track) && trackingArmed(short.c.track) }, 5*time.Second, time.Millisecond)
+	time.Sleep(idlePing + followEvery) // the idle data connection has been pinged once
+	at := time.Now()
+	_, err = out.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.ClientKillByFilter(ctx, "TYPE", "normal")
+		p.Del(ctx, "{redlock:killed-data}")
+		return nil
+	})
+	require.NoError(t, err)
+	delay := heardAfter(t, at, 5*time.Second, l)
+	requireLoss(t, l.Err(), LossDeleted)
+	assert.Less(t, delay[0], idlePing+4*followEvery, "heard after the data connection was killed")
+	time.Sleep(600 * time.Millisecond) // a TTL of renewals of the short locks
+	for i, r := range renewed {
+		require.NoError(t, r.Err(), "lock %d, renewed across the kill", i)
+	}
 }

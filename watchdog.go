@@ -192,13 +192,16 @@ func (w *watchdog) renew(due []*Lock) {
 		}
 		return
 	}
+	// On a node whose tracking data connection is up, the renewals run
+	// there: silent (NOLOOP), so no credit, and they keep their keys armed.
+	via, credit := c.track.routes()
 	for _, l := range due {
-		c.track.expect(l)
+		c.track.expectOn(l, credit)
 	}
 	moveOn := make(chan struct{})
 	go func() {
 		defer c.life.wg.Done()
-		c.pool.batch(w.ctx, due, ttls, deadline, w.quit, settle, moveOn, gone)
+		c.pool.batch(w.ctx, due, ttls, deadline, w.quit, settle, moveOn, gone, via)
 	}()
 	select {
 	case <-moveOn:

@@ -7,6 +7,11 @@
 --          moved (Lock.guardMillis: its holder has declared it lost by now;
 --          a renewal that a paused server runs late must not revive it);
 --          absent: no guard
+-- ARGV[4]  present: read the key again after moving its lease. On a
+--          connection with CLIENT TRACKING (default mode, track.go) the move
+--          drops the key from the server's tracking table, even under
+--          NOLOOP; the read puts it back, so that the next outside change
+--          is still told.
 --
 -- Returns REPLY_OK when the lease was moved, REPLY_GONE when the key is
 -- gone, REPLY_TAKEN when it belongs to another owner (so a loss can say
@@ -27,6 +32,7 @@ local cur = redis.call('GET', KEYS[1])
 if cur == ARGV[1] then
   if ARGV[3] and redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then return REPLY_LATE end
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  if ARGV[4] then redis.call('PTTL', KEYS[1]) end
   return REPLY_OK
 end
 if cur then return REPLY_TAKEN end

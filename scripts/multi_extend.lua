@@ -8,6 +8,8 @@
 --          moved (Lock.guardMillis: its holder has declared it lost by now;
 --          a renewal that a paused server runs late must not revive it);
 --          absent: no guard
+-- ARGV[4]  present: read the keys again after moving their leases (see
+--          extend.lua)
 --
 -- Returns REPLY_OK when every lease was moved, REPLY_GONE when some key is
 -- gone, REPLY_TAKEN when some key belongs to another owner, REPLY_LATE when
@@ -26,5 +28,6 @@ end
 if late then return REPLY_LATE end
 for i = 1, #KEYS do
   redis.call('PEXPIRE', KEYS[i], ARGV[2])
+  if ARGV[4] then redis.call('PTTL', KEYS[i]) end
 end
 return REPLY_OK

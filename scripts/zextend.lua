@@ -9,6 +9,8 @@
 --          moved (Lock.guardMillis: its holder has declared it lost by now;
 --          a renewal that a paused server runs late must not revive it);
 --          absent: no guard
+-- ARGV[4]  present: read the keys again after moving their leases (see
+--          extend.lua)
 --
 -- Returns REPLY_OK when the lease was moved, REPLY_GONE when the hold is
 -- gone or its lease already ended (its entry is then removed: an expired
@@ -28,5 +30,8 @@ local ttl = tonumber(ARGV[2])
 -- so the renewal goes through on a full server (see scripts.go).
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
-if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
+if redis.call('PTTL', KEYS[1]) < ttl then
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  if ARGV[4] then redis.call('PTTL', KEYS[1]) end
+end
 return REPLY_OK
