@@ -114,17 +114,16 @@ func WithFencing(on bool) Option { return func(c *config) { c.fencing = on } }
 // lease, and a grant never shortens a counter's remaining life.
 //
 // Tokens still increase across an expired counter. A token is the larger
-// of the counter plus one and a clock in microseconds: the server's TIME
-// for a [Locker], the acquiring client's clock for a [Redlock]. An expired
-// counter reads as none, so the next token is that clock alone. The counter
-// expires only once its server's clock has run the retention d past the
-// counter's last write, so the next token is larger than every earlier one
-// as long as the clock that floors it is less than d behind the clock
+// of the counter plus one and the acquiring client's clock in
+// microseconds (a hand-off within a Locker uses the server's TIME). An
+// expired counter reads as none, so the next token is that clock alone. The
+// counter expires only once its server's clock has run the retention d past
+// the counter's last write, so the next token is larger than every earlier
+// one as long as the clock that floors it is less than d behind the clock
 // reading that floored the last token (plus one microsecond per grant
-// since). For a Locker: as long as the server's clock has not been set back
-// by d or more. For a Redlock: as long as no client's clock is d or more
-// behind another's, less any jump forward of a master's clock (which
-// expires the counter early). The 24h default is far beyond the steps NTP
+// since): as long as no client's clock is d or more behind another's, less
+// any jump forward of the server's clock (which expires the counter
+// early). The 24h default is far beyond the steps NTP
 // makes (ntpd by default refuses to correct an offset above 1000s) and any
 // sane skew between clients, and keeps the counters of names no longer used
 // to one day's worth.
