@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -630,40 +631,16 @@ func (c *core) decideRead(l *Lock, rs []reply) {
 
 // readLeases reads the lease of every lock on cl (the pttl scripts, in one
 // pipeline, again with EVAL those that found no script): per lock, a
-// reply as pool.leases makes them; the error is the pipeline's, when no
-// reply came.
+// reply as pool.leases makes them; the error is the first, when no reply
+// came.
 func readLeases(ctx context.Context, cl Client, locks []*Lock) ([]reply, error) {
-	type sent struct {
-		cmd  *redis.Cmd
-		lock int
-		part int
-	}
-	cmds := make([]sent, 0, len(locks))
-	pipe := cl.Pipeline()
-	for i, l := range locks {
-		for part := range parts(l) {
-			s, keys, args := kinds[l.kind].pttl(l, part, 0)
-			cmds = append(cmds, sent{s.EvalSha(ctx, pipe, keys, args...), i, part})
-		}
-	}
-	_, perr := pipe.Exec(ctx)
-	pipe = nil
-	for j := range cmds {
-		if isNoScript(cmds[j].cmd.Err()) {
-			if pipe == nil {
-				pipe = cl.Pipeline()
-			}
-			s, keys, args := kinds[locks[cmds[j].lock].kind].pttl(locks[cmds[j].lock], cmds[j].part, 0)
-			cmds[j].cmd = s.Eval(ctx, pipe, keys, args...)
-		}
-	}
-	if pipe != nil {
-		_, perr = pipe.Exec(ctx)
-	}
+	p := pipelined{locks: locks, read: true}
+	p.send(ctx, cl)
+	var perr error
 	out := make([]reply, len(locks))
 	errs := make([]error, len(locks))
 	vals := make([]int64, len(locks))
-	for _, s := range cmds {
+	for _, s := range p.cmds {
 		if errs[s.lock] != nil {
 			continue
 		}
@@ -673,6 +650,7 @@ func readLeases(ctx context.Context, cl Client, locks []*Lock) ([]reply, error) 
 		}
 		if err != nil {
 			errs[s.lock] = err
+			perr = cmp.Or(perr, err)
 			continue
 		}
 		vals[s.lock] = foldPTTL(vals[s.lock], v, s.part == 0)

@@ -293,6 +293,7 @@ type pipelined struct {
 	replicas   int             // WithReplicaAcks of the renewals, 0 without
 	ackTimeout time.Duration
 	rearm      bool // see pipelineScript
+	read       bool // the pttl scripts instead (readLeases), with ttls nil
 	cmds       []sentScript
 	// With replica acks, one WAIT ends each pipeline: it runs on the
 	// pipeline's connection, after its scripts (see scriptAcked); wait
@@ -311,6 +312,9 @@ type sentScript struct {
 func (p *pipelined) renew() bool { return p.ttls != nil }
 
 func (p *pipelined) call(i, part int) (*redis.Script, []string, []any) {
+	if p.read {
+		return kinds[p.locks[i].kind].pttl(p.locks[i], part, 0)
+	}
 	if p.renew() {
 		s, keys, args := kinds[p.locks[i].kind].extend(p.locks[i], part, p.ttls[i])
 		if p.rearm {
