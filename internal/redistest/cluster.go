@@ -258,11 +258,7 @@ func (c *Cluster) Failover(t testing.TB, i int) {
 // stays down. Writes the replica had not received are lost.
 func (c *Cluster) KillMaster(t testing.TB, i int) {
 	t.Helper()
-	c.needReplica(t, "KillMaster", i)
-	c.Masters[i].Kill(t)
-	c.down[c.Masters[i]] = true
-	c.swap(i)
-	c.waitAgreed(t, fmt.Sprintf("the kill of master %d", i))
+	c.failMaster(t, "KillMaster", "kill", i, (*Server).Kill)
 }
 
 // PauseMaster stops master i with SIGSTOP and returns once the cluster has
@@ -270,11 +266,18 @@ func (c *Cluster) KillMaster(t testing.TB, i int) {
 // now, stays stopped until Resume.
 func (c *Cluster) PauseMaster(t testing.TB, i int) {
 	t.Helper()
-	c.needReplica(t, "PauseMaster", i)
-	c.Masters[i].Pause(t)
+	c.failMaster(t, "PauseMaster", "pause", i, (*Server).Pause)
+}
+
+// failMaster takes master i down with fault and waits for its replica's
+// promotion (KillMaster, PauseMaster; op names the caller, what the fault).
+func (c *Cluster) failMaster(t testing.TB, op, what string, i int, fault func(*Server, testing.TB)) {
+	t.Helper()
+	c.needReplica(t, op, i)
+	fault(c.Masters[i], t)
 	c.down[c.Masters[i]] = true
 	c.swap(i)
-	c.waitAgreed(t, fmt.Sprintf("the pause of master %d", i))
+	c.waitAgreed(t, fmt.Sprintf("the %s of master %d", what, i))
 }
 
 // Resume continues the old master of slot range i, stopped by PauseMaster,
