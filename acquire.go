@@ -339,6 +339,15 @@ func fenceArg(cfg *config) any {
 	case cfg.retention == defaultFenceRetention:
 		return "1"
 	}
+	return retentionArg(cfg)
+}
+
+// retentionArg is the fence counter's retention in ms as the scripts take
+// it, 1 standing for the default (fenceArg).
+func retentionArg(cfg *config) int64 {
+	if cfg.retention == defaultFenceRetention {
+		return 1
+	}
 	return cfg.retention.Milliseconds()
 }
 
@@ -352,11 +361,7 @@ type floorArg struct {
 }
 
 func (f *floorArg) set(cfg *config, floor int64) {
-	s := strconv.AppendInt(f.b[:0], 1, 10)
-	if cfg.retention != defaultFenceRetention {
-		s = strconv.AppendInt(f.b[:0], cfg.retention.Milliseconds(), 10)
-	}
-	s = append(s, ':')
+	s := append(strconv.AppendInt(f.b[:0], retentionArg(cfg), 10), ':')
 	f.n = len(strconv.AppendInt(s, floor, 10))
 }
 
