@@ -120,6 +120,10 @@ func TestReleasePublishesOnlyWhenWaited(t *testing.T) {
 				require.True(t, eventually(5*time.Second, func() bool {
 					return get(t, srv.Client(t), "{redlock:"+name+"}:waiting") == "1"
 				}), "the refused waiter marked the name")
+				// Subscribed after its refusal: a release before that would
+				// go unheard, marked or not, and the hour's policy would keep
+				// the waiter asleep until the lease ends.
+				waitSubscribers(t, srv, "{redlock:"+name+"}:rel", 1)
 			} else {
 				qk := releaseChannel(lockKey("redlock:", name))
 				if tc.read {
