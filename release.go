@@ -1,0 +1,209 @@
+package redlock
+
+import (
+	"context"
+	"time"
+)
+
+// released is the verdict of an Unlock's release round: nil once a quorum
+// released, ErrNotHeld when too many nodes no longer had our key.
+func (p *pool) released(l *Lock, rs []reply) error {
+	t := p.count(rs)
+	switch {
+	case t.ok >= p.quorum:
+		return nil
+	case p.impossible(t.no):
+		return notHeld("unlock", l.name, p.notOurs(t))
+	}
+	return p.shortOf("unlock", l.name, t, "; the lock frees itself when its lease ends", nil)
+}
+
+// releaseOn sends the release script for l to nodes and waits for their
+// replies up to timeout, or until stop says enough. Callers use it for
+// cleanup, so it runs detached from the caller's cancellation: a cancelled
+// caller still releases. A node that did not answer by then (a paused
+// server, a silent link: a call bounded by the node timeout drops its
+// connection, and the command waiting in it with it) is released again in
+// the background until it answers (releaseNode). After Close, when the core
+// may start no goroutine, it releases node by node from the caller's
+// goroutine: a grant that nobody will own must not hold the name for a
+// whole lease.
+func (p *pool) releaseOn(ctx context.Context, l *Lock, nodes []*node, timeout time.Duration, stop func([]reply) bool) []reply {
+	if len(nodes) == 0 {
+		return nil
+	}
+	argv := releaseArgv(l) // one command for every node: go-redis only reads it
+	call := func(ctx context.Context, n *node, cl Client) reply {
+		if !p.send(n) {
+			return reply{err: n.timedOut(), unsent: true} // released in the background (releaseNode)
+		}
+		l.releaseSent(n.idx)
+		return releaseCall(ctx, cl, l, argv)
+	}
+	rs, _, err := p.round(detached(ctx), nodes, timeout, timeout, call, time.Now().Add(timeout), nil, stop)
+	if err == nil {
+		if silent := p.unanswered(rs); len(silent) > 0 {
+			p.releaseInBackground(ctx, silent, l) // (locks... escapes: not on the common path)
+		}
+		return rs
+	}
+	rs = make([]reply, 0, len(nodes))
+	for _, n := range nodes {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+		r := call(cctx, n, n.clientFor(timeout))
+		cancel()
+		r.node = n.idx
+		rs = append(rs, r)
+	}
+	return rs
+}
+
+// unanswered returns the nodes whose reply in rs is an error that is not
+// the server's: the call may or may not have run (the round's deadline
+// gives every silent node such a reply). A node with no reply at all is
+// one the round stopped waiting for once a quorum had decided: its call
+// goes on, bounded by the lease, and a healthy Redlock's slowest master is
+// not released twice.
+func (p *pool) unanswered(rs []reply) []*node {
+	var out []*node
+	for _, r := range rs {
+		if r.err != nil && !isServerError(r.err) {
+			out = append(out, p.nodes[r.node])
+		}
+	}
+	return out
+}
+
+// releaseInBackground releases locks, in order, on each of nodes from a
+// goroutine of the core per node, waiting for none: their outcome is
+// unknown (the nodes failed or did not answer), and they will not answer
+// the release any sooner. A goroutine per node, so that a hung node does not
+// keep the others' keys.
+func (p *pool) releaseInBackground(ctx context.Context, nodes []*node, locks ...*Lock) {
+	if len(nodes) == 0 || len(locks) == 0 || !p.life.goCount(len(nodes)) {
+		return
+	}
+	for _, n := range nodes {
+		go func() {
+			defer p.life.wg.Done()
+			for _, l := range locks {
+				p.releaseNode(ctx, n, l, false)
+			}
+		}()
+	}
+}
+
+// releaseLater is releaseNode from a goroutine of its own, for a call that
+// found it has something to release: the call ends now, so that it is not
+// counted on the wire (node.begin) while the release waits for the node.
+func (p *pool) releaseLater(ctx context.Context, n *node, l *Lock, ran bool) {
+	if !p.life.goCount(1) {
+		// Close has ended its I/O: this goroutine, which Close waits for,
+		// releases it itself.
+		p.releaseNode(ctx, n, l, ran)
+		return
+	}
+	go func() {
+		defer p.life.wg.Done()
+		p.releaseNode(ctx, n, l, ran)
+	}()
+}
+
+// releaseNode releases l on node n from a goroutine the core already owns,
+// until the node answers. ran says a call of l's is known to have run there
+// (a grant whose reply came late): the first answer settles it. Otherwise
+// its outcome is unknown: a paused server, or one behind a stalled link,
+// runs the commands waiting in its sockets when it resumes, in no set order
+// across connections, so a release sent meanwhile may run before the grant
+// or renewal it is meant to undo; an answer "not ours" is then followed by
+// one more release: by then the server has run every command that was
+// waiting when it answered, and a grant among them is ours to delete. Each
+// call is bounded by the node timeout, so a link that heals is used within
+// that much (see clientFor). It gives up after releaseRetryFor (three
+// leases, if longer); once Close has begun, when the lease it releases
+// would have ended (it outlives Close by that much at most), or at once on
+// a node that refuses connections (a server that is not running holds no
+// command of ours in a socket), or when the client is closed.
+func (p *pool) releaseNode(ctx context.Context, n *node, l *Lock, ran bool) {
+	ctx = context.WithoutCancel(ctx)
+	begun := time.Now()
+	end := begun.Add(max(3*l.leaseTTL(), releaseRetryFor))
+	leaseEnd := begun.Add(l.leaseTTL())
+	cl := n.clientFor(l.timeout)
+	answered := ran
+	for time.Now().Before(end) {
+		start := time.Now()
+		if !n.admit() {
+			// Other calls probe the node: ask again shortly, sending
+			// nothing that would hold a connection in the meantime.
+			if p.life.isClosing() {
+				end = earliest(end, leaseEnd)
+			}
+			t := getTimer(probeEvery)
+			<-t.C
+			putTimer(t)
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, l.timeout)
+		n.begin()
+		l.releaseSent(n.idx)
+		r := releaseCall(cctx, cl, l, releaseArgv(l))
+		n.end(r.err)
+		n.note(r.err)
+		cancel()
+		switch {
+		case r.err == nil && (r.ok || answered):
+			return
+		case r.err == nil:
+			answered = true
+			continue
+		case isPermanent(r.err):
+			return
+		}
+		closing := p.life.closing // the wait ends there, to take up the bound below
+		if p.life.isClosing() {
+			if isDialError(r.err) {
+				return
+			}
+			end, closing = earliest(end, leaseEnd), nil
+		}
+		t := getTimer(l.timeout - time.Since(start))
+		select {
+		case <-t.C:
+		case <-closing:
+		}
+		putTimer(t)
+	}
+}
+
+// releaseCall runs the release script of l: release.lua by argv (from
+// releaseArgv), or, for the kinds with no argv, their own script.
+func releaseCall(ctx context.Context, cl Client, l *Lock, argv []any) reply {
+	if retracts(l) {
+		v, err := sharded(scriptRetract, l.sharded).Run(ctx, cl, l.keys[:1], l.owner).Int64()
+		return releaseReply(l, v, err)
+	}
+	if argv == nil {
+		v, err := runParts(ctx, cl, l, kinds[l.kind].release, 0, foldRelease)
+		return releaseReply(l, v, err)
+	}
+	v, err := runEval(ctx, cl, sharded(scriptRelease, l.sharded), argv).Int64()
+	return releaseReply(l, v, err)
+}
+
+// retracts reports that a release of l withdraws the grants of a failed
+// attempt (retract.lua) rather than giving up a held lock: an exclusive
+// lock on one name that was never held.
+func retracts(l *Lock) bool {
+	return l.kind == kindExclusive && parts(l) == 1 && l.is(stateFailed)
+}
+
+// releaseReply turns release.lua's reply into a node reply, logging a
+// release whose wake-up message the server refused to publish: the release
+// itself stands, and waiters fall back to their timers.
+func releaseReply(l *Lock, v int64, err error) reply {
+	if err == nil && v == replyUnpublished {
+		l.logger.Warn("redlock: released, but the server refused to publish the release message; waiters wake by their timers", "name", l.name)
+	}
+	return reply{ok: err == nil && v != replyNotOurs, code: v, err: err}
+}
