@@ -61,7 +61,7 @@ func calibrate() time.Duration {
 	locks := make([]Lock, n)
 	past := time.Now().Add(-time.Second)
 	for i := range locks {
-		locks[i] = Lock{state: stateHeld, until: past, done: make(chan struct{})}
+		locks[i] = Lock{status: status{state: stateHeld, done: make(chan struct{})}, lease: lease{until: past}}
 	}
 	start := time.Now()
 	for i := range locks {

@@ -509,7 +509,6 @@ func (a *acquisition) newLock(eng engine, nodes int) *Lock {
 		autoRenew:     cfg.autoRenew,
 		sharded:       cfg.sharded,
 		announce:      cfg.announce,
-		driftFactor:   cfg.driftFactor,
 		renewInterval: cfg.renewInterval,
 		timeout:       cfg.timeout(cfg.ttl),
 		logger:        cfg.logger,
@@ -518,7 +517,7 @@ func (a *acquisition) newLock(eng engine, nodes int) *Lock {
 		metadata:      cfg.metadata,
 		replicas:      uint16(cfg.replicas),
 		ackMillis:     int32(cfg.ackTimeout.Milliseconds()),
-		ttl:           cfg.ttl,
+		lease:         lease{ttl: cfg.ttl, driftFactor: cfg.driftFactor},
 		renewal:       slot{index: -1},
 		loss:          slot{index: -1},
 	}}

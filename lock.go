@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 )
@@ -23,8 +22,6 @@ type engine interface {
 	remaining(ctx context.Context, l *Lock) (time.Duration, error) // l's lease on the server (Lock.TTL)
 	ended(l *Lock, to lockState)                                   // l left stateHeld (or its attempt failed) for to
 }
-
-type lockState int
 
 const (
 	stateAcquiring lockState = iota // an attempt in flight; never seen by users
@@ -74,33 +71,25 @@ type Lock struct {
 	// WAIT) and the ack timeout in milliseconds (validate bounds both).
 	replicas      uint16
 	ackMillis     int32
-	driftFactor   float64
 	renewInterval time.Duration
 	timeout       time.Duration
 	logger        *slog.Logger
-	obs           Observer      // nil: none (WithObserver)
-	done          chan struct{} // made by Done on first use (under mu); closed when the lock ends
-	token         int64         // set once, before the Lock is returned
+	obs           Observer // nil: none (WithObserver)
+	token         int64    // set once, before the Lock is returned
 
 	// io serialises Extend with the watchdog's renewal of this lock, so the
 	// validity recorded locally always belongs to the last lease sent.
 	io sync.Mutex
 
-	mu    sync.Mutex
-	state lockState
+	mu     sync.Mutex
+	status // guarded by mu
+	lease  // guarded by mu
 	// outcome[i] is what node i's acquire call returned, or pending while it
 	// is in flight. A call that returns after the lock stopped being live
 	// releases its own grant (see settle). Once held, gone marks a node
 	// where a renewal found the key gone (noteGone, repair.go).
 	outcome []outcome
 	relSent uint64 // nodes (bit by index) a release of the lock was sent to
-	why     string
-	// With stateLost: why, and what was last heard. The LostError is built
-	// on first use (lossErr), not in the loss clock's loop that closes Done
-	// channels, where every nanosecond per lock counts.
-	lossReason LossReason
-	lossCause  error
-	lossErr    *LostError
 	// renewErr is the last failed renewal's error, and renewRefused whether
 	// some node then said the key was no longer ours: what a loss by time
 	// reports.
@@ -112,11 +101,6 @@ type Lock struct {
 	// far as the grant's life for it tells; a renewal past it keeps the
 	// counter alive too (companions). Zero: unknown, always kept.
 	counterUntil time.Time
-	holdEnd      time.Time // when maxHold runs out; zero without a cap
-	ttl          time.Duration
-	until        time.Time
-	guard        time.Duration // see guardMillis
-	ended        time.Time     // when Done closed
 	// acquired is when the lock became held; set only for the observer and
 	// the max hold, which need it.
 	acquired time.Time
@@ -126,22 +110,6 @@ type Lock struct {
 	loss    slot       // in the loss clock's heap, guarded by its mutex
 	trk     *lockTrack // credits for its own writes (track.go); nil without tracking
 }
-
-// outcome is how one node answered a lock's acquire call.
-type outcome uint8
-
-const (
-	pending outcome = iota // no reply yet
-	granted
-	taken  // another owner holds it: nothing of ours there
-	failed // an error: the script may or may not have run
-	// gone: once held, a renewal found the key gone there, and the lock
-	// is to be put back if the name is free (repair.go).
-	gone
-	// unsent: the acquire call was not sent, the node being silent
-	// (node.admit): nothing of ours there, and nothing to release.
-	unsent
-)
 
 // errAlreadyReleased is Unlock's answer on a lock released before.
 var errAlreadyReleased = fmt.Errorf("%w: already released", ErrNotHeld)
@@ -244,16 +212,6 @@ func (l *Lock) Done() <-chan struct{} {
 	return l.done
 }
 
-// doneChan is a new Done channel for a lock in state s: closed unless the
-// lock is held (or being acquired).
-func doneChan(s lockState) chan struct{} {
-	ch := make(chan struct{})
-	if s != stateHeld && s != stateAcquiring {
-		close(ch)
-	}
-	return ch
-}
-
 // Err returns nil while the lock is held, a [*LostError] once it was lost
 // (matching ErrLost and its [LossReason]), and ErrReleased after Unlock.
 // After Close it is a LostError with reason [LossClosed], which also matches
@@ -272,26 +230,7 @@ func (l *Lock) Err() error {
 		l.mu.Lock()
 	}
 	defer l.mu.Unlock()
-	return l.errLocked()
-}
-
-func (l *Lock) errLocked() error {
-	switch l.state {
-	case stateHeld, stateAcquiring:
-		return nil
-	case stateLost:
-		if l.lossReason != 0 {
-			if l.lossErr == nil {
-				l.lossErr = &LostError{Name: l.name, Reason: l.lossReason, Err: l.lossCause}
-			}
-			return l.lossErr
-		}
-		return fmt.Errorf("%w: %s", ErrLost, l.why)
-	}
-	if l.why == whyClosed {
-		return &LostError{Name: l.name, Reason: LossClosed}
-	}
-	return ErrReleased
+	return l.errLocked(l.name)
 }
 
 // Unlock releases the lock on every node where it is still ours; another
@@ -339,258 +278,6 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	return observedExtend(ctx, l, ttl)
 }
 
-// settle records that node idx's acquire call returned, and reports whether its
-// goroutine must release what it may have set: a grant, or an error whose
-// outcome is unknown, that arrived after the lock stopped being live. Unlock
-// and failed attempts change the state before they send their releases, so
-// a grant their release overtook is still released, by this call.
-func (l *Lock) settle(idx int, o outcome) (release bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.outcome[idx] = o
-	if o == granted && l.state == stateReleased && idx < 64 && l.relSent&(1<<idx) == 0 {
-		// Unlock's release to this node is still to be sent: it reaches
-		// the node after this grant ran there, and finds it (a healthy
-		// Redlock's stragglers are not released twice).
-		return false
-	}
-	return o != taken && o != unsent && l.state != stateAcquiring && l.state != stateHeld
-}
-
-// releaseSent notes that a release of l is being sent to node idx (see
-// settle).
-func (l *Lock) releaseSent(idx int) {
-	if idx >= 64 {
-		return
-	}
-	l.mu.Lock()
-	l.relSent |= 1 << idx
-	l.mu.Unlock()
-}
-
-// release marks l released (Unlock); wasLost reports a lock that was lost
-// before.
-func (l *Lock) release() (changed, wasLost bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	wasLost = l.state == stateLost
-	return l.transition(stateReleased, ""), wasLost
-}
-
-// fail ends an attempt that did not get the lock, and reports on which of
-// nodes its acquire call granted, and where the outcome is unknown (the
-// call failed or has not answered).
-func (l *Lock) fail(nodes []*node) (grantedOn, unknownOn []*node) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.transition(stateFailed, "")
-	for _, n := range nodes {
-		switch l.outcome[n.idx] {
-		case granted:
-			grantedOn = append(grantedOn, n)
-		case failed, pending:
-			unknownOn = append(unknownOn, n)
-		}
-	}
-	return grantedOn, unknownOn
-}
-
-// hold makes a granted attempt a held lock, and returns when the loss
-// clock is to declare it lost.
-func (l *Lock) hold(token int64, until time.Time) (lossAt time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.token = token
-	l.state = stateHeld
-	l.until = until
-	l.setGuard()
-	if l.obs != nil || l.maxHold > 0 {
-		l.acquired = time.Now()
-	}
-	if l.maxHold > 0 {
-		l.holdEnd = l.acquired.Add(l.maxHold)
-	}
-	return l.lossAt()
-}
-
-// expire runs when the loss clock says Until is (nearly) here, and from Err
-// once it has passed.
-func (l *Lock) expire() {
-	if lost, _ := l.expireLocked(0); lost {
-		l.eng.ended(l, stateLost)
-	}
-}
-
-// timerLead is the least time before Until that a lock is declared lost, so
-// that Done closes by Until although the loss clock wakes a little late; see
-// lossLead for the whole lead.
-const timerLead = time.Millisecond
-
-// lossLead is how long before Until the loss clock declares a lock with a
-// lease of ttl lost: 1ms plus half the drift allowance. Renewals run a third of
-// the way into a lease, so Until only comes near after two thirds of a TTL
-// of failed renewals, and giving up a few milliseconds early costs nothing
-// but a renewal that would have made it at the very last moment; in
-// exchange a loss clock delayed by a loaded machine (a goroutine waiting for
-// a CPU, a GC cycle) still closes Done before the server can grant the name
-// to another owner.
-func lossLead(ttl time.Duration, driftFactor float64) time.Duration {
-	return timerLead + drift(ttl, driftFactor)/2
-}
-
-// expireLocked marks the lock lost if its Until is less than its loss lead
-// plus extra away, closing Done; the engine's ended must follow when it
-// reports lost. Otherwise rearm, when not zero, is when the loss clock
-// must look at it again.
-//
-// Of extra, a lock takes at most an eighth of its TTL: a healthy lock is
-// renewed while more than two thirds of its TTL are left, so no renewal
-// that still arrives in time is overtaken. Due by extra but not by that
-// share, it goes back on the loss clock for the moment it is.
-func (l *Lock) expireLocked(extra time.Duration) (lost bool, rearm time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.state != stateHeld {
-		return false, time.Time{}
-	}
-	own := min(extra, l.ttl/8)
-	if l.pastHoldEnd(own) {
-		return l.loseLocked(LossMaxHold, nil), time.Time{}
-	}
-	if time.Until(l.until) > lossLead(l.ttl, l.driftFactor)+own {
-		mark := l.lossAt()
-		if time.Until(mark) <= extra {
-			// Due by extra, not by its own share: the clock pops a lock
-			// extra ahead of its mark, so the mark moves by the difference.
-			return false, mark.Add(extra - own)
-		} // else a renewal moved Until meanwhile, and re-armed it
-		return false, time.Time{}
-	}
-	reason, err := LossExpired, l.renewErr
-	if l.renewRefused {
-		// Some masters said the key was no longer ours, the others did not
-		// answer: a Redlock that lost its quorum.
-		reason = LossQuorum
-	}
-	if err == nil && l.autoRenew {
-		err = errNoRenewal // a renewal hangs on an unresponsive server
-	}
-	return l.loseLocked(reason, err), time.Time{}
-}
-
-// pastHoldEnd reports that the lock's maximum hold time is over, or will be
-// within extra (l.mu held).
-func (l *Lock) pastHoldEnd(extra time.Duration) bool {
-	return !l.holdEnd.IsZero() && !time.Now().Add(extra).Before(l.holdEnd)
-}
-
-// lossAt is when the loss clock should declare the lock lost (l.mu held):
-// ahead of Until by the loss lead, or at the end of its maximum hold time
-// if that comes first.
-func (l *Lock) lossAt() time.Time {
-	at := l.until.Add(-lossLead(l.ttl, l.driftFactor))
-	if !l.holdEnd.IsZero() && l.holdEnd.Before(at) {
-		return l.holdEnd
-	}
-	return at
-}
-
-// lose marks a held lock lost for reason, with err as what the library
-// last heard, and does the bookkeeping; false if it was no longer held.
-func (l *Lock) lose(reason LossReason, err error) bool {
-	l.mu.Lock()
-	changed := l.loseLocked(reason, err)
-	l.mu.Unlock()
-	if changed {
-		l.eng.ended(l, stateLost)
-	}
-	return changed
-}
-
-// loseLocked is lose's transition (l.mu held); the engine's ended must follow
-// when it returns true.
-func (l *Lock) loseLocked(reason LossReason, err error) bool {
-	if !l.transition(stateLost, reason.String()) {
-		return false
-	}
-	l.lossReason, l.lossCause = reason, err
-	return true
-}
-
-// renewFailed records a renewal that did not succeed, for the reason a
-// later loss by time reports.
-func (l *Lock) renewFailed(err error, refused bool) {
-	l.mu.Lock()
-	l.renewErr, l.renewRefused = err, refused
-	l.mu.Unlock()
-}
-
-// renewed records a successful extension, and returns when the loss clock
-// is now to declare the lock lost; false if the lock is gone.
-func (l *Lock) renewed(ttl time.Duration, until time.Time) (lossAt time.Time, ok bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.state != stateHeld || !time.Now().Before(l.until) || l.pastHoldEnd(0) {
-		return time.Time{}, false // lost meanwhile (or due to be: Err would say so)
-	}
-	l.ttl = ttl
-	l.until = until
-	l.setGuard()
-	l.renewErr, l.renewRefused = nil, false
-	return l.lossAt(), true
-}
-
-// noteGone records that the renewal whose validity is until found l's key
-// gone on node idx, and reports whether that renewal has already renewed
-// l (its Until is until): then the key is to be put back there now, else
-// once it does (takeGone).
-func (l *Lock) noteGone(idx int, until time.Time) (now bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.state != stateHeld {
-		return false
-	}
-	if l.until.Equal(until) {
-		l.outcome[idx] = granted // put back now: released with the others
-		return true
-	}
-	l.outcome[idx] = gone
-	return false
-}
-
-// sentTo returns the nodes of nodes that l's acquire call may have reached
-// (all but those it was not sent to, see unsent): where a release is to
-// go. nodes itself when that is all of them.
-func (l *Lock) sentTo(nodes []*node) []*node {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !slices.Contains(l.outcome, unsent) {
-		return nodes
-	}
-	out := make([]*node, 0, len(nodes))
-	for _, n := range nodes {
-		if l.outcome[n.idx] != unsent {
-			out = append(out, n)
-		}
-	}
-	return out
-}
-
-// takeGone appends to buf the nodes noted gone (noteGone) and forgets
-// them: a repair is sent to each once; a node where it did not take is
-// found gone again by the next renewal.
-func (l *Lock) takeGone(buf []int) []int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for i, o := range l.outcome {
-		if o == gone {
-			buf = append(buf, i)
-			l.outcome[i] = granted
-		}
-	}
-	return buf
-}
-
 func (l *Lock) leaseTTL() time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -621,12 +308,6 @@ func (l *Lock) guardMillis() int64 {
 	return (l.guard + time.Millisecond - 1).Milliseconds()
 }
 
-// setGuard records the guard of the lease in force, confirmed now (l.mu
-// held): with c-t1 = ttl-drift-(Until-now), it is ttl-(Until-now)+lossLead.
-func (l *Lock) setGuard() {
-	l.guard = l.ttl - time.Until(l.until) + lossLead(l.ttl, l.driftFactor)
-}
-
 // finish moves a held (or acquiring) lock to a final state.
 func (l *Lock) finish(to lockState, why string) bool {
 	l.mu.Lock()
@@ -638,21 +319,6 @@ func (l *Lock) finish(to lockState, why string) bool {
 	return changed
 }
 
-// transition changes the state under l.mu and closes Done; the engine's
-// ended must follow outside l.mu when it returns true.
-func (l *Lock) transition(to lockState, why string) bool {
-	if l.state != stateHeld && l.state != stateAcquiring {
-		return false
-	}
-	l.state = to
-	l.why = why
-	l.ended = time.Now()
-	if l.done != nil {
-		close(l.done)
-	}
-	return true
-}
-
 // ending hands the engine what a lock that stopped being held owes its
 // callers: the onEnd callbacks (taken, so they run once) and their cause,
 // and whether it outstayed its maximum hold.
@@ -660,7 +326,7 @@ func (l *Lock) ending() (fns []func(cause error), cause error, maxHold bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	fns, l.onEnds = l.onEnds, nil
-	return fns, l.errLocked(), l.lossReason == LossMaxHold
+	return fns, l.errLocked(l.name), l.lossReason == LossMaxHold
 }
 
 // onEnd runs f once when the lock stops being held, with the reason as
@@ -672,7 +338,7 @@ func (l *Lock) onEnd(f func(cause error)) {
 		l.mu.Unlock()
 		return
 	}
-	cause := l.errLocked()
+	cause := l.errLocked(l.name)
 	l.mu.Unlock()
 	f(cause)
 }

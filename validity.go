@@ -21,3 +21,55 @@ func validUntil(t1 time.Time, ttl time.Duration, factor float64) time.Time {
 	ttl = max(ttl.Truncate(time.Millisecond), time.Millisecond)
 	return t1.Add(ttl - drift(ttl, factor))
 }
+
+// timerLead is the least time before Until that a lock is declared lost, so
+// that Done closes by Until although the loss clock wakes a little late; see
+// lossLead for the whole lead.
+const timerLead = time.Millisecond
+
+// lossLead is how long before Until the loss clock declares a lock with a
+// lease of ttl lost: 1ms plus half the drift allowance. Renewals run a third of
+// the way into a lease, so Until only comes near after two thirds of a TTL
+// of failed renewals, and giving up a few milliseconds early costs nothing
+// but a renewal that would have made it at the very last moment; in
+// exchange a loss clock delayed by a loaded machine (a goroutine waiting for
+// a CPU, a GC cycle) still closes Done before the server can grant the name
+// to another owner.
+func lossLead(ttl time.Duration, driftFactor float64) time.Duration {
+	return timerLead + drift(ttl, driftFactor)/2
+}
+
+// pastHoldEnd reports that the lock's maximum hold time is over, or will be
+// within extra (the Lock's mu held).
+func (le *lease) pastHoldEnd(extra time.Duration) bool {
+	return !le.holdEnd.IsZero() && !time.Now().Add(extra).Before(le.holdEnd)
+}
+
+// lossAt is when the loss clock should declare the lock lost (the Lock's
+// mu held): ahead of Until by the loss lead, or at the end of its maximum
+// hold time if that comes first.
+func (le *lease) lossAt() time.Time {
+	at := le.until.Add(-lossLead(le.ttl, le.driftFactor))
+	if !le.holdEnd.IsZero() && le.holdEnd.Before(at) {
+		return le.holdEnd
+	}
+	return at
+}
+
+// setGuard records the guard of the lease in force, confirmed now (the
+// Lock's mu held): with c-t1 = ttl-drift-(Until-now), it is
+// ttl-(Until-now)+lossLead.
+func (le *lease) setGuard() {
+	le.guard = le.ttl - time.Until(le.until) + lossLead(le.ttl, le.driftFactor)
+}
+
+// lease is a held lock's validity as the holder reckons it, guarded by the
+// Lock's mu: the lease in force (ttl, sent at a time that makes Until), the
+// renewal guard, and the end of its maximum hold.
+type lease struct {
+	ttl         time.Duration
+	until       time.Time
+	guard       time.Duration // see guardMillis
+	holdEnd     time.Time     // when maxHold runs out; zero without a cap
+	driftFactor float64
+}

@@ -1,0 +1,150 @@
+package redlock
+
+import (
+	"slices"
+	"time"
+)
+
+// outcome is how one node answered a lock's acquire call. A Lock keeps one
+// per node: they say where its release goes (sentTo), what a failed attempt
+// withdraws (fail), whether a reply that comes late releases its own grant
+// (settle), and where a renewal found the key gone (noteGone, takeGone).
+type outcome uint8
+
+const (
+	pending outcome = iota // no reply yet
+	granted
+	taken  // another owner holds it: nothing of ours there
+	failed // an error: the script may or may not have run
+	// gone: once held, a renewal found the key gone there, and the lock
+	// is to be put back if the name is free (repair.go).
+	gone
+	// unsent: the acquire call was not sent, the node being silent
+	// (node.admit): nothing of ours there, and nothing to release.
+	unsent
+)
+
+// settle records that node idx's acquire call returned, and reports whether its
+// goroutine must release what it may have set: a grant, or an error whose
+// outcome is unknown, that arrived after the lock stopped being live. Unlock
+// and failed attempts change the state before they send their releases, so
+// a grant their release overtook is still released, by this call.
+func (l *Lock) settle(idx int, o outcome) (release bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.outcome[idx] = o
+	if o == granted && l.state == stateReleased && idx < 64 && l.relSent&(1<<idx) == 0 {
+		// Unlock's release to this node is still to be sent: it reaches
+		// the node after this grant ran there, and finds it (a healthy
+		// Redlock's stragglers are not released twice).
+		return false
+	}
+	return o != taken && o != unsent && l.state != stateAcquiring && l.state != stateHeld
+}
+
+// releaseSent notes that a release of l is being sent to node idx (see
+// settle).
+func (l *Lock) releaseSent(idx int) {
+	if idx >= 64 {
+		return
+	}
+	l.mu.Lock()
+	l.relSent |= 1 << idx
+	l.mu.Unlock()
+}
+
+// release marks l released (Unlock); wasLost reports a lock that was lost
+// before.
+func (l *Lock) release() (changed, wasLost bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	wasLost = l.state == stateLost
+	return l.transition(stateReleased, ""), wasLost
+}
+
+// fail ends an attempt that did not get the lock, and reports on which of
+// nodes its acquire call granted, and where the outcome is unknown (the
+// call failed or has not answered).
+func (l *Lock) fail(nodes []*node) (grantedOn, unknownOn []*node) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.transition(stateFailed, "")
+	for _, n := range nodes {
+		switch l.outcome[n.idx] {
+		case granted:
+			grantedOn = append(grantedOn, n)
+		case failed, pending:
+			unknownOn = append(unknownOn, n)
+		}
+	}
+	return grantedOn, unknownOn
+}
+
+// hold makes a granted attempt a held lock, and returns when the loss
+// clock is to declare it lost.
+func (l *Lock) hold(token int64, until time.Time) (lossAt time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.token = token
+	l.state = stateHeld
+	l.until = until
+	l.setGuard()
+	if l.obs != nil || l.maxHold > 0 {
+		l.acquired = time.Now()
+	}
+	if l.maxHold > 0 {
+		l.holdEnd = l.acquired.Add(l.maxHold)
+	}
+	return l.lossAt()
+}
+
+// noteGone records that the renewal whose validity is until found l's key
+// gone on node idx, and reports whether that renewal has already renewed
+// l (its Until is until): then the key is to be put back there now, else
+// once it does (takeGone).
+func (l *Lock) noteGone(idx int, until time.Time) (now bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != stateHeld {
+		return false
+	}
+	if l.until.Equal(until) {
+		l.outcome[idx] = granted // put back now: released with the others
+		return true
+	}
+	l.outcome[idx] = gone
+	return false
+}
+
+// sentTo returns the nodes of nodes that l's acquire call may have reached
+// (all but those it was not sent to, see unsent): where a release is to
+// go. nodes itself when that is all of them.
+func (l *Lock) sentTo(nodes []*node) []*node {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !slices.Contains(l.outcome, unsent) {
+		return nodes
+	}
+	out := make([]*node, 0, len(nodes))
+	for _, n := range nodes {
+		if l.outcome[n.idx] != unsent {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// takeGone appends to buf the nodes noted gone (noteGone) and forgets
+// them: a repair is sent to each once; a node where it did not take is
+// found gone again by the next renewal.
+func (l *Lock) takeGone(buf []int) []int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, o := range l.outcome {
+		if o == gone {
+			buf = append(buf, i)
+			l.outcome[i] = granted
+		}
+	}
+	return buf
+}
