@@ -1,22 +1,20 @@
 package redlock
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // core is the engine shared by Locker (one node) and Redlock (N nodes): the
-// registry of held locks, its lifecycle, and the engine side of the seam
-// with Lock (engine). It owns the parts it drives: the pool of nodes and
-// its quorum round (pool.go), the watchdog and the loss clock
-// (watchdog.go), and the local queue of waiters with its pub/sub
-// transport (queue.go, pubsub.go). A Locker is a core with a quorum of 1.
+// registry of held locks, its lifecycle (lifecycle.go), and the engine side
+// of the seam with Lock (engine). It owns the parts it drives: the pool of
+// nodes and its quorum round (quorum.go), the watchdog (watchdog.go) and
+// the loss clock (expiry.go), the tracker and its verifier (track.go,
+// verify.go), and the local queue of waiters with its pub/sub transport
+// (queue.go, pubsub.go). A Locker is a core with a quorum of 1.
 // See "Architecture" in doc.go.
 type core struct {
 	pool  *pool
@@ -63,47 +61,6 @@ func (h *heldNames) has(key string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.n[key] > 0
-}
-
-// lifecycle is what every part of the engine shares of its lifetime: the
-// goroutines to wait for, and whether Close has begun or finished its I/O.
-// The parts hold it instead of a pointer back to the core.
-type lifecycle struct {
-	wg      sync.WaitGroup // every goroutine of the core, including calls left behind on a paused node
-	closing chan struct{}  // closed when Close starts: waiters give up
-	mu      sync.Mutex
-	// stopped: Close has released what it could; no goroutine may start,
-	// so wg.Add never races the final wg.Wait.
-	stopped bool
-}
-
-// goCount registers n goroutines, or reports false once Close has finished
-// its I/O, so that wg.Add never races wg.Wait.
-func (lc *lifecycle) goCount(n int) bool {
-	lc.mu.Lock()
-	defer lc.mu.Unlock()
-	if lc.stopped {
-		return false
-	}
-	lc.wg.Add(n)
-	return true
-}
-
-// isClosing reports whether Close has begun.
-func (lc *lifecycle) isClosing() bool {
-	select {
-	case <-lc.closing:
-		return true
-	default:
-		return false
-	}
-}
-
-// stop marks Close's I/O done: no goroutine starts after it.
-func (lc *lifecycle) stop() {
-	lc.mu.Lock()
-	lc.stopped = true
-	lc.mu.Unlock()
 }
 
 // hooks let tests put a pause at an exact point of the protocol.
@@ -153,7 +110,9 @@ func newCore(clients []Client, opts []Option) (*core, error) {
 	c.waits = newWaiters(c.names)
 	c.waits.ps = newPubsub(p.nodes, p.quorum, life, cfg.logger, c.waits, c.cfg.sharded)
 	if !cfg.noTracking {
-		c.track = newTracker(p.nodes, life, cfg.logger, c.verify)
+		v := &verifier{pool: p, abandon: c.abandon}
+		c.track = newTracker(p.nodes, life, cfg.logger, v.verify)
+		v.dataDone = c.track.dataDone
 	}
 	if err := p.ids.warmUp(life, cfg.timeout(cfg.ttl)); err != nil {
 		c.track.close()
@@ -313,21 +272,6 @@ func (c *core) close() error {
 	c.life.stop()
 	waitUntil(&c.life.wg, deadline)
 	return nil
-}
-
-// waitUntil waits for wg, or until deadline.
-func waitUntil(wg *sync.WaitGroup, deadline time.Time) {
-	done := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(done)
-	}()
-	t := time.NewTimer(time.Until(deadline))
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-	}
 }
 
 // errNoCore is what a nil or zero Locker or Redlock answers.
@@ -543,132 +487,6 @@ func (c *core) extend(ctx context.Context, l *Lock, ttl time.Duration) error {
 	default:
 		return c.pool.shortOf("extend", l.name, t, " within validity; the lock stays held until its current Until", ctxErrIf(ctx, interrupted))
 	}
-}
-
-// verify reads locks that the tracker heard changed from outside, or arms
-// (the pttl scripts, one pipeline per node, on via[node] where it is not
-// nil, a tracking data connection, whose read arms them); later: a lock is
-// still being acquired, to be read once it is held. One no longer ours on
-// so many nodes that a quorum is out of reach is lost now, taken when every
-// refusing node holds another owner's value, else deleted (or quorum on a
-// mix). A read that fails decides nothing: the renewals go on; failed
-// says which locks were not read (nor armed) on a data connection of via.
-func (c *core) verify(locks []*Lock, via []Client) (later, failed []bool) {
-	later, failed = make([]bool, len(locks)), make([]bool, len(locks))
-	var read []*Lock
-	var at []int
-	var timeout time.Duration
-	for i, l := range locks {
-		switch {
-		case l.is(stateAcquiring):
-			later[i] = true
-		case l.is(stateHeld):
-			read, at = append(read, l), append(at, i)
-			timeout = max(timeout, l.timeout)
-		}
-	}
-	if len(read) == 0 {
-		return later, failed
-	}
-	p := c.pool
-	rows := make([][]reply, len(p.nodes))
-	ch, err := p.fanOut(context.Background(), p.nodes, timeout, timeout, func(ctx context.Context, n *node, cl Client) reply {
-		if via != nil && via[n.idx] != nil {
-			cl = via[n.idx]
-		}
-		row, err := readLeases(ctx, cl, read)
-		if via != nil && via[n.idx] != nil {
-			c.track.dataDone(cl, err)
-		}
-		rows[n.idx] = row
-		return reply{err: err}
-	})
-	if err != nil {
-		for _, i := range at {
-			failed[i] = via != nil
-		}
-		return later, failed
-	}
-	rs, _ := gather(ch, p.nodes, time.Now().Add(timeout), nil, never)
-	lrs := make([]reply, 0, len(rs))
-	for j, l := range read {
-		lrs = lrs[:0]
-		for _, r := range rs {
-			// Only a node that answered wrote its row: one still on its
-			// way must not be read.
-			if r.err == nil && rows[r.node] != nil {
-				lr := rows[r.node][j]
-				lr.node = r.node
-				lrs = append(lrs, lr)
-				failed[at[j]] = failed[at[j]] || lr.err != nil && via != nil && via[r.node] != nil
-			} else {
-				lrs = append(lrs, reply{node: r.node, err: join(r.err, errNodeTimeout)})
-				failed[at[j]] = failed[at[j]] || via != nil && via[r.node] != nil
-			}
-		}
-		c.decideRead(l, lrs)
-	}
-	return later, failed
-}
-
-// decideRead loses l if the leases read in rs say it is no longer ours
-// (verify).
-func (c *core) decideRead(l *Lock, rs []reply) {
-	t := c.pool.count(rs)
-	if !c.pool.impossible(t.no) {
-		return
-	}
-	taken := 0
-	for _, r := range rs {
-		if r.err == nil && r.val == replyOthers {
-			taken++
-		}
-	}
-	if l.lose(refusalReason(t.no, taken, 0), nil) && t.ok > 0 {
-		c.abandon(l) // the nodes still holding it must not keep the name
-	}
-}
-
-// readLeases reads the lease of every lock on cl (the pttl scripts, in one
-// pipeline, again with EVAL those that found no script): per lock, a
-// reply as pool.leases makes them; the error is the first, when no reply
-// came.
-func readLeases(ctx context.Context, cl Client, locks []*Lock) ([]reply, error) {
-	p := pipelined{locks: locks, read: true}
-	p.send(ctx, cl)
-	var perr error
-	out := make([]reply, len(locks))
-	errs := make([]error, len(locks))
-	vals := make([]int64, len(locks))
-	for _, s := range p.cmds {
-		if errs[s.lock] != nil {
-			continue
-		}
-		v, err := s.cmd.Int64()
-		if redis.HasErrorPrefix(err, "WRONGTYPE") {
-			v, err = replyOthers, nil // a value of another type where the set of holds was
-		}
-		if err != nil {
-			errs[s.lock] = err
-			perr = cmp.Or(perr, err)
-			continue
-		}
-		vals[s.lock] = foldPTTL(vals[s.lock], v, s.part == 0)
-	}
-	answered := false
-	for i := range out {
-		if errs[i] != nil {
-			out[i] = reply{err: errs[i]}
-			continue
-		}
-		answered = true
-		v := vals[i]
-		out[i] = reply{ok: v != replyNotOurs && v != replyOthers, val: v}
-	}
-	if answered {
-		perr = nil
-	}
-	return out, perr
 }
 
 // remaining is l's lease on the server (engine: Lock.TTL).

@@ -27,26 +27,26 @@ import (
 // repairable reports whether renewals of l may put its key back: an
 // exclusive lock on one name, on a Redlock, without replica acks (a
 // repaired key is not one that WAIT has seen replicated).
-func (c *core) repairable(l *Lock) bool {
-	return len(c.pool.nodes) > 1 && l.kind == kindExclusive && parts(l) == 1 && l.replicas == 0
+func (w *watchdog) repairable(l *Lock) bool {
+	return len(w.c.pool.nodes) > 1 && l.kind == kindExclusive && parts(l) == 1 && l.replicas == 0
 }
 
 // foundGone is told by the call on n of the renewal of l sent at t1 for a
 // lease of ttl that the key is gone there: put back now if that round has
 // already renewed l, else when it does (repairRenewed).
-func (c *core) foundGone(l *Lock, n *node, ttl time.Duration, t1 time.Time) {
-	if !c.repairable(l) {
+func (w *watchdog) foundGone(l *Lock, n *node, ttl time.Duration, t1 time.Time) {
+	if !w.repairable(l) {
 		return
 	}
 	if l.noteGone(n.idx, validUntil(t1, ttl, l.driftFactor)) {
-		c.repair(l, []*node{n}, t1.Add(ttl))
+		w.repair(l, []*node{n}, t1.Add(ttl))
 	}
 }
 
 // repairRenewed puts l's key back on the masters where the renewal that
 // has just renewed it (sent at t1 for ttl) found it gone.
-func (c *core) repairRenewed(l *Lock, ttl time.Duration, t1 time.Time) {
-	if !c.repairable(l) {
+func (w *watchdog) repairRenewed(l *Lock, ttl time.Duration, t1 time.Time) {
+	if !w.repairable(l) {
 		return
 	}
 	var buf [inlineNodes]int
@@ -56,15 +56,15 @@ func (c *core) repairRenewed(l *Lock, ttl time.Duration, t1 time.Time) {
 	}
 	nodes := make([]*node, len(idx))
 	for i, x := range idx {
-		nodes[i] = c.pool.nodes[x]
+		nodes[i] = w.c.pool.nodes[x]
 	}
-	c.repair(l, nodes, t1.Add(ttl))
+	w.repair(l, nodes, t1.Add(ttl))
 }
 
 // repair sends repair.lua for l to nodes, with the lease left until
 // leaseEnd (where the renewed keys expire at the earliest), waiting for
 // none of them.
-func (c *core) repair(l *Lock, nodes []*node, leaseEnd time.Time) {
+func (w *watchdog) repair(l *Lock, nodes []*node, leaseEnd time.Time) {
 	ms := time.Until(leaseEnd).Milliseconds()
 	if ms < 1 {
 		return
@@ -79,13 +79,13 @@ func (c *core) repair(l *Lock, nodes []*node, leaseEnd time.Time) {
 		keys = []string{l.keys[0], l.keys[1], l.keys[4]}
 		args = append(args, metaValue(l.owner, l.metadata))
 	}
-	_, _ = c.pool.spawn(context.Background(), nodes, l.timeout, l.timeout, func(ctx context.Context, n *node, cl Client) reply {
+	_, _ = w.c.pool.spawn(context.Background(), nodes, l.timeout, l.timeout, func(ctx context.Context, n *node, cl Client) reply {
 		v, err := sharded(scriptRepair, l.sharded).Run(ctx, cl, keys, args...).Int64()
 		set := err == nil && v == replyOK
 		if (set || (err != nil && !isServerError(err))) && !l.is(stateHeld) {
 			// Released or lost while the repair was on the way: what it
 			// set (or may have set) must not keep the name.
-			c.pool.releaseLater(ctx, n, l, set)
+			w.c.pool.releaseLater(ctx, n, l, set)
 		}
 		return reply{ok: set, err: err}
 	})

@@ -177,13 +177,13 @@ func (w *watchdog) renew(due []*Lock) {
 		}
 		c.track.settle(due[i], true)
 		if w.apply(due[i], ttls[i], t1, r) {
-			c.repairRenewed(due[i], ttls[i], t1)
+			w.repairRenewed(due[i], ttls[i], t1)
 		}
 		due[i].io.Unlock()
 	}
 	var gone func(int, *node)
 	if len(c.pool.nodes) > 1 {
-		gone = func(i int, n *node) { c.foundGone(due[i], n, ttls[i], t1) }
+		gone = func(i int, n *node) { w.foundGone(due[i], n, ttls[i], t1) }
 	}
 	if !c.life.goCount(1) {
 		for _, l := range due {

@@ -1,0 +1,146 @@
+package redlock
+
+import (
+	"cmp"
+	"context"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// verifier reads, for the tracker, the leases of locks it heard changed from
+// outside, and loses those no longer ours: the seam between the tracker,
+// which knows nothing of the quorum, and the pool. dataDone is the
+// tracker's, told how a read on its data connection ended; abandon is the
+// core's, which releases a lost lock's key everywhere.
+type verifier struct {
+	pool     *pool
+	dataDone func(cl Client, err error)
+	abandon  func(l *Lock)
+}
+
+// verify reads locks that the tracker heard changed from outside, or arms
+// (the pttl scripts, one pipeline per node, on via[node] where it is not
+// nil, a tracking data connection, whose read arms them); later: a lock is
+// still being acquired, to be read once it is held. One no longer ours on
+// so many nodes that a quorum is out of reach is lost now, taken when every
+// refusing node holds another owner's value, else deleted (or quorum on a
+// mix). A read that fails decides nothing: the renewals go on; failed
+// says which locks were not read (nor armed) on a data connection of via.
+func (v *verifier) verify(locks []*Lock, via []Client) (later, failed []bool) {
+	later, failed = make([]bool, len(locks)), make([]bool, len(locks))
+	var read []*Lock
+	var at []int
+	var timeout time.Duration
+	for i, l := range locks {
+		switch {
+		case l.is(stateAcquiring):
+			later[i] = true
+		case l.is(stateHeld):
+			read, at = append(read, l), append(at, i)
+			timeout = max(timeout, l.timeout)
+		}
+	}
+	if len(read) == 0 {
+		return later, failed
+	}
+	p := v.pool
+	rows := make([][]reply, len(p.nodes))
+	ch, err := p.fanOut(context.Background(), p.nodes, timeout, timeout, func(ctx context.Context, n *node, cl Client) reply {
+		if via != nil && via[n.idx] != nil {
+			cl = via[n.idx]
+		}
+		row, err := readLeases(ctx, cl, read)
+		if via != nil && via[n.idx] != nil {
+			v.dataDone(cl, err)
+		}
+		rows[n.idx] = row
+		return reply{err: err}
+	})
+	if err != nil {
+		for _, i := range at {
+			failed[i] = via != nil
+		}
+		return later, failed
+	}
+	rs, _ := gather(ch, p.nodes, time.Now().Add(timeout), nil, never)
+	lrs := make([]reply, 0, len(rs))
+	for j, l := range read {
+		lrs = lrs[:0]
+		for _, r := range rs {
+			// Only a node that answered wrote its row: one still on its
+			// way must not be read.
+			if r.err == nil && rows[r.node] != nil {
+				lr := rows[r.node][j]
+				lr.node = r.node
+				lrs = append(lrs, lr)
+				failed[at[j]] = failed[at[j]] || lr.err != nil && via != nil && via[r.node] != nil
+			} else {
+				lrs = append(lrs, reply{node: r.node, err: join(r.err, errNodeTimeout)})
+				failed[at[j]] = failed[at[j]] || via != nil && via[r.node] != nil
+			}
+		}
+		v.decideRead(l, lrs)
+	}
+	return later, failed
+}
+
+// decideRead loses l if the leases read in rs say it is no longer ours
+// (verify).
+func (v *verifier) decideRead(l *Lock, rs []reply) {
+	t := v.pool.count(rs)
+	if !v.pool.impossible(t.no) {
+		return
+	}
+	taken := 0
+	for _, r := range rs {
+		if r.err == nil && r.val == replyOthers {
+			taken++
+		}
+	}
+	if l.lose(refusalReason(t.no, taken, 0), nil) && t.ok > 0 {
+		v.abandon(l) // the nodes still holding it must not keep the name
+	}
+}
+
+// readLeases reads the lease of every lock on cl (the pttl scripts, in one
+// pipeline, again with EVAL those that found no script): per lock, a
+// reply as pool.leases makes them; the error is the first, when no reply
+// came.
+func readLeases(ctx context.Context, cl Client, locks []*Lock) ([]reply, error) {
+	p := pipelined{locks: locks, read: true}
+	p.send(ctx, cl)
+	var perr error
+	out := make([]reply, len(locks))
+	errs := make([]error, len(locks))
+	vals := make([]int64, len(locks))
+	for _, s := range p.cmds {
+		if errs[s.lock] != nil {
+			continue
+		}
+		v, err := s.cmd.Int64()
+		if redis.HasErrorPrefix(err, "WRONGTYPE") {
+			v, err = replyOthers, nil // a value of another type where the set of holds was
+		}
+		if err != nil {
+			errs[s.lock] = err
+			perr = cmp.Or(perr, err)
+			continue
+		}
+		vals[s.lock] = foldPTTL(vals[s.lock], v, s.part == 0)
+	}
+	answered := false
+	for i := range out {
+		if errs[i] != nil {
+			out[i] = reply{err: errs[i]}
+			continue
+		}
+		answered = true
+		v := vals[i]
+		out[i] = reply{ok: v != replyNotOurs && v != replyOthers, val: v}
+	}
+	if answered {
+		perr = nil
+	}
+	return out, perr
+}
