@@ -50,7 +50,7 @@ type Lock struct {
 	eng     engine
 	name    string
 	owner   string
-	keys    []string // one hash tag; the layout depends on kind (ownerAndKeys, kinds.go)
+	keys    []string // one hash tag; the layout depends on kind (ownerAndKeys, keys.go)
 	channel string   // where releases are published (pubsub.go)
 	// boxed are the lock key, owner and lease that the acquire command of
 	// an exclusive lock boxed, for its release command (releaseArgv).

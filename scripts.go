@@ -238,7 +238,7 @@ type scriptSource struct {
 }
 
 // schemaStrings are the key suffixes and value prefixes of the schema
-// (kinds.go) by the names the scripts use, so that each is written once.
+// (keys.go) by the names the scripts use, so that each is written once.
 var schemaStrings = map[string]string{
 	"SUFFIX_CHANNEL":  channelSuffix,
 	"PREFIX_RESERVED": reservedPrefix,

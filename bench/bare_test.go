@@ -45,9 +45,9 @@ func loadBareScripts(tb testing.TB) bareScripts {
 		codes[m[1]] = values[m[2]]
 	}
 	// The schema's key suffixes and value prefixes, by the names the
-	// scripts use (scripts.go's schemaStrings), from kinds.go's constants.
+	// scripts use (scripts.go's schemaStrings), from keys.go's constants.
 	strs := map[string]string{}
-	for _, m := range regexp.MustCompile(`(?m)^\s*(\w+(?:Suffix|Prefix|Mark))\s*=\s*("[^"]*")`).FindAllStringSubmatch(read("kinds.go"), -1) {
+	for _, m := range regexp.MustCompile(`(?m)^\s*(\w+(?:Suffix|Prefix|Mark))\s*=\s*("[^"]*")`).FindAllStringSubmatch(read("keys.go"), -1) {
 		strs[m[1]] = m[2]
 	}
 	for _, m := range regexp.MustCompile(`"((?:SUFFIX|PREFIX|VALUE)_\w+)":\s*(\w+)`).FindAllStringSubmatch(goSrc, -1) {

@@ -1,0 +1,183 @@
+package redlock
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"strings"
+)
+
+// The key schema: every key and channel of a name, which doc.go's "Keys"
+// tells users. None of these strings may change: during a rollout two
+// versions share the keys, and a process that spelled one otherwise would
+// see no lock, queue or counter where there is one. Every key a script
+// reads or writes is one the client passes in KEYS (TestScriptKeysDeclared):
+// on Redis Cluster a script fails at the first key it did not declare that
+// a slot migration has already moved. With K the lock key
+// "{<prefix><name>}" (lockKey):
+//
+//	K                  an owner value, reservedPrefix + a queued writer's id,
+//	                   or readMark while read holds are live
+//	K:fence            fence counter
+//	K:released         released marker: the owner that released
+//	K:meta             metadata: "<owner>\n<metadata>"
+//	K:readers          read holds; K:readers:released:<owner> (ownerKey)
+//	K:queue            waiting writers: a sorted set of their places and lapse times (_lib.lua)
+//	K:waiting          "1" while a caller waits for a release (waitSuffix)
+//	K:sem              permits; K:sem:permits, K:sem:fence, K:sem:released:<owner>
+//	K:rel              release channel: released owners, or passedPrefix + an id
+//	K:elect            election channel: "<term>\n<value>" (electionSuffix, election.go)
+//	K:released-by-operator, <set>:released-by-operator:<owner>  Locker.Release
+//
+// The marks of a RedisFence are not a name's: fenceMarkKey (fencing.go).
+const (
+	fenceSuffix    = ":fence"
+	releasedSuffix = ":released"
+	metaSuffix     = ":meta"
+	readersSuffix  = ":readers" // read holds (RLock)
+	queueSuffix    = ":queue"   // writers waiting (writer preference, FIFO)
+	waitSuffix     = ":waiting" // someone waits for a release (_lib.lua's waiting)
+	semSuffix      = ":sem"     // a semaphore's set, after the lock key
+	permitsSuffix  = ":permits" // the permit count, after the set's key
+	operatorSuffix = ":released-by-operator"
+	channelSuffix  = ":rel"
+
+	// reservedPrefix starts the value of a lock key that a release reserved
+	// for a queued writer: "queued:<its id>" (pass, in _lib.lua).
+	reservedPrefix = "queued:"
+	// passedPrefix starts the message of a release that passed the name to
+	// a queued writer: "w:<its id>".
+	passedPrefix = "w:"
+	// readMark is the value of a lock key while read holds are live, so that
+	// a writer's SET NX fails on it with no read of the holds (rlock.lua). No
+	// owner value (a UUID) or reservation can equal it; it ends in a newline
+	// so that keep.lua, given the owner readMarkOwner, keeps it alive.
+	readMark = "read-held\n"
+	// readMarkOwner is readMark as keep.lua's owner argument.
+	readMarkOwner = "read-held"
+)
+
+func lockKey(prefix, name string) string { return "{" + prefix + name + "}" }
+
+// keyAndChannel returns lockKey(prefix, name) and its releaseChannel, the
+// key cut from the channel's string: one allocation instead of two per Lock
+// call.
+func keyAndChannel(prefix, name string) (key, channel string) {
+	channel = "{" + prefix + name + "}" + channelSuffix
+	return channel[:len(channel)-len(channelSuffix)], channel
+}
+
+func releaseChannel(lockKey string) string { return lockKey + channelSuffix }
+
+// heldKey is the lock key of a release channel.
+func heldKey(channel string) string { return strings.TrimSuffix(channel, channelSuffix) }
+
+// ownerKey is the key of one owner's marker next to the sorted set of holds
+// set: "<set><suffix>:<owner>" (releasedSuffix, operatorSuffix).
+func ownerKey(set, suffix, owner string) string { return set + suffix + ":" + owner }
+
+// multiKeys are the script keys of a multi-name lock, per part: one part
+// for all names on a server that takes keys of any slot in one script, one
+// per name on a Cluster or Ring client (shards by key). Parts are in the
+// names' global order, as acquired.
+type multiKeys struct {
+	names []string
+	locks []string   // the lock keys of names: the lock's keys
+	acq   [][]string // multi_acquire.lua: lock keys, fence counters, waiting marks
+	rel   [][]string // multi_release.lua: lock keys, released markers, queues
+	ext   [][]string // multi_extend.lua, multi_pttl.lua: lock keys
+}
+
+// fenceKeys is an exclusive lock's fence counter, as raise.lua's KEYS.
+func fenceKeys(l *Lock) []string { return l.keys[1:2] }
+
+// fenceKey names l's fence counter in error messages.
+func fenceKey(l *Lock) string {
+	if l.kind == kindPermit {
+		return l.keys[3]
+	}
+	return l.keys[1]
+}
+
+// releaseKeys are release.lua's KEYS: the lock key, its released marker,
+// its queue of waiting writers and its waiting mark, the last four of
+// l.keys.
+func releaseKeys(l *Lock) []string { return l.keys[len(l.keys)-4:] }
+
+// ownerAndKeys draws a fresh owner value, a random (version 4) UUID, and
+// appends to keys an exclusive lock's keys, all under the hash tag tag:
+//
+//	0 lock, 1 fence counter, 2 queue, 3 waiting mark (acquire.lua: keys[:2]
+//	  or keys[:4]), with metadata 4 metadata (acquire.lua: keys[:5])
+//	then lock, released marker, queue, waiting mark (release.lua: releaseKeys)
+//
+// with the owner and the derived keys cut from one string: one allocation
+// instead of six.
+func ownerAndKeys(keys []string, tag string, metadata bool) (owner string, _ []string) {
+	var u [16]byte
+	_, _ = rand.Read(u[:])  // never fails (crypto/rand)
+	u[6] = u[6]&0x0f | 0x40 // version 4
+	u[8] = u[8]&0x3f | 0x80 // RFC 9562 variant
+	var hexed [36]byte
+	hex.Encode(hexed[0:8], u[0:4])
+	hex.Encode(hexed[9:13], u[4:6])
+	hex.Encode(hexed[14:18], u[6:8])
+	hex.Encode(hexed[19:23], u[8:10])
+	hex.Encode(hexed[24:36], u[10:16])
+	hexed[8], hexed[13], hexed[18], hexed[23] = '-', '-', '-', '-'
+
+	suffixes := [...]string{fenceSuffix, queueSuffix, waitSuffix, releasedSuffix, metaSuffix}
+	n := len(suffixes)
+	if !metadata {
+		n--
+	}
+	var b strings.Builder
+	b.Grow(len(hexed) + n*len(tag) + len(fenceSuffix) + len(queueSuffix) + len(waitSuffix) + len(releasedSuffix) + len(metaSuffix))
+	b.Write(hexed[:])
+	for _, suffix := range suffixes[:n] {
+		b.WriteString(tag)
+		b.WriteString(suffix)
+	}
+	s := b.String()
+	owner, s = s[:len(hexed)], s[len(hexed):]
+	cut := func(suffix string) string {
+		var part string
+		part, s = s[:len(tag)+len(suffix)], s[len(tag)+len(suffix):]
+		return part
+	}
+	fence, queue, waiting, released := cut(fenceSuffix), cut(queueSuffix), cut(waitSuffix), cut(releasedSuffix)
+	keys = append(keys, tag, fence, queue, waiting)
+	if metadata {
+		keys = append(keys, cut(metaSuffix))
+	}
+	return owner, append(keys, tag, released, queue, waiting)
+}
+
+// newMultiKeys lays out the keys of a multi-name lock on names (sorted,
+// distinct): one part for all of them, or one per name when sharded.
+func newMultiKeys(prefix string, names []string, sharded bool) *multiKeys {
+	mk := &multiKeys{names: names}
+	for _, name := range names {
+		mk.locks = append(mk.locks, lockKey(prefix, name))
+	}
+	part := func(names []string) {
+		n := len(names)
+		acq := make([]string, 3*n)
+		rel := make([]string, 3*n)
+		for i, name := range names {
+			tag := lockKey(prefix, name)
+			acq[i], acq[n+i], acq[2*n+i] = tag, tag+fenceSuffix, tag+waitSuffix
+			rel[i], rel[n+i], rel[2*n+i] = tag, tag+releasedSuffix, tag+queueSuffix
+		}
+		mk.acq = append(mk.acq, acq)
+		mk.rel = append(mk.rel, rel)
+		mk.ext = append(mk.ext, acq[:n])
+	}
+	if !sharded {
+		part(names)
+		return mk
+	}
+	for i := range names {
+		part(names[i : i+1])
+	}
+	return mk
+}
