@@ -43,13 +43,13 @@ type attempt struct {
 	contested bool
 }
 
-// run sends the attempt and reports whether a quorum granted it and its
-// fencing token is settled (at.token); err is a round that could not be
-// sent at all (Close). Otherwise, and when the caller finds the validity
-// used up, fail must end it. ttl is the boxed lease (config.ttlArg), wait a
-// waiting writer's id ("" for none).
-func (at *attempt) run(ctx context.Context, ttl any, wait string) (bool, error) {
-	p, l, cfg, timeout := at.p, at.l, at.cfg, at.timeout
+// command builds the attempt's acquire call, the same for every node, and
+// the fencing argument that settleToken reads back. argv is the whole
+// EVALSHA command when one call per node carries it (no parts, no replica
+// acks), boxed once for all nodes; an exclusive lock keeps the boxed key,
+// owner and lease for its release (releaseArgv).
+func (at *attempt) command(ttl any, wait string) (script *redis.Script, keys []string, args, argv []any, fence any) {
+	l, cfg := at.l, at.cfg
 	fence, floor := fenceArg(cfg), any("")
 	if cfg.fencing {
 		// The token's time floor is this client's clock: no TIME on the
@@ -65,8 +65,7 @@ func (at *attempt) run(ctx context.Context, ttl any, wait string) (bool, error) 
 			floor = now
 		}
 	}
-	script, keys, args := kinds[l.kind].acquire(l, ttl, fence, floor, wait)
-	var argv []any // one command for every node: go-redis only reads it
+	script, keys, args = kinds[l.kind].acquire(l, ttl, fence, floor, wait)
 	if parts(l) == 1 && cfg.replicas == 0 {
 		argv = evalArgs(script, keys, args)
 		if l.kind == kindExclusive {
@@ -78,6 +77,17 @@ func (at *attempt) run(ctx context.Context, ttl any, wait string) (bool, error) 
 			}
 		}
 	}
+	return script, keys, args, argv, fence
+}
+
+// run sends the attempt and reports whether a quorum granted it and its
+// fencing token is settled (at.token); err is a round that could not be
+// sent at all (Close). Otherwise, and when the caller finds the validity
+// used up, fail must end it. ttl is the boxed lease (config.ttlArg), wait a
+// waiting writer's id ("" for none).
+func (at *attempt) run(ctx context.Context, ttl any, wait string) (bool, error) {
+	p, l, cfg, timeout := at.p, at.l, at.cfg, at.timeout
+	script, keys, args, argv, fence := at.command(ttl, wait)
 	// Redlock step 1: T1 before the first request; every key set by this
 	// attempt expires no earlier than T1+TTL on its server.
 	t1 := time.Now()
