@@ -121,7 +121,7 @@ func (at *attempt) run(ctx context.Context, ttl any, wait string) (bool, error) 
 	observeNodes(cfg.observer, l.name, opAcquire, at.t.errs...)
 	at.hint = at.refusals(rs)
 	if at.t.ok < p.quorum {
-		at.firm, at.contested = p.holders(rs, at.t.ok)
+		at.firm, at.contested = at.holders(rs, at.t.ok)
 	}
 	if at.t.ok < p.quorum || interrupted {
 		return false, nil
@@ -142,7 +142,8 @@ func (at *attempt) run(ctx context.Context, ttl any, wait string) (bool, error) 
 // between them, whose retries must not stay in step (obtaining.jitter).
 // A name reserved for a waiting writer or held by read holds has no firm
 // holder: its refusal names none that a release message would.
-func (p *pool) holders(rs []reply, ok int) (firm string, contested bool) {
+func (at *attempt) holders(rs []reply, ok int) (firm string, contested bool) {
+	p := at.p
 	owners := 0
 	if ok > 0 {
 		owners = 1

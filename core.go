@@ -82,7 +82,7 @@ func newCore(clients []Client, opts []Option) (*core, error) {
 		return nil, err
 	}
 	life := &lifecycle{closing: make(chan struct{})}
-	p := &pool{quorum: len(clients)/2 + 1, life: life}
+	p := &pool{quorum: len(clients)/2 + 1, cleanup: cleanup{life: life}}
 	c := &core{
 		pool:   p,
 		life:   life,

@@ -20,10 +20,10 @@ import (
 // live with their concepts: node.go (one node and its time bound),
 // identity.go (which server is behind a node), release.go and lease.go.
 type pool struct {
-	nodes  []*node
-	quorum int
-	life   *lifecycle
-	ids    idents
+	cleanup // its life: the goroutines of the core
+	nodes   []*node
+	quorum  int
+	ids     idents
 }
 
 // spare reports whether a round can do without n's call when admit refuses

@@ -74,12 +74,18 @@ func (p *pool) unanswered(rs []reply) []*node {
 	return out
 }
 
+// cleanup is the releases that must reach a node whatever became of the
+// call that needed them (a failed attempt, a late grant, a lost lock): each
+// from a goroutine the core owns, so that Close waits for it, and retried
+// until the node answers (releaseNode). The pool embeds it.
+type cleanup struct{ life *lifecycle }
+
 // releaseInBackground releases locks, in order, on each of nodes from a
 // goroutine of the core per node, waiting for none: their outcome is
 // unknown (the nodes failed or did not answer), and they will not answer
 // the release any sooner. A goroutine per node, so that a hung node does not
 // keep the others' keys.
-func (p *pool) releaseInBackground(ctx context.Context, nodes []*node, locks ...*Lock) {
+func (p *cleanup) releaseInBackground(ctx context.Context, nodes []*node, locks ...*Lock) {
 	if len(nodes) == 0 || len(locks) == 0 || !p.life.goCount(len(nodes)) {
 		return
 	}
@@ -96,7 +102,7 @@ func (p *pool) releaseInBackground(ctx context.Context, nodes []*node, locks ...
 // releaseLater is releaseNode from a goroutine of its own, for a call that
 // found it has something to release: the call ends now, so that it is not
 // counted on the wire (node.begin) while the release waits for the node.
-func (p *pool) releaseLater(ctx context.Context, n *node, l *Lock, ran bool) {
+func (p *cleanup) releaseLater(ctx context.Context, n *node, l *Lock, ran bool) {
 	if !p.life.goCount(1) {
 		// Close has ended its I/O: this goroutine, which Close waits for,
 		// releases it itself.
@@ -124,7 +130,7 @@ func (p *pool) releaseLater(ctx context.Context, n *node, l *Lock, ran bool) {
 // would have ended (it outlives Close by that much at most), or at once on
 // a node that refuses connections (a server that is not running holds no
 // command of ours in a socket), or when the client is closed.
-func (p *pool) releaseNode(ctx context.Context, n *node, l *Lock, ran bool) {
+func (p *cleanup) releaseNode(ctx context.Context, n *node, l *Lock, ran bool) {
 	ctx = context.WithoutCancel(ctx)
 	begun := time.Now()
 	end := begun.Add(max(3*l.leaseTTL(), releaseRetryFor))
