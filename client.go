@@ -353,3 +353,17 @@ func sendEval(ctx context.Context, cl Client, argv []any) *redis.Cmd {
 	}
 	return cl.EvalSha(ctx, argv[1].(string), keys, argv[3+n:]...)
 }
+
+// sentinelDialer is the dialer of a go-redis Sentinel client, whose dial
+// asks a sentinel where the master is and moves the client there; nil for
+// any other client.
+func sentinelDialer(cl Client) func(context.Context, string, string) (net.Conn, error) {
+	c, ok := cl.(*redis.Client)
+	if !ok {
+		return nil
+	}
+	if opt := c.Options(); opt.Addr == failoverAddr && opt.Dialer != nil {
+		return opt.Dialer
+	}
+	return nil
+}

@@ -38,31 +38,6 @@ type core struct {
 	held         map[*Lock]struct{}
 }
 
-// heldNames counts the locks a core holds per lock key: a Lock call does
-// not waste an attempt on a name its own process holds, and the local
-// queue keeps a contended name subscribed while it is held. Shared by the
-// core and its queue.
-type heldNames struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-// add counts d more (or, negative, fewer) locks on key.
-func (h *heldNames) add(key string, d int) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.n[key] += d; h.n[key] <= 0 {
-		delete(h.n, key)
-	}
-}
-
-// has reports whether a lock of the core holds key.
-func (h *heldNames) has(key string) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.n[key] > 0
-}
-
 // hooks let tests put a pause at an exact point of the protocol.
 type hooks struct {
 	beforeFinalCheck func() // after the last reply (and token write-back), before now < Until
@@ -276,79 +251,6 @@ func (c *core) close() error {
 
 // errNoCore is what a nil or zero Locker or Redlock answers.
 var errNoCore = errors.New("redlock: Locker or Redlock not made by NewLocker or NewRedlock")
-
-// named checks a call on the exclusive lock name and returns its
-// acquisition: its config, lock key and release channel.
-func (c *core) named(name string, opts []Option) (acquisition, error) {
-	if c == nil {
-		return acquisition{}, errNoCore
-	}
-	if name == "" {
-		return acquisition{}, errors.New("redlock: empty lock name")
-	}
-	cfg, err := c.cfg.call(opts)
-	if err != nil {
-		return acquisition{}, err
-	}
-	key, channel := keyAndChannel(cfg.prefix, name)
-	return acquisition{kind: kindExclusive, name: name, tag: key, channel: channel, cfg: cfg, queue: channel, held: key}, nil
-}
-
-// lock is Lock: a waiting writer, which keeps new read holds out (writer
-// preference; a Redlock offers no read holds, so its masters need no entry).
-func (c *core) lock(ctx context.Context, name string, opts []Option) (*Lock, error) {
-	a, err := c.named(name, opts)
-	if err != nil {
-		return nil, err
-	}
-	a.writer = len(c.pool.nodes) == 1
-	return c.obtain(ctx, &a, true)
-}
-
-// tryLock is TryLock: one attempt.
-func (c *core) tryLock(ctx context.Context, name string, opts []Option) (*Lock, error) {
-	a, err := c.named(name, opts)
-	if err != nil {
-		return nil, err
-	}
-	return c.try(ctx, &a)
-}
-
-// obtain is every acquire call of every kind: one attempt (wait=false), or
-// the wait loop (obtain.go).
-func (c *core) obtain(ctx context.Context, a *acquisition, wait bool) (*Lock, error) {
-	if !wait {
-		return c.try(ctx, a)
-	}
-	if err := c.acquirable(ctx); err != nil {
-		return nil, err
-	}
-	o := &obtaining{c: c, a: a, qk: a.queue, hint: -1}
-	return o.run(ctx)
-}
-
-// try makes one attempt of a, traced for the observer.
-func (c *core) try(ctx context.Context, a *acquisition) (l *Lock, err error) {
-	if err := c.acquirable(ctx); err != nil {
-		return nil, err
-	}
-	tr := newAcquireTrace(ctx, a.cfg, a.name, false)
-	l, _, err = c.attempt(ctx, a)
-	tr.attempted(err)
-	tr.done(l, err)
-	return l, err
-}
-
-// acquirable refuses an acquire call whose ctx has ended, or after Close.
-func (c *core) acquirable(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return join(ErrNotObtained, err)
-	}
-	if c.life.isClosing() {
-		return join(ErrNotObtained, ErrClosed)
-	}
-	return nil
-}
 
 // attempt makes one attempt of a (acquire.go) and makes a granted lock
 // held: the lock, or an error matching ErrNotObtained with what the attempt

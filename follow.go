@@ -2,12 +2,9 @@ package redlock
 
 import (
 	"context"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // follower keeps a core's go-redis Sentinel clients (redis.NewFailoverClient)
@@ -70,20 +67,6 @@ func newFollower(nodes []*node, life *lifecycle, nodeTimeout time.Duration, busy
 // failoverAddr is the placeholder address in the options of a client made
 // by redis.NewFailoverClient.
 const failoverAddr = "FailoverClient"
-
-// sentinelDialer is the dialer of a go-redis Sentinel client, whose dial
-// asks a sentinel where the master is and moves the client there; nil for
-// any other client.
-func sentinelDialer(cl Client) func(context.Context, string, string) (net.Conn, error) {
-	c, ok := cl.(*redis.Client)
-	if !ok {
-		return nil
-	}
-	if opt := c.Options(); opt.Addr == failoverAddr && opt.Dialer != nil {
-		return opt.Dialer
-	}
-	return nil
-}
 
 // acquiring records an acquisition about to be sent. When the follower is
 // idle it checks now, bounded by timeout, and starts following again: the

@@ -379,3 +379,5 @@ func defaultNodeTimeout(ttl time.Duration) time.Duration {
 // an election's observers hear a resignation that no candidate waits for
 // (Election.Campaign).
 func announced() Option { return func(c *config) { c.announce = true } }
+
+func ttlMillis(ttl time.Duration) int64 { return max(ttl.Milliseconds(), 1) }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -188,27 +187,6 @@ func onlySilentLeft(got []reply, nodes []*node) bool {
 // answer is handled as any other (a late grant is released, Lock.settle).
 func silentGrace(elapsed time.Duration) time.Duration {
 	return max(5*time.Millisecond, 3*elapsed)
-}
-
-// timers recycles gather's timers: most rounds end by a reply, not by the
-// deadline, and a timer that never fired can be reset and used again.
-var timers sync.Pool
-
-func getTimer(d time.Duration) *time.Timer {
-	if t, ok := timers.Get().(*time.Timer); ok {
-		t.Reset(d)
-		return t
-	}
-	return time.NewTimer(d)
-}
-
-// putTimer stops t and keeps it only when it had not fired: then nothing was
-// or will be sent on t.C, so a later user cannot receive a stale tick even
-// under the pre-Go 1.23 timer semantics (GODEBUG=asynctimerchan=1).
-func putTimer(t *time.Timer) {
-	if t.Stop() {
-		timers.Put(t)
-	}
 }
 
 // never is a gather stop function that waits for every node.

@@ -1,0 +1,43 @@
+package redlock
+
+import "strconv"
+
+// fenceArg is the scripts' fencing argument for cfg: "0" without fencing,
+// else the fence counter's retention in ms, "1" standing for the default (a
+// constant: no allocation).
+func fenceArg(cfg *config) any {
+	switch {
+	case !cfg.fencing:
+		return "0"
+	case cfg.retention == defaultFenceRetention:
+		return "1"
+	}
+	return retentionArg(cfg)
+}
+
+// retentionArg is the fence counter's retention in ms as the scripts take
+// it, 1 standing for the default (fenceArg).
+func retentionArg(cfg *config) int64 {
+	if cfg.retention == defaultFenceRetention {
+		return 1
+	}
+	return cfg.retention.Milliseconds()
+}
+
+// floorArg is acquire.lua's fencing argument with the token's time floor
+// after a colon, "<retention>:<floor µs>" (fenceArg's retention), kept in
+// the Lock: go-redis writes it through MarshalBinary from a pointer, so
+// that it costs no allocation, and hooks print it through String.
+type floorArg struct {
+	n int
+	b [44]byte
+}
+
+func (f *floorArg) set(cfg *config, floor int64) {
+	s := append(strconv.AppendInt(f.b[:0], retentionArg(cfg), 10), ':')
+	f.n = len(strconv.AppendInt(s, floor, 10))
+}
+
+func (f *floorArg) MarshalBinary() ([]byte, error) { return f.b[:f.n], nil }
+
+func (f *floorArg) String() string { return string(f.b[:f.n]) }
