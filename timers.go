@@ -6,8 +6,8 @@ import (
 )
 
 // timers recycles the timers of gather and of the waits between retries:
-// most rounds end by a reply, not by the
-// deadline, and a timer that never fired can be reset and used again.
+// most rounds end by a reply, not by the deadline, and a timer that never
+// fired can be reset and used again.
 var timers sync.Pool
 
 func getTimer(d time.Duration) *time.Timer {
