@@ -196,14 +196,20 @@ func judge(p *pool, rs []reply) (Holder, bool) {
 		}
 		return h, true
 	}
-	// The lock keeps a quorum until the quorum-th longest lease among the
-	// masters that hold it runs out. -1 (no expiry) outlasts every lease.
+	h.TTL, h.Metadata = quorumLease(answered, h.Owner, p.quorum)
+	return h, true
+}
+
+// quorumLease is how long owner keeps a quorum of the answers: until the
+// quorum-th longest lease among the nodes that hold it runs out (-1, no
+// expiry, outlasts every lease), and its metadata.
+func quorumLease(answered []*nodeHolder, owner string, quorum int) (ttl time.Duration, metadata string) {
 	var pttls []int64
 	for _, a := range answered {
-		if a.owner == h.Owner {
+		if a.owner == owner {
 			pttls = append(pttls, a.pttl)
-			if h.Metadata == "" {
-				h.Metadata = a.metadata
+			if metadata == "" {
+				metadata = a.metadata
 			}
 		}
 	}
@@ -214,10 +220,8 @@ func judge(p *pool, rs []reply) (Holder, bool) {
 		return ms
 	}
 	slices.SortFunc(pttls, func(a, b int64) int { return cmp.Compare(lease(b), lease(a)) })
-	if ms := pttls[p.quorum-1]; ms >= 0 {
-		h.TTL = time.Duration(ms) * time.Millisecond
-	} else {
-		h.TTL = -1
+	if ms := pttls[quorum-1]; ms >= 0 {
+		return time.Duration(ms) * time.Millisecond, metadata
 	}
-	return h, true
+	return -1, metadata
 }
