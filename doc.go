@@ -147,38 +147,18 @@
 package redlock
 
 // The "Keys" section above is the users' view of the key schema written
-// down once in kinds.go: the two are kept in step.
+// down once in keys.go: the two are kept in step.
 
-// Architecture (for maintainers). Four layers, each calling only down,
-// except through the one seam (engine, in lock.go) and the listener
-// interface of the transport:
-//
-//	API       Locker, Redlock, Semaphore, RLock, LockAll, Do   locker.go redlock.go semaphore.go rwlock.go multilock.go
-//	          builds an acquisition: what to take, where to wait
-//	policy    obtaining: attempt, plan the sleep, wait        obtain.go (retry.go)
-//	engine    core: registry of held locks, lifecycle,        core.go
-//	          activate / unlock / extend / ended
-//	            one attempt on every node (Redlock 1-5)       acquire.go
-//	            the hand-off to a local waiter                handoff.go
-//	            waiters: local FIFO, reservations             queue.go
-//	              <- pubsub: connections, trust (listener)    pubsub.go
-//	            tracker: outside changes of held keys         track.go
-//	            watchdog + loss clock on one heap type        watchdog.go, renew.go (batched rounds)
-//	            lease repair after a renewal (Redlock)        repair.go
-//	I/O       pool: the nodes, ONE quorum round (fan-out or   pool.go
-//	          inline call, gather, tally, verdict, the one
-//	          "reached k of n" error), cleanup releases
-//	          kinds table: keys and script calls per kind     kinds.go
-//	          scripts, reply codes                            scripts.go, scripts/*.lua
-//
-// The seam: a Lock (lock.go) is data and transitions, no I/O. It calls up
-// only for what its user asks (unlock, extend, remaining) and to say it
-// ended; the core calls down through transitions that return what changed
-// (hold and renewed return the loss clock's next mark, fail the nodes to
-// clean up) and keeps its own books: loss clock, watchdog, log, observers,
-// Do's cancel. Only lock.go takes a Lock's mutex, and only kinds.go knows
-// the layout of its keys. Parts share the core's lifetime through one
-// lifecycle value (wait group, closing), not a pointer to the core; the
-// queue and the core share heldNames. An uncontended TryLock then Unlock
-// runs locker.go, core.go, acquire.go, kinds.go, pool.go, lock.go,
-// options.go and watchdog.go.
+// Architecture (for maintainers): DESIGN.md "Layers" maps the files to
+// seven layers (api, calls, engine, waiting, round, node, values), each
+// calling only down; TestLayersCallDown checks it. The seam: a Lock
+// (lock.go, with its status, lease and per-node outcomes in state.go,
+// validity.go and outcome.go) is data and transitions, no I/O. It calls up
+// only through the engine interface, for what its user asks (unlock,
+// extend, remaining) and to say it ended; the core calls down through
+// transitions that return what changed (hold and renewed return the loss
+// clock's next mark, fail the nodes to clean up) and keeps its own books:
+// loss clock, watchdog, log, observers, Do's cancel. Only kinds.go and
+// keys.go know the layout of a Lock's keys. Parts share the core's lifetime
+// through one lifecycle value (wait group, closing), not a pointer to the
+// core; the queue and the core share heldNames.
