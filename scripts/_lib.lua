@@ -6,11 +6,15 @@
 -- retention(arg) is how long a fence counter outlives its last write, in
 -- ms: arg when it is a number above 1 (WithFenceRetention), else the
 -- default, which newScript writes in from Go. A script's caller that does
--- not say passes '1' ("fencing on") or nothing.
+-- not say passes '1' ("fencing on") or nothing. Its second result is the
+-- same for a command's argument, the default as text: Redis before 7.2
+-- prints a number given to redis.call with snprintf("%.17g"), a quarter of
+-- what the PEXPIRE it is given to costs the server.
 local function retention(arg)
+  if arg == '1' then return DEFAULT_FENCE_RETENTION_MS, 'DEFAULT_FENCE_RETENTION_MS' end
   local ms = tonumber(arg)
-  if ms and ms > 1 then return ms end
-  return DEFAULT_FENCE_RETENTION_MS
+  if ms and ms > 1 then return ms, ms end
+  return DEFAULT_FENCE_RETENTION_MS, 'DEFAULT_FENCE_RETENTION_MS'
 end
 
 -- counter(v) says whether v, a fence key's value through tonumber, is a
@@ -20,12 +24,15 @@ local function counter(v)
 end
 
 -- mintone is mint for one counter k, with the time floor now and the life
--- life: the floor is written and the counter read in one call (SET GET),
--- then the counter raised past the floor in the rare case it was ahead of
--- it, or put back as it was when it held no counter. Its expiry only ever
--- moves later (PEXPIRE GT), and one without expiry gets one.
+-- life (ms, a number or its text: see retention): the floor is written and
+-- the counter read in one call (SET GET), then the counter raised past the
+-- floor in the rare case it was ahead of it, or put back as it was when it
+-- held no counter. Its expiry only ever moves later (PEXPIRE GT), and one
+-- without expiry gets one. The floor goes to SET as a number, which Redis
+-- writes with every digit of an integer below 2^53 ("%.17g", from 7.2 as an
+-- integer), for less than string.format('%.0f') costs the server.
 local function mintone(k, now, life)
-  local old = redis.call('SET', k, string.format('%.0f', now), 'KEEPTTL', 'GET')
+  local old = redis.call('SET', k, now, 'KEEPTTL', 'GET')
   if not old then
     redis.call('PEXPIRE', k, life)
     return now
@@ -73,7 +80,9 @@ end
 -- they were to already, whichever is last.
 local function mint(on, fences, floor, lease)
   if on == '0' or not on then return 0 end
-  local life = math.max(retention(on), tonumber(lease))
+  local ms, life = retention(on)
+  local l = tonumber(lease)
+  if l > ms then ms, life = l, l end
   local now = tonumber(floor)
   if not now then
     local t = redis.call('TIME')
@@ -91,7 +100,7 @@ local function mint(on, fences, floor, lease)
   -- %.0f: tostring() would print 1.8e+15 and lose digits of a µs timestamp.
   local s = string.format('%.0f', tok)
   for _, k in ipairs(fences) do
-    redis.call('SET', k, s, 'PX', math.max(life, redis.call('PTTL', k)))
+    redis.call('SET', k, s, 'PX', math.max(ms, redis.call('PTTL', k)))
   end
   return tok
 end
