@@ -130,28 +130,8 @@ func (tc *trackConn) run(ps *redis.PubSub, stop <-chan struct{}) {
 			return
 		}
 		if err != nil {
-			if tc.refused() {
-				t.logger.Debug("redlock: the server refuses CLIENT TRACKING; a lost lock is found at its next renewal",
-					"node", tc.idx, "err", tc.armError())
-				t.giveUp(tc)
+			if !tc.receiveFailed(err, stop) {
 				return
-			}
-			if !connErr(err) {
-				// A message go-redis cannot parse: the invalidation of a
-				// whole database (FLUSHALL, FLUSHDB) has no key list.
-				t.suspectAll()
-				continue
-			}
-			t.forgetCredits() // invalidations may have been lost
-			pause := time.NewTimer(50 * time.Millisecond)
-			select {
-			case <-stop:
-				pause.Stop()
-				return
-			case <-t.ctx.Done():
-				pause.Stop()
-				return
-			case <-pause.C:
 			}
 			continue
 		}
@@ -175,6 +155,37 @@ func (tc *trackConn) run(ps *redis.PubSub, stop <-chan struct{}) {
 			}
 		}
 	}
+}
+
+// receiveFailed takes an error of the listener's Receive, and reports
+// whether to receive again: not once the server has refused tracking, nor
+// once the listener is stopped or the tracker closed.
+func (tc *trackConn) receiveFailed(err error, stop <-chan struct{}) bool {
+	t := tc.t
+	if tc.refused() {
+		t.logger.Debug("redlock: the server refuses CLIENT TRACKING; a lost lock is found at its next renewal",
+			"node", tc.idx, "err", tc.armError())
+		t.giveUp(tc)
+		return false
+	}
+	if !connErr(err) {
+		// A message go-redis cannot parse: the invalidation of a
+		// whole database (FLUSHALL, FLUSHDB) has no key list.
+		t.suspectAll()
+		return true
+	}
+	t.forgetCredits() // invalidations may have been lost
+	pause := time.NewTimer(50 * time.Millisecond)
+	select {
+	case <-stop:
+		pause.Stop()
+		return false
+	case <-t.ctx.Done():
+		pause.Stop()
+		return false
+	case <-pause.C:
+	}
+	return true
 }
 
 // refused reports that the server answered the tracking set-up with an
