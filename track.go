@@ -78,10 +78,6 @@ const invalidateChannel = "__redis__:invalidate"
 // invalidation (one that comes later only costs a read).
 const creditFor = 2 * time.Second
 
-// acquiringRecheck is how soon a lock that was suspect while still being
-// acquired is looked at again.
-const acquiringRecheck = 2 * time.Millisecond
-
 // armAfter is how long a lock must have been held for the tracking
 // connections to open, and disarmAfter how long they stay open with no lock
 // held.
@@ -90,19 +86,9 @@ const (
 	disarmAfter = 2 * time.Second
 )
 
-// verifyBatch bounds the locks read at once, one pipeline per node, when
-// many are suspect or to be armed (a FLUSHALL or a reconnection under many
-// holds): 10,000 held locks are 40 pipelines, one after the other.
-const verifyBatch = 256
-
 type tracker struct {
 	life   *lifecycle
 	logger *slog.Logger
-	// verify reads suspect locks, on via[node] where it is not nil (a data
-	// connection) and through the pool elsewhere, and loses those that are
-	// not ours; later says a lock is still being acquired, to be read once
-	// it is held.
-	verify func(locks []*Lock, via []Client) (later, failed []bool)
 	nodes  int
 	conns  []*trackConn
 	byNode []*trackConn // by node index, nil for a node without tracking
@@ -113,14 +99,16 @@ type tracker struct {
 	held   chan struct{} // buffered 1: a lock became held
 	ctx    context.Context
 	cancel context.CancelFunc
+	// verifier reads the suspect locks (its run is one of the tracker's
+	// goroutines).
+	verifier verifier
 
 	mu      sync.Mutex
 	watched map[string]watchers
 	suspect map[*Lock]struct{}
-	kick    chan struct{} // buffered 1: suspects (or locks to arm) were added
-	spent   []*Lock       // invalidated's, kept for the next message
+	spent   []*Lock // invalidated's, kept for the next message
 	// arming are the locks that became held while armed, in that order:
-	// each is read (armed) at armAfter of hold.
+	// each is read (armed) at armAfter of hold (the verifier's queue).
 	arming  []*Lock
 	armHead int // arming[:armHead] are done
 	// unarmed are locks read through the pool while a node's data
@@ -143,8 +131,9 @@ type watchers struct {
 // newTracker prepares the tracking connections of each node whose client can
 // have one, and starts the keeper that opens them; nil if none can.
 func newTracker(nodes []*node, life *lifecycle, logger *slog.Logger, verify func([]*Lock, []Client) ([]bool, []bool)) *tracker {
-	t := &tracker{life: life, logger: logger, verify: verify, nodes: len(nodes), watched: map[string]watchers{},
-		suspect: map[*Lock]struct{}{}, unarmed: map[*Lock]struct{}{}, kick: make(chan struct{}, 1), held: make(chan struct{}, 1), byNode: make([]*trackConn, len(nodes))}
+	t := &tracker{life: life, logger: logger, nodes: len(nodes), watched: map[string]watchers{},
+		suspect: map[*Lock]struct{}{}, unarmed: map[*Lock]struct{}{}, held: make(chan struct{}, 1), byNode: make([]*trackConn, len(nodes))}
+	t.verifier = verifier{t: t, verify: verify, kick: make(chan struct{}, 1)}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	for _, n := range nodes {
 		base, ok := n.client.(*redis.Client)
@@ -163,7 +152,7 @@ func newTracker(nodes []*node, life *lifecycle, logger *slog.Logger, verify func
 		return nil
 	}
 	t.on.Store(true)
-	go t.verifier()
+	go t.verifier.run()
 	go t.keeper()
 	return t
 }
@@ -202,13 +191,7 @@ func (t *tracker) heldNow(l *Lock) {
 		}
 		return
 	}
-	t.mu.Lock()
-	t.arming = append(t.arming, l)
-	first := len(t.arming)-t.armHead == 1
-	t.mu.Unlock()
-	if first {
-		t.wake() // the verifier sets its timer for it
-	}
+	t.verifier.queue(l)
 }
 
 // keeper opens the tracking connections once a lock has been held for
@@ -547,7 +530,7 @@ func (t *tracker) invalidated(node int, keys []string) {
 	clear(spent)
 	t.spent = spent[:0]
 	if added {
-		t.wake()
+		t.verifier.wake()
 	}
 }
 
@@ -604,97 +587,6 @@ func (t *tracker) suspectAll() {
 	}
 	clear(t.unarmed)
 	if len(t.suspect) > 0 {
-		t.wake()
+		t.verifier.wake()
 	}
-}
-
-func (t *tracker) wake() {
-	select {
-	case t.kick <- struct{}{}:
-	default:
-	}
-}
-
-// verifier reads suspect locks until Close, up to verifyBatch at a time
-// (one pipeline per node), and arms the locks in arming at armAfter of
-// hold.
-func (t *tracker) verifier() {
-	defer t.life.wg.Done()
-	var batch []*Lock
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		select {
-		case <-t.ctx.Done():
-			return
-		case <-t.kick:
-		case <-timer.C:
-		}
-		for {
-			batch = batch[:0]
-			t.mu.Lock()
-			next := t.dueArming(time.Now().UnixNano())
-			for l := range t.suspect {
-				if len(batch) == verifyBatch {
-					break
-				}
-				batch = append(batch, l)
-				delete(t.suspect, l)
-			}
-			t.mu.Unlock()
-			timer.Reset(next)
-			if len(batch) == 0 || t.ctx.Err() != nil {
-				break
-			}
-			t.reads.Add(int64(len(batch)))
-			via, down := t.readVia()
-			later, failed := t.verify(batch, via)
-			t.mu.Lock()
-			again := false
-			for i, l := range batch {
-				if later[i] {
-					t.suspect[l] = struct{}{}
-					again = true
-				} else if down || failed[i] {
-					// Read through the pool, or not read: not armed. The
-					// keeper reads it again on the data connection.
-					t.unarmed[l] = struct{}{}
-				}
-			}
-			t.mu.Unlock()
-			if again {
-				// Changed while its acquisition was on the way: read it once
-				// it is held (or failed).
-				time.AfterFunc(acquiringRecheck, t.wake)
-				break
-			}
-		}
-	}
-}
-
-// dueArming makes the locks of arming held for armAfter suspect (to be
-// read, which arms them), drops those no longer held, and returns how long
-// until the next is due (t.mu held).
-func (t *tracker) dueArming(now int64) time.Duration {
-	i := t.armHead
-	next := time.Hour
-	for ; i < len(t.arming); i++ {
-		l := t.arming[i]
-		if due := l.trk.heldAt.Load() + int64(armAfter); due > now {
-			next = time.Duration(due - now)
-			break
-		}
-		if l.trk.retired.Load() || !l.is(stateHeld) {
-			continue // (heldNow comes just before the lock is held)
-		}
-		t.suspect[l] = struct{}{}
-	}
-	clear(t.arming[t.armHead:i])
-	t.armHead = i
-	if i == len(t.arming) || i > len(t.arming)/2 {
-		n := copy(t.arming, t.arming[i:])
-		clear(t.arming[n:])
-		t.arming, t.armHead = t.arming[:n], 0
-	}
-	return next
 }
