@@ -95,12 +95,12 @@ type tracker struct {
 	// on: some node's tracking connection may be armed, so the bookkeeping
 	// below is worth its cost.
 	on     atomic.Bool
-	armed  atomic.Bool   // the connections are open (the keeper's)
-	held   chan struct{} // buffered 1: a lock became held
+	armed  atomic.Bool // the connections are open (the keeper's)
 	ctx    context.Context
 	cancel context.CancelFunc
-	// verifier reads the suspect locks (its run is one of the tracker's
-	// goroutines).
+	// keeper opens and closes the connections, and verifier reads the
+	// suspect locks: each runs one goroutine of the tracker's.
+	keeper   keeper
 	verifier verifier
 
 	mu      sync.Mutex
@@ -132,7 +132,8 @@ type watchers struct {
 // have one, and starts the keeper that opens them; nil if none can.
 func newTracker(nodes []*node, life *lifecycle, logger *slog.Logger, verify func([]*Lock, []Client) ([]bool, []bool)) *tracker {
 	t := &tracker{life: life, logger: logger, nodes: len(nodes), watched: map[string]watchers{},
-		suspect: map[*Lock]struct{}{}, unarmed: map[*Lock]struct{}{}, held: make(chan struct{}, 1), byNode: make([]*trackConn, len(nodes))}
+		suspect: map[*Lock]struct{}{}, unarmed: map[*Lock]struct{}{}, byNode: make([]*trackConn, len(nodes))}
+	t.keeper = keeper{t: t, held: make(chan struct{}, 1)}
 	t.verifier = verifier{t: t, verify: verify, kick: make(chan struct{}, 1)}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	for _, n := range nodes {
@@ -153,19 +154,9 @@ func newTracker(nodes []*node, life *lifecycle, logger *slog.Logger, verify func
 	}
 	t.on.Store(true)
 	go t.verifier.run()
-	go t.keeper()
+	go t.keeper.run()
 	return t
 }
-
-// followEvery is how often, while armed, the keeper checks that a
-// Sentinel client's master is still where the listener is, and tries a
-// data connection that is down.
-const followEvery = 250 * time.Millisecond
-
-// idlePing is how long a data connection may go unused before the keeper
-// pings it (a PING, whose only use is to find a connection killed while
-// idle). Renewals every TTL/3 of a few locks keep it busier than that.
-const idlePing = time.Second
 
 // close ends the keeper, which closes the connections, and the verifier
 // (Close waits for them with the core's goroutines).
@@ -185,95 +176,10 @@ func (t *tracker) heldNow(l *Lock) {
 	l.trk.heldAt.Store(time.Now().UnixNano())
 	if !t.armed.Load() {
 		// Armed later: the subscription then reads every held lock.
-		select {
-		case t.held <- struct{}{}:
-		default:
-		}
+		t.keeper.wake()
 		return
 	}
 	t.verifier.queue(l)
-}
-
-// keeper opens the tracking connections once a lock has been held for
-// armAfter, and closes them after disarmAfter with no lock held, until
-// Close.
-func (t *tracker) keeper() {
-	defer t.life.wg.Done()
-	defer func() {
-		t.disarm()
-		for _, tc := range t.conns {
-			_ = tc.cl.Close()
-		}
-	}()
-	for {
-		select {
-		case <-t.ctx.Done():
-			return
-		case <-t.held:
-		}
-		for !t.armed.Load() { // bounded: ends when no lock is held
-			if !t.pause(armAfter) {
-				return
-			}
-			old, any := t.heldSince(time.Now().Add(-armAfter).UnixNano())
-			if old {
-				t.arm()
-			} else if !any {
-				break
-			}
-		}
-		for idle := 0; t.armed.Load(); {
-			if !t.pause(followEvery) {
-				return
-			}
-			t.follow()
-			for _, tc := range t.conns {
-				tc.probe()
-			}
-			if via, down := t.readVia(); via != nil && !down {
-				t.armUnarmed() // reads that failed, now that every node's is up
-			}
-			if _, any := t.heldSince(0); any {
-				idle = 0
-			} else if idle++; time.Duration(idle)*followEvery >= disarmAfter {
-				t.disarm()
-			}
-		}
-	}
-}
-
-// follow moves the listener of a Sentinel client whose master
-// changed to the new master, where its subscription then makes every held
-// lock suspect (the keeper's).
-func (t *tracker) follow() {
-	for _, tc := range t.conns {
-		if tc.ps == nil || !tc.masterMoved(t.ctx) {
-			continue
-		}
-		t.logger.Info("redlock: the master moved; tracking follows it", "node", tc.idx)
-		close(tc.stop)
-		_ = tc.ps.Close()
-		tc.closeData()
-		tc.remote.Store(nil)
-		if t.life.goCount(1) {
-			tc.ps, tc.stop = tc.cl.Subscribe(t.ctx), make(chan struct{})
-			go tc.run(tc.ps, tc.stop)
-		} else {
-			tc.ps, tc.stop = nil, nil
-		}
-	}
-}
-
-// pause waits d, or reports false at Close.
-func (t *tracker) pause(d time.Duration) bool {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-t.ctx.Done():
-		return false
-	case <-timer.C:
-		return true
-	}
 }
 
 // heldSince reports whether a watched lock held since before cutoff
@@ -303,36 +209,6 @@ func (t *tracker) heldSince(cutoff int64) (old, any bool) {
 		}
 	}
 	return false, any
-}
-
-// arm opens the tracking connections (the keeper's).
-func (t *tracker) arm() {
-	for _, tc := range t.conns {
-		if tc.gone.Load() || !t.life.goCount(1) {
-			continue
-		}
-		tc.ps, tc.stop = tc.cl.Subscribe(t.ctx), make(chan struct{}) // connects in run
-		go tc.run(tc.ps, tc.stop)
-	}
-	t.armed.Store(true)
-}
-
-// disarm closes them.
-func (t *tracker) disarm() {
-	t.armed.Store(false)
-	for _, tc := range t.conns {
-		if tc.ps != nil {
-			close(tc.stop)
-			_ = tc.ps.Close()
-			tc.ps, tc.stop = nil, nil
-		}
-		tc.closeData()
-	}
-	t.mu.Lock()
-	clear(t.arming)
-	t.arming, t.armHead = t.arming[:0], 0
-	clear(t.unarmed)
-	t.mu.Unlock()
 }
 
 // giveUp stops tracking on one node for good; with no node left, the
