@@ -128,6 +128,34 @@ type watchers struct {
 	more []*Lock
 }
 
+// with is w and l.
+func (w watchers) with(l *Lock) watchers {
+	if w.one == nil {
+		w.one = l
+	} else {
+		w.more = append(w.more, l)
+	}
+	return w
+}
+
+// without is w but l; its one is nil when no lock is left.
+func (w watchers) without(l *Lock) watchers {
+	if w.one == l {
+		w.one = nil
+		if n := len(w.more); n > 0 {
+			w.one, w.more = w.more[n-1], w.more[:n-1]
+		}
+	} else {
+		for i, o := range w.more {
+			if o == l {
+				w.more = append(w.more[:i], w.more[i+1:]...)
+				break
+			}
+		}
+	}
+	return w
+}
+
 // newTracker prepares the tracking connections of each node whose client can
 // have one, and starts the keeper that opens them; nil if none can.
 func newTracker(nodes []*node, life *lifecycle, logger *slog.Logger, verify func([]*Lock, []Client) ([]bool, []bool)) *tracker {
@@ -300,13 +328,7 @@ func (t *tracker) watch(l *Lock) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, k := range watchKeys(l) {
-		w := t.watched[k]
-		if w.one == nil {
-			w.one = l
-		} else {
-			w.more = append(w.more, l)
-		}
-		t.watched[k] = w
+		t.watched[k] = t.watched[k].with(l)
 	}
 }
 
@@ -341,20 +363,7 @@ func (t *tracker) unwatchLocked(l *Lock) {
 		if !ok {
 			continue
 		}
-		if w.one == l {
-			w.one = nil
-			if n := len(w.more); n > 0 {
-				w.one, w.more = w.more[n-1], w.more[:n-1]
-			}
-		} else {
-			for i, o := range w.more {
-				if o == l {
-					w.more = append(w.more[:i], w.more[i+1:]...)
-					break
-				}
-			}
-		}
-		if w.one == nil {
+		if w = w.without(l); w.one == nil {
 			delete(t.watched, k)
 		} else {
 			t.watched[k] = w
