@@ -85,6 +85,16 @@ const (
 	disarmAfter = 2 * time.Second
 )
 
+// tracker hears outside changes of a core's held keys, as described
+// above, on the nodes whose client is a *redis.Client; it is nil on a core
+// without any, and its methods that the core calls do nothing on nil. It
+// keeps the book of watched keys (watched, suspect, under mu) and owns its
+// parts: per node a listener and a data connection (trackConn,
+// track_conn.go), the keeper that opens and closes them (track_keeper.go),
+// the verifier that reads suspect locks (track_verify.go), the routes of
+// renewals and reads (track_route.go), and what it makes of an
+// invalidation (track_invalidate.go); a lock's credits are its lockTrack
+// (track_credit.go). Safe for concurrent use.
 type tracker struct {
 	life   *lifecycle
 	logger *slog.Logger
@@ -119,40 +129,6 @@ type tracker struct {
 	// replacing another), and locks read.
 	heard, outside, afterConnect, reads atomic.Int64
 	dataConnected                       atomic.Int64 // when a data connection last connected (UnixNano)
-}
-
-// watchers are the held locks of the core on one key: usually one.
-type watchers struct {
-	one  *Lock
-	more []*Lock
-}
-
-// with is w and l.
-func (w watchers) with(l *Lock) watchers {
-	if w.one == nil {
-		w.one = l
-	} else {
-		w.more = append(w.more, l)
-	}
-	return w
-}
-
-// without is w but l; its one is nil when no lock is left.
-func (w watchers) without(l *Lock) watchers {
-	if w.one == l {
-		w.one = nil
-		if n := len(w.more); n > 0 {
-			w.one, w.more = w.more[n-1], w.more[:n-1]
-		}
-	} else {
-		for i, o := range w.more {
-			if o == l {
-				w.more = append(w.more[:i], w.more[i+1:]...)
-				break
-			}
-		}
-	}
-	return w
 }
 
 // newTracker prepares the tracking connections of each node whose client can
@@ -193,49 +169,6 @@ func (t *tracker) close() {
 	}
 	t.on.Store(false)
 	t.cancel()
-}
-
-// heldNow records that l became held, for the keeper.
-func (t *tracker) heldNow(l *Lock) {
-	if t == nil || !t.on.Load() || l.trk == nil {
-		return
-	}
-	l.trk.heldAt.Store(time.Now().UnixNano())
-	if !t.armed.Load() {
-		// Armed later: the subscription then reads every held lock.
-		t.keeper.wake()
-		return
-	}
-	t.verifier.queue(l)
-}
-
-// heldSince reports whether a watched lock held since before cutoff
-// (UnixNano) exists, and whether any is held; with cutoff 0 (the armed
-// keeper's question, every followEvery) it stops at the first held lock
-// instead of scanning thousands.
-func (t *tracker) heldSince(cutoff int64) (old, any bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for _, w := range t.watched {
-		for i := -1; i < len(w.more); i++ {
-			l := w.one
-			if i >= 0 {
-				l = w.more[i]
-			}
-			at := l.trk.heldAt.Load()
-			if at == 0 || l.trk.retired.Load() {
-				continue
-			}
-			if at <= cutoff {
-				return true, true
-			}
-			if cutoff == 0 {
-				return false, true
-			}
-			any = true
-		}
-	}
-	return false, any
 }
 
 // giveUp stops tracking on one node for good; with no node left, the
@@ -355,4 +288,83 @@ func (t *tracker) unwatchLocked(l *Lock) {
 			t.watched[k] = w
 		}
 	}
+}
+
+// heldNow records that l became held: the keeper opens the connections
+// for it, or, while they are open, the verifier arms it at armAfter of
+// hold.
+func (t *tracker) heldNow(l *Lock) {
+	if t == nil || !t.on.Load() || l.trk == nil {
+		return
+	}
+	l.trk.heldAt.Store(time.Now().UnixNano())
+	if !t.armed.Load() {
+		// Armed later: the subscription then reads every held lock.
+		t.keeper.wake()
+		return
+	}
+	t.verifier.queue(l)
+}
+
+// heldSince reports whether a watched lock held since before cutoff
+// (UnixNano) exists, and whether any is held; with cutoff 0 (the armed
+// keeper's question, every followEvery) it stops at the first held lock
+// instead of scanning thousands.
+func (t *tracker) heldSince(cutoff int64) (old, any bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, w := range t.watched {
+		for i := -1; i < len(w.more); i++ {
+			l := w.one
+			if i >= 0 {
+				l = w.more[i]
+			}
+			at := l.trk.heldAt.Load()
+			if at == 0 || l.trk.retired.Load() {
+				continue
+			}
+			if at <= cutoff {
+				return true, true
+			}
+			if cutoff == 0 {
+				return false, true
+			}
+			any = true
+		}
+	}
+	return false, any
+}
+
+// watchers are the held locks of the core on one key: usually one.
+type watchers struct {
+	one  *Lock
+	more []*Lock
+}
+
+// with is w and l.
+func (w watchers) with(l *Lock) watchers {
+	if w.one == nil {
+		w.one = l
+	} else {
+		w.more = append(w.more, l)
+	}
+	return w
+}
+
+// without is w but l; its one is nil when no lock is left.
+func (w watchers) without(l *Lock) watchers {
+	if w.one == l {
+		w.one = nil
+		if n := len(w.more); n > 0 {
+			w.one, w.more = w.more[n-1], w.more[:n-1]
+		}
+	} else {
+		for i, o := range w.more {
+			if o == l {
+				w.more = append(w.more[:i], w.more[i+1:]...)
+				break
+			}
+		}
+	}
+	return w
 }
