@@ -91,7 +91,7 @@ const (
 // keeps the book of watched keys (watched, suspect, under mu) and owns its
 // parts: per node a listener and a data connection (trackConn,
 // track_conn.go), the keeper that opens and closes them (track_keeper.go),
-// the verifier that reads suspect locks (track_verify.go), the routes of
+// the reader of suspect locks (track_reader.go), the routes of
 // renewals and reads (track_route.go), and what it makes of an
 // invalidation (track_invalidate.go); a lock's credits are its lockTrack
 // (track_credit.go). Safe for concurrent use.
@@ -107,17 +107,17 @@ type tracker struct {
 	armed  atomic.Bool // the connections are open (the keeper's)
 	ctx    context.Context
 	cancel context.CancelFunc
-	// keeper opens and closes the connections, and verifier reads the
+	// keeper opens and closes the connections, and reader reads the
 	// suspect locks: each runs one goroutine of the tracker's.
-	keeper   keeper
-	verifier verifier
+	keeper keeper
+	reader suspectReader
 
 	mu      sync.Mutex
 	watched map[string]watchers
 	suspect map[*Lock]struct{}
 	spent   []*Lock // invalidated's, kept for the next message
 	// arming are the locks that became held while armed, in that order:
-	// each is read (armed) at armAfter of hold (the verifier's queue).
+	// each is read (armed) at armAfter of hold (the reader's queue).
 	arming  []*Lock
 	armHead int // arming[:armHead] are done
 	// unarmed are locks read through the pool while a node's data
@@ -137,7 +137,7 @@ func newTracker(nodes []*node, life *lifecycle, logger *slog.Logger, verify func
 	t := &tracker{life: life, logger: logger, nodes: len(nodes), watched: map[string]watchers{},
 		suspect: map[*Lock]struct{}{}, unarmed: map[*Lock]struct{}{}, byNode: make([]*trackConn, len(nodes))}
 	t.keeper = keeper{t: t, held: make(chan struct{}, 1)}
-	t.verifier = verifier{t: t, verify: verify, kick: make(chan struct{}, 1)}
+	t.reader = suspectReader{t: t, verify: verify, kick: make(chan struct{}, 1)}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	for _, n := range nodes {
 		base, ok := n.client.(*redis.Client)
@@ -156,12 +156,12 @@ func newTracker(nodes []*node, life *lifecycle, logger *slog.Logger, verify func
 		return nil
 	}
 	t.on.Store(true)
-	go t.verifier.run()
+	go t.reader.run()
 	go t.keeper.run()
 	return t
 }
 
-// close ends the keeper, which closes the connections, and the verifier
+// close ends the keeper, which closes the connections, and the reader
 // (Close waits for them with the core's goroutines).
 func (t *tracker) close() {
 	if t == nil {
@@ -291,7 +291,7 @@ func (t *tracker) unwatchLocked(l *Lock) {
 }
 
 // heldNow records that l became held: the keeper opens the connections
-// for it, or, while they are open, the verifier arms it at armAfter of
+// for it, or, while they are open, the reader arms it at armAfter of
 // hold.
 func (t *tracker) heldNow(l *Lock) {
 	if t == nil || !t.on.Load() || l.trk == nil {
@@ -303,7 +303,7 @@ func (t *tracker) heldNow(l *Lock) {
 		t.keeper.wake()
 		return
 	}
-	t.verifier.queue(l)
+	t.reader.queue(l)
 }
 
 // heldSince reports whether a watched lock held since before cutoff

@@ -55,7 +55,7 @@ func (t *tracker) invalidated(node int, keys []string) {
 	clear(spent)
 	t.spent = spent[:0]
 	if added {
-		t.verifier.wake()
+		t.reader.wake()
 	}
 }
 
@@ -112,7 +112,7 @@ func (t *tracker) suspectAll() {
 	}
 	clear(t.unarmed)
 	if len(t.suspect) > 0 {
-		t.verifier.wake()
+		t.reader.wake()
 	}
 }
 

@@ -77,7 +77,7 @@ func (t *tracker) armUnarmed() {
 	}
 	clear(t.unarmed)
 	if len(t.suspect) > 0 {
-		t.verifier.wake()
+		t.reader.wake()
 	}
 }
 

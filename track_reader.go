@@ -2,22 +2,13 @@ package redlock
 
 import "time"
 
-// acquiringRecheck is how soon a lock that was suspect while still being
-// acquired is looked at again.
-const acquiringRecheck = 2 * time.Millisecond
-
-// verifyBatch bounds the locks read at once, one pipeline per node, when
-// many are suspect or to be armed (a FLUSHALL or a reconnection under many
-// holds): 10,000 held locks are 40 pipelines, one after the other.
-const verifyBatch = 256
-
-// verifier reads the tracker's suspect locks, which loses those that are
-// no longer ours and arms the others (a read on a data connection arms),
-// and makes the locks that became held while armed suspect at armAfter of
-// hold. Its run is one goroutine of the tracker's; wake and queue are safe
-// for concurrent use. What it reads (suspect, arming, unarmed) is the
-// tracker's, under the tracker's mu.
-type verifier struct {
+// suspectReader reads the tracker's suspect locks through the core's
+// verify, which loses those that are no longer ours and arms the others (a
+// read on a data connection arms), and makes the locks that became held
+// while armed suspect at armAfter of hold. Its run is one goroutine of the
+// tracker's; wake and queue are safe for concurrent use. What it reads
+// (suspect, arming, unarmed) is the tracker's, under the tracker's mu.
+type suspectReader struct {
 	t *tracker
 	// verify reads suspect locks, on via[node] where it is not nil (a data
 	// connection) and through the pool elsewhere, and loses those that are
@@ -27,31 +18,40 @@ type verifier struct {
 	kick   chan struct{} // buffered 1: suspects (or locks to arm) were added
 }
 
-func (v *verifier) wake() {
+// acquiringRecheck is how soon a lock that was suspect while still being
+// acquired is looked at again.
+const acquiringRecheck = 2 * time.Millisecond
+
+// verifyBatch bounds the locks read at once, one pipeline per node, when
+// many are suspect or to be armed (a FLUSHALL or a reconnection under many
+// holds): 10,000 held locks are 40 pipelines, one after the other.
+const verifyBatch = 256
+
+func (r *suspectReader) wake() {
 	select {
-	case v.kick <- struct{}{}:
+	case r.kick <- struct{}{}:
 	default:
 	}
 }
 
 // queue adds l, which became held while armed, to the locks to arm at
 // armAfter of hold.
-func (v *verifier) queue(l *Lock) {
-	t := v.t
+func (r *suspectReader) queue(l *Lock) {
+	t := r.t
 	t.mu.Lock()
 	t.arming = append(t.arming, l)
 	first := len(t.arming)-t.armHead == 1
 	t.mu.Unlock()
 	if first {
-		v.wake() // run sets its timer for it
+		r.wake() // run sets its timer for it
 	}
 }
 
 // run reads suspect locks until Close, up to verifyBatch at a time
 // (one pipeline per node), and arms the locks in arming at armAfter of
 // hold.
-func (v *verifier) run() {
-	t := v.t
+func (r *suspectReader) run() {
+	t := r.t
 	defer t.life.wg.Done()
 	var batch []*Lock
 	timer := time.NewTimer(time.Hour)
@@ -60,13 +60,13 @@ func (v *verifier) run() {
 		select {
 		case <-t.ctx.Done():
 			return
-		case <-v.kick:
+		case <-r.kick:
 		case <-timer.C:
 		}
 		for {
 			batch = batch[:0]
 			t.mu.Lock()
-			next := v.dueArming(time.Now().UnixNano())
+			next := r.dueArming(time.Now().UnixNano())
 			for l := range t.suspect {
 				if len(batch) == verifyBatch {
 					break
@@ -81,7 +81,7 @@ func (v *verifier) run() {
 			}
 			t.reads.Add(int64(len(batch)))
 			via, down := t.readVia()
-			later, failed := v.verify(batch, via)
+			later, failed := r.verify(batch, via)
 			t.mu.Lock()
 			again := false
 			for i, l := range batch {
@@ -98,7 +98,7 @@ func (v *verifier) run() {
 			if again {
 				// Changed while its acquisition was on the way: read it once
 				// it is held (or failed).
-				time.AfterFunc(acquiringRecheck, v.wake)
+				time.AfterFunc(acquiringRecheck, r.wake)
 				break
 			}
 		}
@@ -108,8 +108,8 @@ func (v *verifier) run() {
 // dueArming makes the locks of arming held for armAfter suspect (to be
 // read, which arms them), drops those no longer held, and returns how long
 // until the next is due (the tracker's mu held).
-func (v *verifier) dueArming(now int64) time.Duration {
-	t := v.t
+func (r *suspectReader) dueArming(now int64) time.Duration {
+	t := r.t
 	i := t.armHead
 	next := time.Hour
 	for ; i < len(t.arming); i++ {
