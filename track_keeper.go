@@ -16,8 +16,8 @@ const idlePing = time.Second
 // armAfter, and closes them after disarmAfter with no lock held; while they
 // are open, it moves a Sentinel client's listener to a new master and
 // probes the data connections. Its run is one goroutine of the tracker's,
-// the only one that opens and closes the connections (trackConn's ps and
-// stop, the tracker's armed); wake is safe for concurrent use.
+// the only one that subscribes and closes the listeners (trackConn's ps
+// and stop) and sets the tracker's armed; wake is safe for concurrent use.
 type keeper struct {
 	t    *tracker
 	held chan struct{} // buffered 1: a lock became held
