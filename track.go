@@ -2,12 +2,7 @@ package redlock
 
 import (
 	"context"
-	"errors"
-	"io"
 	"log/slog"
-	"net"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -82,10 +77,6 @@ const invalidateChannel = "__redis__:invalidate"
 // invalidation (one that comes later only costs a read).
 const creditFor = 2 * time.Second
 
-// acquiringRecheck is how soon a lock that was suspect while still being
-// acquired is looked at again.
-const acquiringRecheck = 2 * time.Millisecond
-
 // armAfter is how long a lock must have been held for the tracking
 // connections to open, and disarmAfter how long they stay open with no lock
 // held.
@@ -94,37 +85,39 @@ const (
 	disarmAfter = 2 * time.Second
 )
 
-// verifyBatch bounds the locks read at once, one pipeline per node, when
-// many are suspect or to be armed (a FLUSHALL or a reconnection under many
-// holds): 10,000 held locks are 40 pipelines, one after the other.
-const verifyBatch = 256
-
+// tracker hears outside changes of a core's held keys, as described
+// above, on the nodes whose client is a *redis.Client; it is nil on a core
+// without any, and its methods that the core calls do nothing on nil. It
+// keeps the book of watched keys (watched, suspect, under mu) and owns its
+// parts: per node a listener and a data connection (trackConn,
+// track_conn.go), the keeper that opens and closes them (track_keeper.go),
+// the reader of suspect locks (track_reader.go), the routes of
+// renewals and reads (track_route.go), and what it makes of an
+// invalidation (track_invalidate.go); a lock's credits are its lockTrack
+// (track_credit.go). Safe for concurrent use.
 type tracker struct {
 	life   *lifecycle
 	logger *slog.Logger
-	// verify reads suspect locks, on via[node] where it is not nil (a data
-	// connection) and through the pool elsewhere, and loses those that are
-	// not ours; later says a lock is still being acquired, to be read once
-	// it is held.
-	verify func(locks []*Lock, via []Client) (later, failed []bool)
 	nodes  int
 	conns  []*trackConn
 	byNode []*trackConn // by node index, nil for a node without tracking
 	// on: some node's tracking connection may be armed, so the bookkeeping
 	// below is worth its cost.
 	on     atomic.Bool
-	armed  atomic.Bool   // the connections are open (the keeper's)
-	held   chan struct{} // buffered 1: a lock became held
+	armed  atomic.Bool // the connections are open (the keeper's)
 	ctx    context.Context
 	cancel context.CancelFunc
+	// keeper opens and closes the connections, and reader reads the
+	// suspect locks: each runs one goroutine of the tracker's.
+	keeper keeper
+	reader suspectReader
 
 	mu      sync.Mutex
 	watched map[string]watchers
 	suspect map[*Lock]struct{}
-	kick    chan struct{} // buffered 1: suspects (or locks to arm) were added
-	spent   []*Lock       // invalidated's, kept for the next message
+	spent   []*Lock // invalidated's, kept for the next message
 	// arming are the locks that became held while armed, in that order:
-	// each is read (armed) at armAfter of hold.
+	// each is read (armed) at armAfter of hold (the reader's queue).
 	arming  []*Lock
 	armHead int // arming[:armHead] are done
 	// unarmed are locks read through the pool while a node's data
@@ -138,87 +131,13 @@ type tracker struct {
 	dataConnected                       atomic.Int64 // when a data connection last connected (UnixNano)
 }
 
-// watchers are the held locks of the core on one key: usually one.
-type watchers struct {
-	one  *Lock
-	more []*Lock
-}
-
-// lockTrack is a lock's credits for its own writes: a count per node, one
-// byte each (a lock has a few writes in flight at most), for the first
-// creditNodes nodes; a change on a later node is always read. Atomic, so
-// that a renewal of thousands of locks takes no shared mutex.
-type lockTrack struct {
-	credits  atomic.Uint64
-	inflight atomic.Int32
-	until    atomic.Int64 // with inflight 0: when the credits lapse (UnixNano)
-	// retired: released, and still watched only until the release's
-	// invalidation comes (or its credit lapses), so that a next lock on
-	// the key does not take it for a change.
-	retired atomic.Bool
-	heldAt  atomic.Int64 // when it became held (UnixNano), 0 before
-}
-
-// creditNodes is how many nodes' credits a lockTrack counts.
-const creditNodes = 8
-
-// creditMask has a credit of one on each of the first n nodes.
-func creditMask(n int) uint64 {
-	if n >= creditNodes {
-		return 0x0101010101010101
-	}
-	return 0x0101010101010101 & (1<<(8*n) - 1)
-}
-
-// trackConn is one node's tracking connections: the listener, and its
-// data connection of the moment.
-type trackConn struct {
-	t   *tracker
-	idx int
-	cl  *redis.Client
-	// hooks routes the data connection's calls through the node's client,
-	// so that its hooks see them (divertedClient).
-	hooks *divertedClient
-	// dial is the Sentinel client's dialer, which dials the master of the
-	// moment; nil for a client of one address. remote is the address the
-	// listener last reached through it.
-	dial   func(ctx context.Context, network, addr string) (net.Conn, error)
-	addr   string
-	remote atomic.Pointer[string]
-	ps     *redis.PubSub // while armed (the keeper's)
-	stop   chan struct{} // closed when the armed connection is closed
-	gone   atomic.Bool   // the server refused tracking: never armed again
-	subID  atomic.Int64  // the listener's CLIENT ID, since it last connected
-	// data is the data connection of the listener's current subscription,
-	// nil while there is none; dataOpt its client's options.
-	data    atomic.Pointer[dataConn]
-	dataOpt redis.Options
-
-	mu     sync.Mutex
-	armErr error // the last OnConnect's error
-}
-
-// dataConn is a node's data connection: one connection (PoolSize 1), so
-// that NOLOOP keeps every write of its own silent, whose tracking
-// redirects to the listener's id of the moment it was made.
-type dataConn struct {
-	cl *redis.Client
-	// via is cl reached through the client's hooks (divertedClient.through):
-	// what renewals and reads use, so that the hooks see them.
-	via *boundedClient
-	// up: its last call did not fail on the connection; while false,
-	// renewals and reads use the pool, and the keeper tries it again.
-	up      atomic.Bool
-	conns   atomic.Int32 // connections made
-	probing atomic.Bool
-	used    atomic.Int64 // when a call on it last ended (UnixNano)
-}
-
 // newTracker prepares the tracking connections of each node whose client can
 // have one, and starts the keeper that opens them; nil if none can.
 func newTracker(nodes []*node, life *lifecycle, logger *slog.Logger, verify func([]*Lock, []Client) ([]bool, []bool)) *tracker {
-	t := &tracker{life: life, logger: logger, verify: verify, nodes: len(nodes), watched: map[string]watchers{},
-		suspect: map[*Lock]struct{}{}, unarmed: map[*Lock]struct{}{}, kick: make(chan struct{}, 1), held: make(chan struct{}, 1), byNode: make([]*trackConn, len(nodes))}
+	t := &tracker{life: life, logger: logger, nodes: len(nodes), watched: map[string]watchers{},
+		suspect: map[*Lock]struct{}{}, unarmed: map[*Lock]struct{}{}, byNode: make([]*trackConn, len(nodes))}
+	t.keeper = keeper{t: t, held: make(chan struct{}, 1)}
+	t.reader = suspectReader{t: t, verify: verify, kick: make(chan struct{}, 1)}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	for _, n := range nodes {
 		base, ok := n.client.(*redis.Client)
@@ -237,303 +156,12 @@ func newTracker(nodes []*node, life *lifecycle, logger *slog.Logger, verify func
 		return nil
 	}
 	t.on.Store(true)
-	go t.verifier()
-	go t.keeper()
+	go t.reader.run()
+	go t.keeper.run()
 	return t
 }
 
-// newTrackConn makes the client of one node's listener, and the options
-// of its data connections: the node client's options (address, dialer,
-// credentials, TLS; a Sentinel client's dialer follows the master), RESP2,
-// the names redlock-tracking and redlock-tracking-data; the listener learns
-// its id on every new connection before it subscribes.
-func newTrackConn(t *tracker, idx int, base *redis.Client) *trackConn {
-	tc := &trackConn{t: t, idx: idx, hooks: divertedOf(base)}
-	opt := *base.Options()
-	opt.Protocol = 2
-	opt.ClientName = "redlock-tracking"
-	opt.PoolSize, opt.MinIdleConns, opt.MaxIdleConns = 1, 0, 0
-	tc.dataOpt = opt
-	tc.dataOpt.ClientName = "redlock-tracking-data"
-	tc.dataOpt.MaxIdleConns = 1
-	// One connection for as long as it works: a new one must arm every
-	// held lock again. Calls are bounded by their ctx (the node timeout).
-	tc.dataOpt.ConnMaxIdleTime, tc.dataOpt.ConnMaxLifetime = -1, 0
-	tc.dataOpt.ContextTimeoutEnabled = true
-	prev := opt.OnConnect
-	opt.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
-		var err error
-		if prev != nil {
-			err = prev(ctx, cn)
-		}
-		var id int64
-		if err == nil {
-			id, err = cn.ClientID(ctx).Result()
-		}
-		if err == nil {
-			tc.subID.Store(id)
-		}
-		tc.setArmErr(err)
-		return err
-	}
-	if d := sentinelDialer(base); d != nil {
-		// go-redis's Sentinel client: its dialer follows the master. The
-		// listener stays on the old master after a failover
-		// until the sentinels reconfigure it; the keeper compares where a
-		// fresh dial lands (masterMoved) and moves it.
-		tc.dial, tc.addr = d, opt.Addr
-		opt.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			cn, err := tc.dial(ctx, network, addr)
-			if err == nil {
-				a := cn.RemoteAddr().String()
-				tc.remote.Store(&a)
-			}
-			return cn, err
-		}
-	}
-	tc.cl = redis.NewClient(&opt)
-	return tc
-}
-
-// followEvery is how often, while armed, the keeper checks that a
-// Sentinel client's master is still where the listener is, and tries a
-// data connection that is down.
-const followEvery = 250 * time.Millisecond
-
-// idlePing is how long a data connection may go unused before the keeper
-// pings it (a PING, whose only use is to find a connection killed while
-// idle). Renewals every TTL/3 of a few locks keep it busier than that.
-const idlePing = time.Second
-
-// masterMoved reports that a fresh dial of a Sentinel client reaches
-// another address than the listener: a failover happened. The
-// dial is a TCP connection closed at once, no command.
-func (tc *trackConn) masterMoved(ctx context.Context) bool {
-	was := tc.remote.Load()
-	if tc.dial == nil || was == nil {
-		return false
-	}
-	ctx, cancel := context.WithTimeout(ctx, followEvery)
-	defer cancel()
-	cn, err := tc.dial(ctx, "tcp", tc.addr)
-	if err != nil {
-		return false
-	}
-	now := cn.RemoteAddr().String()
-	_ = cn.Close()
-	return now != *was
-}
-
-// newData replaces the node's data connection by one whose tracking
-// redirects to the listener's current id (run, when it has (re)subscribed:
-// the old one's invalidations went to a connection that is gone). It
-// connects on its first call.
-func (tc *trackConn) newData(stop <-chan struct{}) {
-	dc := &dataConn{}
-	dc.up.Store(true)
-	redirect := tc.subID.Load()
-	replacing := tc.data.Load() != nil
-	opt := tc.dataOpt
-	prev := opt.OnConnect
-	opt.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
-		var err error
-		if prev != nil {
-			err = prev(ctx, cn)
-		}
-		if err == nil {
-			err = cn.Do(ctx, "client", "tracking", "on", "redirect", redirect, "noloop").Err()
-		}
-		if err != nil {
-			// A redirect to a listener that is gone (it reconnected
-			// meanwhile) is no refusal: its new subscription brings a new
-			// data connection.
-			if isServerError(err) && !strings.Contains(strings.ToLower(err.Error()), "redirect") {
-				tc.setArmErr(err)
-				tc.t.logger.Debug("redlock: the server refuses CLIENT TRACKING; a lost lock is found at its next renewal",
-					"node", tc.idx, "err", err)
-				tc.t.giveUp(tc)
-			}
-			return err
-		}
-		dc.up.Store(true)
-		n := dc.conns.Add(1)
-		if n > 1 || replacing {
-			tc.t.dataConnected.Store(time.Now().UnixNano())
-		}
-		if n > 1 {
-			// A new connection tracks nothing yet: arm every held lock
-			// again (and read it: what changed meanwhile was not heard).
-			tc.t.suspectAll()
-		}
-		return nil
-	}
-	dc.cl = redis.NewClient(&opt)
-	dc.via = tc.hooks.through(dc.cl)
-	if old := tc.data.Swap(dc); old != nil {
-		_ = old.cl.Close()
-	}
-	select {
-	case <-stop: // disarmed or moved meanwhile: its closeData may have come first
-		tc.closeData()
-	default:
-	}
-}
-
-// closeData closes the node's data connection.
-func (tc *trackConn) closeData() {
-	if old := tc.data.Swap(nil); old != nil {
-		_ = old.cl.Close()
-	}
-}
-
-// dataClient is the node's data connection if it is up, else nil.
-func (tc *trackConn) dataClient() *dataConn {
-	if tc == nil || tc.gone.Load() {
-		return nil
-	}
-	if dc := tc.data.Load(); dc != nil && dc.up.Load() {
-		return dc
-	}
-	return nil
-}
-
-// failed records a call on dc that ended in err: an error of the
-// connection (not a reply) puts dc down until the keeper's probe.
-func (dc *dataConn) failed(err error) {
-	if err != nil && !isServerError(err) && !errors.Is(err, redis.Nil) {
-		dc.up.Store(false)
-	}
-}
-
-// probe tries a data connection that is down, or one that is up but has
-// not been used for idlePing (a connection killed while idle would
-// otherwise lose its invalidations unnoticed until the next renewal), once
-// at a time, bounded by followEvery; a new connection arms every held lock
-// again (OnConnect).
-func (tc *trackConn) probe() {
-	dc := tc.data.Load()
-	if dc == nil || tc.gone.Load() {
-		return
-	}
-	up := dc.up.Load()
-	if up && time.Since(time.Unix(0, dc.used.Load())) < idlePing || !dc.probing.CompareAndSwap(false, true) {
-		return
-	}
-	if !tc.t.life.goCount(1) {
-		dc.probing.Store(false)
-		return
-	}
-	go func() {
-		defer tc.t.life.wg.Done()
-		defer dc.probing.Store(false)
-		ctx, cancel := context.WithTimeout(tc.t.ctx, followEvery)
-		defer cancel()
-		err := dc.cl.Ping(ctx).Err()
-		dc.used.Store(time.Now().UnixNano())
-		if up {
-			if err != nil && ctx.Err() == nil {
-				dc.failed(err) // not merely busy: broken
-			}
-			return
-		}
-		if err == nil && !dc.up.Swap(true) {
-			// Same connection: what it tracked it still tracks (the pool's
-			// renewals meanwhile were told, and read again). The locks read
-			// through the pool meanwhile are not armed yet.
-			tc.t.armUnarmed()
-		}
-	}()
-}
-
-// dataRoutes are, by node, the clients a renewal round uses instead of the
-// nodes': a data connection, or nil for the pool.
-type dataRoutes struct {
-	t       *tracker
-	clients []Client
-}
-
-// on reports whether node idx's renewals go to its data connection.
-func (r *dataRoutes) on(idx int) bool { return r != nil && r.clients[idx] != nil }
-
-// routes is where a renewal round goes: the data connection where it is up
-// (its renewals keep their keys armed, and are silent), the pool elsewhere
-// (nil routes: the pool everywhere); and the credits an own write through
-// those routes needs (none on a data connection).
-func (t *tracker) routes() (via *dataRoutes, credit uint64) {
-	if t == nil || !t.on.Load() {
-		return nil, 0
-	}
-	credit = creditMask(t.nodes)
-	if !t.armed.Load() {
-		return nil, credit
-	}
-	for i, tc := range t.byNode {
-		dc := tc.dataClient()
-		if dc == nil {
-			continue
-		}
-		if via == nil {
-			via = &dataRoutes{t: t, clients: make([]Client, t.nodes)}
-		}
-		tc.hooks.keepInnermost()
-		via.clients[i] = dc.via
-		if i < creditNodes {
-			credit &^= 0xff << (8 * i)
-		}
-	}
-	return via, credit
-}
-
-// readVia is verify's via: the data connections that are up; down says
-// that some node has one that is down (a read through the pool there does
-// not arm).
-func (t *tracker) readVia() (via []Client, down bool) {
-	for i, tc := range t.byNode {
-		if tc == nil {
-			continue
-		}
-		if dc := tc.dataClient(); dc != nil {
-			if via == nil {
-				via = make([]Client, t.nodes)
-			}
-			tc.hooks.keepInnermost()
-			via[i] = dc.via
-		} else if dc := tc.data.Load(); dc != nil && !tc.gone.Load() {
-			down = true
-		}
-	}
-	return via, down
-}
-
-// armUnarmed makes the locks read while a data connection was down
-// suspect, to be read (armed) on it.
-func (t *tracker) armUnarmed() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for l := range t.unarmed {
-		t.suspect[l] = struct{}{}
-	}
-	clear(t.unarmed)
-	if len(t.suspect) > 0 {
-		t.wake()
-	}
-}
-
-// dataDone records a call on the data connection that cl is, which ended
-// in err: an error of the connection puts it down.
-func (t *tracker) dataDone(cl Client, err error) {
-	if t == nil {
-		return
-	}
-	for _, tc := range t.conns {
-		if dc := tc.data.Load(); dc != nil && Client(dc.via) == cl {
-			dc.used.Store(time.Now().UnixNano())
-			dc.failed(err)
-		}
-	}
-}
-
-// close ends the keeper, which closes the connections, and the verifier
+// close ends the keeper, which closes the connections, and the reader
 // (Close waits for them with the core's goroutines).
 func (t *tracker) close() {
 	if t == nil {
@@ -541,264 +169,6 @@ func (t *tracker) close() {
 	}
 	t.on.Store(false)
 	t.cancel()
-}
-
-// heldNow records that l became held, for the keeper.
-func (t *tracker) heldNow(l *Lock) {
-	if t == nil || !t.on.Load() || l.trk == nil {
-		return
-	}
-	l.trk.heldAt.Store(time.Now().UnixNano())
-	if !t.armed.Load() {
-		// Armed later: the subscription then reads every held lock.
-		select {
-		case t.held <- struct{}{}:
-		default:
-		}
-		return
-	}
-	t.mu.Lock()
-	t.arming = append(t.arming, l)
-	first := len(t.arming)-t.armHead == 1
-	t.mu.Unlock()
-	if first {
-		t.wake() // the verifier sets its timer for it
-	}
-}
-
-// keeper opens the tracking connections once a lock has been held for
-// armAfter, and closes them after disarmAfter with no lock held, until
-// Close.
-func (t *tracker) keeper() {
-	defer t.life.wg.Done()
-	defer func() {
-		t.disarm()
-		for _, tc := range t.conns {
-			_ = tc.cl.Close()
-		}
-	}()
-	for {
-		select {
-		case <-t.ctx.Done():
-			return
-		case <-t.held:
-		}
-		for !t.armed.Load() { // bounded: ends when no lock is held
-			if !t.pause(armAfter) {
-				return
-			}
-			old, any := t.heldSince(time.Now().Add(-armAfter).UnixNano())
-			if old {
-				t.arm()
-			} else if !any {
-				break
-			}
-		}
-		for idle := 0; t.armed.Load(); {
-			if !t.pause(followEvery) {
-				return
-			}
-			t.follow()
-			for _, tc := range t.conns {
-				tc.probe()
-			}
-			if via, down := t.readVia(); via != nil && !down {
-				t.armUnarmed() // reads that failed, now that every node's is up
-			}
-			if _, any := t.heldSince(0); any {
-				idle = 0
-			} else if idle++; time.Duration(idle)*followEvery >= disarmAfter {
-				t.disarm()
-			}
-		}
-	}
-}
-
-// follow moves the listener of a Sentinel client whose master
-// changed to the new master, where its subscription then makes every held
-// lock suspect (the keeper's).
-func (t *tracker) follow() {
-	for _, tc := range t.conns {
-		if tc.ps == nil || !tc.masterMoved(t.ctx) {
-			continue
-		}
-		t.logger.Info("redlock: the master moved; tracking follows it", "node", tc.idx)
-		close(tc.stop)
-		_ = tc.ps.Close()
-		tc.closeData()
-		tc.remote.Store(nil)
-		if t.life.goCount(1) {
-			tc.ps, tc.stop = tc.cl.Subscribe(t.ctx), make(chan struct{})
-			go tc.run(tc.ps, tc.stop)
-		} else {
-			tc.ps, tc.stop = nil, nil
-		}
-	}
-}
-
-// pause waits d, or reports false at Close.
-func (t *tracker) pause(d time.Duration) bool {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-t.ctx.Done():
-		return false
-	case <-timer.C:
-		return true
-	}
-}
-
-// heldSince reports whether a watched lock held since before cutoff
-// (UnixNano) exists, and whether any is held; with cutoff 0 (the armed
-// keeper's question, every followEvery) it stops at the first held lock
-// instead of scanning thousands.
-func (t *tracker) heldSince(cutoff int64) (old, any bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for _, w := range t.watched {
-		for i := -1; i < len(w.more); i++ {
-			l := w.one
-			if i >= 0 {
-				l = w.more[i]
-			}
-			at := l.trk.heldAt.Load()
-			if at == 0 || l.trk.retired.Load() {
-				continue
-			}
-			if at <= cutoff {
-				return true, true
-			}
-			if cutoff == 0 {
-				return false, true
-			}
-			any = true
-		}
-	}
-	return false, any
-}
-
-// arm opens the tracking connections (the keeper's).
-func (t *tracker) arm() {
-	for _, tc := range t.conns {
-		if tc.gone.Load() || !t.life.goCount(1) {
-			continue
-		}
-		tc.ps, tc.stop = tc.cl.Subscribe(t.ctx), make(chan struct{}) // connects in run
-		go tc.run(tc.ps, tc.stop)
-	}
-	t.armed.Store(true)
-}
-
-// disarm closes them.
-func (t *tracker) disarm() {
-	t.armed.Store(false)
-	for _, tc := range t.conns {
-		if tc.ps != nil {
-			close(tc.stop)
-			_ = tc.ps.Close()
-			tc.ps, tc.stop = nil, nil
-		}
-		tc.closeData()
-	}
-	t.mu.Lock()
-	clear(t.arming)
-	t.arming, t.armHead = t.arming[:0], 0
-	clear(t.unarmed)
-	t.mu.Unlock()
-}
-
-// run subscribes one node's listener and reads it until it is
-// closed.
-func (tc *trackConn) run(ps *redis.PubSub, stop <-chan struct{}) {
-	t := tc.t
-	defer t.life.wg.Done()
-	closed := func() bool {
-		select {
-		case <-stop:
-			return true
-		default:
-			return t.ctx.Err() != nil
-		}
-	}
-	_ = ps.Subscribe(t.ctx, invalidateChannel) // on failure, Receive reconnects and subscribes
-	for {
-		msg, err := ps.Receive(t.ctx)
-		if closed() {
-			return
-		}
-		if err != nil {
-			if tc.refused() {
-				t.logger.Debug("redlock: the server refuses CLIENT TRACKING; a lost lock is found at its next renewal",
-					"node", tc.idx, "err", tc.armError())
-				t.giveUp(tc)
-				return
-			}
-			if !connErr(err) {
-				// A message go-redis cannot parse: the invalidation of a
-				// whole database (FLUSHALL, FLUSHDB) has no key list.
-				t.suspectAll()
-				continue
-			}
-			t.forgetCredits() // invalidations may have been lost
-			pause := time.NewTimer(50 * time.Millisecond)
-			select {
-			case <-stop:
-				pause.Stop()
-				return
-			case <-t.ctx.Done():
-				pause.Stop()
-				return
-			case <-pause.C:
-			}
-			continue
-		}
-		switch m := msg.(type) {
-		case *redis.Subscription:
-			// (Re)connected: a data connection that tells this one; what
-			// changed while no connection listened was not heard, and
-			// credits of writes made before may have no invalidation to
-			// meet. Every held lock is read on the new data connection,
-			// which arms it.
-			if closed() {
-				return
-			}
-			tc.newData(stop)
-			t.forgetCredits()
-			t.suspectAll()
-		case *redis.Message:
-			if m.Channel == invalidateChannel {
-				t.heard.Add(int64(len(m.PayloadSlice)))
-				t.invalidated(tc.idx, m.PayloadSlice)
-			}
-		}
-	}
-}
-
-// refused reports that the server answered the tracking set-up with an
-// error (an old server, miniredis, an ACL without CLIENT): retrying cannot
-// help.
-func (tc *trackConn) refused() bool {
-	var rerr redis.Error
-	return errors.As(tc.armError(), &rerr)
-}
-
-func (tc *trackConn) setArmErr(err error) {
-	tc.mu.Lock()
-	tc.armErr = err
-	tc.mu.Unlock()
-}
-
-func (tc *trackConn) armError() error {
-	tc.mu.Lock()
-	defer tc.mu.Unlock()
-	return tc.armErr
-}
-
-// connErr reports whether err is the connection's (closed, reset, timed
-// out), not a message's.
-func connErr(err error) bool {
-	var ne net.Error
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, redis.ErrClosed) || errors.As(err, &ne) || errors.As(err, new(redis.Error))
 }
 
 // giveUp stops tracking on one node for good; with no node left, the
@@ -853,46 +223,6 @@ func (t *tracker) settle(l *Lock, changed bool) {
 	l.trk.inflight.Add(-1)
 }
 
-// take consumes one credit of node, if there is one.
-func (k *lockTrack) take(node int) bool {
-	if node >= creditNodes {
-		return false
-	}
-	shift := 8 * node
-	for range 64 { // bounded: a lost race means another credit moved
-		c := k.credits.Load()
-		if c>>shift&0xff == 0 {
-			return false
-		}
-		if k.credits.CompareAndSwap(c, c-1<<shift) {
-			return true
-		}
-	}
-	return false
-}
-
-// spend consumes a credit of node if l has a live one.
-func (k *lockTrack) spend(node int, now int64) bool {
-	if k.inflight.Load() == 0 && now >= k.until.Load() {
-		k.credits.Store(0) // lapsed
-		return false
-	}
-	return k.take(node)
-}
-
-// forgetCredits drops every watched lock's credits: their invalidations may
-// never come.
-func (t *tracker) forgetCredits() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for _, w := range t.watched {
-		w.one.trk.credits.Store(0)
-		for _, l := range w.more {
-			l.trk.credits.Store(0)
-		}
-	}
-}
-
 // watchKeys are the keys whose change may mean that l is lost: the lock
 // key, a read hold's or permit's set, every name's key of a multi-name lock.
 func watchKeys(l *Lock) []string {
@@ -917,13 +247,7 @@ func (t *tracker) watch(l *Lock) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, k := range watchKeys(l) {
-		w := t.watched[k]
-		if w.one == nil {
-			w.one = l
-		} else {
-			w.more = append(w.more, l)
-		}
-		t.watched[k] = w
+		t.watched[k] = t.watched[k].with(l)
 	}
 }
 
@@ -950,11 +274,6 @@ func (t *tracker) retire(l *Lock) {
 	}
 }
 
-// live reports whether l has credits that may still be spent.
-func (k *lockTrack) live(now int64) bool {
-	return k.credits.Load() != 0 && (k.inflight.Load() > 0 || now < k.until.Load())
-}
-
 func (t *tracker) unwatchLocked(l *Lock) {
 	delete(t.suspect, l)
 	delete(t.unarmed, l)
@@ -963,20 +282,7 @@ func (t *tracker) unwatchLocked(l *Lock) {
 		if !ok {
 			continue
 		}
-		if w.one == l {
-			w.one = nil
-			if n := len(w.more); n > 0 {
-				w.one, w.more = w.more[n-1], w.more[:n-1]
-			}
-		} else {
-			for i, o := range w.more {
-				if o == l {
-					w.more = append(w.more[:i], w.more[i+1:]...)
-					break
-				}
-			}
-		}
-		if w.one == nil {
+		if w = w.without(l); w.one == nil {
 			delete(t.watched, k)
 		} else {
 			t.watched[k] = w
@@ -984,198 +290,81 @@ func (t *tracker) unwatchLocked(l *Lock) {
 	}
 }
 
-// invalidated takes node's invalidation of keys: one that a watching lock
-// has a credit for is its own write's, after which the held locks watching
-// the key are read again (armed: the write untracked it); any other makes
-// every lock watching the key suspect.
-func (t *tracker) invalidated(node int, keys []string) {
-	now := time.Now().UnixNano()
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	added := false
-	// One write of a lock to several keys (a multi-name lock) comes in one
-	// message, for one credit.
-	spent := t.spent[:0]
-	for _, k := range keys {
-		w, ok := t.watched[k]
-		if !ok {
-			continue
-		}
-		if slices.Contains(spent, w.one) || slices.ContainsFunc(w.more, func(l *Lock) bool { return slices.Contains(spent, l) }) {
-			continue
-		}
-		if l := t.spend(w, node, now); l != nil {
-			spent = append(spent, l)
-			if w, ok = t.watched[k]; ok && t.rearm(w) {
-				added = true
-			}
-			continue
-		}
-		if now-t.dataConnected.Load() < int64(creditFor) {
-			// Possibly an own renewal that a data connection given up on
-			// (timed out) still sent, heard by its successor: read all
-			// the same, but not counted as an outside change.
-			t.afterConnect.Add(1)
-		} else {
-			t.outside.Add(1)
-		}
-		t.suspect[w.one] = struct{}{}
-		for _, l := range w.more {
-			t.suspect[l] = struct{}{}
-		}
-		added = true
+// heldNow records that l became held: the keeper opens the connections
+// for it, or, while they are open, the reader arms it at armAfter of
+// hold.
+func (t *tracker) heldNow(l *Lock) {
+	if t == nil || !t.on.Load() || l.trk == nil {
+		return
 	}
-	clear(spent)
-	t.spent = spent[:0]
-	if added {
-		t.wake()
+	l.trk.heldAt.Store(time.Now().UnixNano())
+	if !t.armed.Load() {
+		// Armed later: the subscription then reads every held lock.
+		t.keeper.wake()
+		return
 	}
+	t.reader.queue(l)
 }
 
-// spend takes one credit of node from a lock of w and returns that lock,
-// nil if none has one. A retired lock goes once it has none left, or they
-// lapsed (t.mu held).
-func (t *tracker) spend(w watchers, node int, now int64) *Lock {
-	var got *Lock
-	var gone []*Lock
-	for i := -1; i < len(w.more); i++ {
-		l := w.one
-		if i >= 0 {
-			l = w.more[i]
-		}
-		if got == nil && l.trk.spend(node, now) {
-			got = l
-		}
-		if l.trk.retired.Load() && !l.trk.live(now) {
-			gone = append(gone, l)
-		}
-	}
-	for _, l := range gone {
-		t.unwatchLocked(l)
-	}
-	return got
-}
-
-// rearm makes the held locks of w that are not being released suspect,
-// and reports whether there were any (t.mu held).
-func (t *tracker) rearm(w watchers) bool {
-	any := false
-	for i := -1; i < len(w.more); i++ {
-		l := w.one
-		if i >= 0 {
-			l = w.more[i]
-		}
-		if l.trk.heldAt.Load() != 0 && !l.trk.retired.Load() {
-			t.suspect[l] = struct{}{}
-			any = true
-		}
-	}
-	return any
-}
-
-// suspectAll makes every held lock suspect.
-func (t *tracker) suspectAll() {
+// heldSince reports whether a watched lock held since before cutoff
+// (UnixNano) exists, and whether any is held; with cutoff 0 (the armed
+// keeper's question, every followEvery) it stops at the first held lock
+// instead of scanning thousands.
+func (t *tracker) heldSince(cutoff int64) (old, any bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, w := range t.watched {
-		t.suspect[w.one] = struct{}{}
-		for _, l := range w.more {
-			t.suspect[l] = struct{}{}
+		for i := -1; i < len(w.more); i++ {
+			l := w.one
+			if i >= 0 {
+				l = w.more[i]
+			}
+			at := l.trk.heldAt.Load()
+			if at == 0 || l.trk.retired.Load() {
+				continue
+			}
+			if at <= cutoff {
+				return true, true
+			}
+			if cutoff == 0 {
+				return false, true
+			}
+			any = true
 		}
 	}
-	clear(t.unarmed)
-	if len(t.suspect) > 0 {
-		t.wake()
-	}
+	return false, any
 }
 
-func (t *tracker) wake() {
-	select {
-	case t.kick <- struct{}{}:
-	default:
-	}
+// watchers are the held locks of the core on one key: usually one.
+type watchers struct {
+	one  *Lock
+	more []*Lock
 }
 
-// verifier reads suspect locks until Close, up to verifyBatch at a time
-// (one pipeline per node), and arms the locks in arming at armAfter of
-// hold.
-func (t *tracker) verifier() {
-	defer t.life.wg.Done()
-	var batch []*Lock
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		select {
-		case <-t.ctx.Done():
-			return
-		case <-t.kick:
-		case <-timer.C:
+// with is w and l.
+func (w watchers) with(l *Lock) watchers {
+	if w.one == nil {
+		w.one = l
+	} else {
+		w.more = append(w.more, l)
+	}
+	return w
+}
+
+// without is w but l; its one is nil when no lock is left.
+func (w watchers) without(l *Lock) watchers {
+	if w.one == l {
+		w.one = nil
+		if n := len(w.more); n > 0 {
+			w.one, w.more = w.more[n-1], w.more[:n-1]
 		}
-		for {
-			batch = batch[:0]
-			t.mu.Lock()
-			next := t.dueArming(time.Now().UnixNano())
-			for l := range t.suspect {
-				if len(batch) == verifyBatch {
-					break
-				}
-				batch = append(batch, l)
-				delete(t.suspect, l)
-			}
-			t.mu.Unlock()
-			timer.Reset(next)
-			if len(batch) == 0 || t.ctx.Err() != nil {
-				break
-			}
-			t.reads.Add(int64(len(batch)))
-			via, down := t.readVia()
-			later, failed := t.verify(batch, via)
-			t.mu.Lock()
-			again := false
-			for i, l := range batch {
-				if later[i] {
-					t.suspect[l] = struct{}{}
-					again = true
-				} else if down || failed[i] {
-					// Read through the pool, or not read: not armed. The
-					// keeper reads it again on the data connection.
-					t.unarmed[l] = struct{}{}
-				}
-			}
-			t.mu.Unlock()
-			if again {
-				// Changed while its acquisition was on the way: read it once
-				// it is held (or failed).
-				time.AfterFunc(acquiringRecheck, t.wake)
+	} else {
+		for i, o := range w.more {
+			if o == l {
+				w.more = append(w.more[:i], w.more[i+1:]...)
 				break
 			}
 		}
 	}
-}
-
-// dueArming makes the locks of arming held for armAfter suspect (to be
-// read, which arms them), drops those no longer held, and returns how long
-// until the next is due (t.mu held).
-func (t *tracker) dueArming(now int64) time.Duration {
-	i := t.armHead
-	next := time.Hour
-	for ; i < len(t.arming); i++ {
-		l := t.arming[i]
-		if due := l.trk.heldAt.Load() + int64(armAfter); due > now {
-			next = time.Duration(due - now)
-			break
-		}
-		if l.trk.retired.Load() || !l.is(stateHeld) {
-			continue // (heldNow comes just before the lock is held)
-		}
-		t.suspect[l] = struct{}{}
-	}
-	clear(t.arming[t.armHead:i])
-	t.armHead = i
-	if i == len(t.arming) || i > len(t.arming)/2 {
-		n := copy(t.arming, t.arming[i:])
-		clear(t.arming[n:])
-		t.arming, t.armHead = t.arming[:n], 0
-	}
-	return next
+	return w
 }
