@@ -8,6 +8,15 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// WAIT counts the replicas that acknowledged the last write of the
+// connection it is sent on. go-redis hands out pooled connections, and a
+// pipeline's connection is not a single command's, so a WAIT sent on its
+// own after a script may land on a connection that wrote nothing lately and
+// answer "all replicas" at once while replication is stalled. A script and
+// its WAIT therefore travel in one pipeline, which go-redis writes on one
+// connection. (Not in MULTI, where WAIT does not block; not in the script,
+// where Redis refuses WAIT.)
+
 // ackPipeline returns a pipeline on one connection to the master that holds
 // key: the client's own for a single-server client (a Sentinel failover
 // client included), the key's shard's for a Cluster or Ring client, whose

@@ -229,15 +229,6 @@ func latest(a, b time.Time) time.Time {
 	return b
 }
 
-// WAIT counts the replicas that acknowledged the last write of the
-// connection it is sent on. go-redis hands out pooled connections, and a
-// pipeline's connection is not a single command's, so a WAIT sent on its
-// own after a script may land on a connection that wrote nothing lately and
-// answer "all replicas" at once while replication is stalled. A script and
-// its WAIT therefore travel in one pipeline, which go-redis writes on one
-// connection. (Not in MULTI, where WAIT does not block; not in the script,
-// where Redis refuses WAIT.)
-
 // fanOut calls every node in nodes concurrently. go-redis applies ctx
 // deadlines to sockets only when the client enables it, so the bound is the
 // caller's: it stops reading the channel at its deadline (gather). The
