@@ -7,6 +7,11 @@ import (
 	"strings"
 )
 
+// The one error of a call. Every error the library returns prints on one
+// line: the operation and the lock's name, then the causes, each said once.
+// They are built with join, which keeps every part for errors.Is and
+// errors.As. (The error types themselves are in errors.go.)
+
 // observeNodes reports the NodeErrors in errs (joined or not) to obs.
 func observeNodes(obs Observer, name, op string, errs ...error) {
 	if obs == nil {

@@ -416,8 +416,3 @@ func (p *pool) impossible(no int) bool { return no > len(p.nodes)-p.quorum }
 func (p *pool) nodeErr(i int, err error) error {
 	return &NodeError{Node: i, Addr: p.nodes[i].addr, Err: err}
 }
-
-// The one error of a call. Every error the library returns prints on one
-// line: the operation and the lock's name, then the causes, each said once.
-// They are built with join, which keeps every part for errors.Is and
-// errors.As. (The error types themselves are in errors.go.)
