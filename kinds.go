@@ -463,6 +463,9 @@ func appendTaken(errs []error, l *Lock, rs []reply, hint time.Duration) []error 
 // holder's owner value on refusal; res[2] is the 1-based index of the name
 // that refused a multi_acquire.lua call, 0 for the other scripts.
 func acquireReply(cmd *redis.Cmd) (res [3]int64, holder string, err error) {
+	if tok, ok := cmd.Val().(int64); ok {
+		return [3]int64{replyOK, tok}, "", nil // acquire.lua's grant: the token alone
+	}
 	vals, err := cmd.Slice()
 	if err != nil {
 		return res, "", err

@@ -58,7 +58,8 @@ var (
 // A script's reply is a code, or a list whose first element is one:
 //
 //	acquire family (acquire, multi_acquire, rlock, sem_acquire, handoff):
-//	  {replyOK, token} granted; {replyTaken, pttl, owner} refused;
+//	  {replyOK, token} granted (acquire: the token alone, an integer);
+//	  {replyTaken, pttl, owner} refused;
 //	  {replyExhausted, counter}, {replyBadFence, 0}, {replyPermits, count},
 //	  and for handoff {replyAlready, 0}, {replyNotOurs, 0},
 //	  {replyWriterFirst, 0}, {replyOOM, 0}
