@@ -24,82 +24,101 @@ type subConn struct {
 // receive reads one pub/sub connection until it is retired or Close.
 func (ps *pubsub) receive(sc *subConn) {
 	defer ps.life.wg.Done()
-	setUp := func(v bool) {
-		if v != sc.up {
-			sc.up = v
-			if v {
-				ps.down.Add(-1)
-			} else {
-				ps.down.Add(1)
-				// Heads sleeping until a lease ends, trusting messages that
-				// may now be lost, go back to polling.
-				ps.sink.connDown()
-			}
-		}
-	}
 	defer func() {
 		if sc.up {
-			setUp(false)
+			ps.setUp(sc, false)
 		}
 		ps.down.Add(-1) // this connection no longer counts at all
 	}()
 	for {
 		msg, err := sc.ps.Receive(context.Background())
 		if err != nil {
-			setUp(false)
-			var rerr redis.Error
-			if sc.sharded && sc.channel != "" && errors.As(err, &rerr) {
-				// The shard refused SSUBSCRIBE: the slot moved (MOVED), or the
-				// server has no sharded pub/sub. Subscribe anew, after the
-				// pause below.
-				defer sc.s.push(subOp{kind: opReopen, channel: sc.channel, legacy: isUnknownCommand(err)})
+			if !ps.readFailed(sc, err) {
 				return
-			}
-			// go-redis reconnects (and resubscribes) on the next call. Pause
-			// briefly so a node that refuses connections is not dialled in a
-			// tight loop.
-			t := time.NewTimer(50 * time.Millisecond)
-			select {
-			case <-sc.stop:
-				t.Stop()
-				return
-			case <-ps.life.closing:
-				t.Stop()
-				return
-			case <-t.C:
 			}
 			continue
 		}
 		switch m := msg.(type) {
 		case *redis.Subscription:
-			if m.Kind == "sunsubscribe" && sc.channel != "" {
-				// Not ours (a per-channel connection is closed, never
-				// unsubscribed): the channel's slot moved to another shard,
-				// which the server says this way. Releases meanwhile may be
-				// missed: heads poll until the channel is subscribed where
-				// it lives now.
-				setUp(false)
-				ps.mu.Lock()
-				ps.heard[m.Channel] = max(ps.heard[m.Channel]-1, 0)
-				ps.mu.Unlock()
-				sc.s.push(subOp{kind: opReopen, channel: m.Channel})
-				continue
-			}
-			setUp(true)
-			on := m.Kind == "subscribe" || m.Kind == "ssubscribe"
-			ps.confirmed(m.Channel, on)
-			if on && sc.moved {
-				// A release published while the slot moved (after the old
-				// shard said sunsubscribe, before this subscription) was
-				// heard by nobody: the waiters look now rather than at
-				// their next poll.
-				sc.moved = false
-				ps.sink.moved(m.Channel)
-			}
+			ps.subscription(sc, m)
 		case *redis.Message:
-			setUp(true)
+			ps.setUp(sc, true)
 			ps.sink.dispatch(m.Channel, m.Payload)
 		}
+	}
+}
+
+// setUp records whether sc's last read succeeded, which ps.down counts.
+// Called by sc's reader only.
+func (ps *pubsub) setUp(sc *subConn, v bool) {
+	if v != sc.up {
+		sc.up = v
+		if v {
+			ps.down.Add(-1)
+		} else {
+			ps.down.Add(1)
+			// Heads sleeping until a lease ends, trusting messages that
+			// may now be lost, go back to polling.
+			ps.sink.connDown()
+		}
+	}
+}
+
+// readFailed handles a failed read of sc, and reports whether receive
+// reads again; if not, sc is done with (retired, Close, or handed back to
+// its node to open anew).
+func (ps *pubsub) readFailed(sc *subConn, err error) bool {
+	ps.setUp(sc, false)
+	var rerr redis.Error
+	if sc.sharded && sc.channel != "" && errors.As(err, &rerr) {
+		// The shard refused SSUBSCRIBE: the slot moved (MOVED), or the
+		// server has no sharded pub/sub. Subscribe anew, after the
+		// pause below.
+		sc.s.push(subOp{kind: opReopen, channel: sc.channel, legacy: isUnknownCommand(err)})
+		return false
+	}
+	// go-redis reconnects (and resubscribes) on the next call. Pause
+	// briefly so a node that refuses connections is not dialled in a
+	// tight loop.
+	t := time.NewTimer(50 * time.Millisecond)
+	select {
+	case <-sc.stop:
+		t.Stop()
+		return false
+	case <-ps.life.closing:
+		t.Stop()
+		return false
+	case <-t.C:
+	}
+	return true
+}
+
+// subscription handles a node's confirmation of a SUBSCRIBE or an
+// UNSUBSCRIBE on sc, or its notice that a sharded channel moved away.
+func (ps *pubsub) subscription(sc *subConn, m *redis.Subscription) {
+	if m.Kind == "sunsubscribe" && sc.channel != "" {
+		// Not ours (a per-channel connection is closed, never
+		// unsubscribed): the channel's slot moved to another shard,
+		// which the server says this way. Releases meanwhile may be
+		// missed: heads poll until the channel is subscribed where
+		// it lives now.
+		ps.setUp(sc, false)
+		ps.mu.Lock()
+		ps.heard[m.Channel] = max(ps.heard[m.Channel]-1, 0)
+		ps.mu.Unlock()
+		sc.s.push(subOp{kind: opReopen, channel: m.Channel})
+		return
+	}
+	ps.setUp(sc, true)
+	on := m.Kind == "subscribe" || m.Kind == "ssubscribe"
+	ps.confirmed(m.Channel, on)
+	if on && sc.moved {
+		// A release published while the slot moved (after the old
+		// shard said sunsubscribe, before this subscription) was
+		// heard by nobody: the waiters look now rather than at
+		// their next poll.
+		sc.moved = false
+		ps.sink.moved(m.Channel)
 	}
 }
 
