@@ -72,8 +72,8 @@ func (ps *pubsub) readFailed(sc *subConn, err error) bool {
 	var rerr redis.Error
 	if sc.sharded && sc.channel != "" && errors.As(err, &rerr) {
 		// The shard refused SSUBSCRIBE: the slot moved (MOVED), or the
-		// server has no sharded pub/sub. Subscribe anew, after the
-		// pause below.
+		// server has no sharded pub/sub. Subscribe anew, after a pause
+		// (nodeSubs.reopen).
 		sc.s.push(subOp{kind: opReopen, channel: sc.channel, legacy: isUnknownCommand(err)})
 		return false
 	}

@@ -117,71 +117,97 @@ func (s *nodeSubs) do(op subOp) {
 	defer cancel()
 	switch op.kind {
 	case opSubscribe:
-		s.channels[op.channel] = true
-		if s.n.ring || s.ps.sharded {
-			if s.perChan[op.channel] == nil {
-				s.perChan[op.channel] = s.open(ctx, op.channel)
-			}
-			return
-		}
-		if s.main == nil {
-			s.main = s.open(ctx)
-		}
-		if s.main != nil {
-			_ = s.main.ps.Subscribe(ctx, op.channel)
-		}
+		s.subscribe(ctx, op.channel)
 	case opUnsubscribe:
-		delete(s.channels, op.channel)
-		if sc := s.perChan[op.channel]; sc != nil {
-			delete(s.perChan, op.channel)
-			s.retire(sc)
-		}
-		if s.main != nil {
-			_ = s.main.ps.Unsubscribe(ctx, op.channel)
-		}
+		s.unsubscribe(ctx, op.channel)
 	case opRehome:
-		if time.Since(s.rehomed) < rehomeGap {
-			return
-		}
-		s.rehomed = time.Now()
-		s.ps.logger.Info("redlock: a release went unheard; re-opening pub/sub", "node", s.n.idx, "channel", op.channel)
-		if s.main != nil {
-			s.retire(s.main)
-			s.main = nil
-			if len(s.channels) > 0 {
-				s.main = s.open(ctx, slices.Collect(maps.Keys(s.channels))...)
-			}
-		}
-		for ch, sc := range s.perChan {
-			s.retire(sc)
-			s.perChan[ch] = s.open(ctx, ch)
-		}
+		s.rehome(ctx, op.channel)
 	case opReopen:
-		sc := s.perChan[op.channel]
-		if sc == nil || !s.channels[op.channel] {
-			return // unsubscribed meanwhile
-		}
-		if op.legacy && !s.legacy {
-			s.legacy = true
-			s.ps.logger.Info("redlock: the server has no sharded pub/sub (SSUBSCRIBE); waiters use SUBSCRIBE", "node", s.n.idx)
-		}
-		s.retire(sc)
-		// Retired: Close must not retire it again if it comes during the
-		// pause below (closing a closed stop channel panicked).
-		delete(s.perChan, op.channel)
-		// Not sooner than a refusing shard's pause allows.
-		t := time.NewTimer(50 * time.Millisecond)
-		select {
-		case <-s.ps.life.closing:
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		if r, ok := s.n.client.(stateReloader); ok {
-			r.ReloadState(ctx)
-		}
-		s.perChan[op.channel] = s.openMoved(ctx, op.channel)
+		s.reopen(ctx, op.channel, op.legacy)
 	}
+}
+
+// subscribe subscribes channel: on a connection of its own on a Ring or
+// sharded, else on the node's one connection, opened with the first.
+func (s *nodeSubs) subscribe(ctx context.Context, channel string) {
+	s.channels[channel] = true
+	if s.n.ring || s.ps.sharded {
+		if s.perChan[channel] == nil {
+			s.perChan[channel] = s.open(ctx, channel)
+		}
+		return
+	}
+	if s.main == nil {
+		s.main = s.open(ctx)
+	}
+	if s.main != nil {
+		_ = s.main.ps.Subscribe(ctx, channel)
+	}
+}
+
+// unsubscribe closes channel's own connection, or unsubscribes it on the
+// node's one connection.
+func (s *nodeSubs) unsubscribe(ctx context.Context, channel string) {
+	delete(s.channels, channel)
+	if sc := s.perChan[channel]; sc != nil {
+		delete(s.perChan, channel)
+		s.retire(sc)
+	}
+	if s.main != nil {
+		_ = s.main.ps.Unsubscribe(ctx, channel)
+	}
+}
+
+// rehome closes the node's connections and opens new ones subscribed to the
+// same channels, at most once per rehomeGap; channel is the one whose
+// release went unheard, for the log.
+func (s *nodeSubs) rehome(ctx context.Context, channel string) {
+	if time.Since(s.rehomed) < rehomeGap {
+		return
+	}
+	s.rehomed = time.Now()
+	s.ps.logger.Info("redlock: a release went unheard; re-opening pub/sub", "node", s.n.idx, "channel", channel)
+	if s.main != nil {
+		s.retire(s.main)
+		s.main = nil
+		if len(s.channels) > 0 {
+			s.main = s.open(ctx, slices.Collect(maps.Keys(s.channels))...)
+		}
+	}
+	for ch, sc := range s.perChan {
+		s.retire(sc)
+		s.perChan[ch] = s.open(ctx, ch)
+	}
+}
+
+// reopen opens channel's connection anew where its slot lives now, after
+// its shard said the slot moved or refused SSUBSCRIBE (legacy: the server
+// has no SSUBSCRIBE at all).
+func (s *nodeSubs) reopen(ctx context.Context, channel string, legacy bool) {
+	sc := s.perChan[channel]
+	if sc == nil || !s.channels[channel] {
+		return // unsubscribed meanwhile
+	}
+	if legacy && !s.legacy {
+		s.legacy = true
+		s.ps.logger.Info("redlock: the server has no sharded pub/sub (SSUBSCRIBE); waiters use SUBSCRIBE", "node", s.n.idx)
+	}
+	s.retire(sc)
+	// Retired: Close must not retire it again if it comes during the
+	// pause below (closing a closed stop channel panicked).
+	delete(s.perChan, channel)
+	// Not sooner than a refusing shard's pause allows.
+	t := time.NewTimer(50 * time.Millisecond)
+	select {
+	case <-s.ps.life.closing:
+		t.Stop()
+		return
+	case <-t.C:
+	}
+	if r, ok := s.n.client.(stateReloader); ok {
+		r.ReloadState(ctx)
+	}
+	s.perChan[channel] = s.openMoved(ctx, channel)
 }
 
 // open opens a pub/sub connection subscribed to channels and starts its
