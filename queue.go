@@ -115,8 +115,8 @@ func (ws *waiters) moved(channel string) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	for _, suffix := range queueSuffixes {
-		if q := ws.queueOf(channel, suffix); q != nil && len(q.list) > 0 {
-			notify(q.list[0])
+		if q := ws.queueOf(channel, suffix); q != nil {
+			q.wakeHead()
 		}
 	}
 }
@@ -133,6 +133,23 @@ type waitQueue struct {
 	// handOffs counts the Unlocks in a row that handed the name to a waiter
 	// of this core; at maxHandOffs the next Unlock releases it instead.
 	handOffs int
+}
+
+// remove takes w out of q, if it is there (ws.mu held).
+func (q *waitQueue) remove(w *waiter) {
+	for i, x := range q.list {
+		if x == w {
+			q.list = append(q.list[:i], q.list[i+1:]...)
+			return
+		}
+	}
+}
+
+// wakeHead wakes the head of q, if anybody waits (ws.mu held).
+func (q *waitQueue) wakeHead() {
+	if len(q.list) > 0 {
+		notify(q.list[0])
+	}
 }
 
 type waiter struct {
@@ -244,12 +261,7 @@ func (ws *waiters) leave(qk string, w *waiter, acquired bool) {
 	if q == nil {
 		return
 	}
-	for i, x := range q.list {
-		if x == w {
-			q.list = append(q.list[:i], q.list[i+1:]...)
-			break
-		}
-	}
+	q.remove(w)
 	if len(q.list) == 0 {
 		ws.dropIfIdle(qk, q)
 		return
@@ -274,10 +286,17 @@ func (ws *waiters) leave(qk string, w *waiter, acquired bool) {
 func (ws *waiters) reserveHead(channel string) *waiter {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	q := ws.queues[channel]
-	if q == nil {
-		return nil
+	if q := ws.queues[channel]; q != nil {
+		return q.reserveHead()
 	}
+	return nil
+}
+
+// reserveHead marks q's first live waiter reserved for a hand-off and
+// returns it; nil when that waiter is already reserved or attempting, or
+// when q handed off maxHandOffs times in a row, which starts the count
+// again (ws.mu held).
+func (q *waitQueue) reserveHead() *waiter {
 	w := q.firstLive()
 	if w == nil || w.reserved || w.attempting {
 		return nil
@@ -486,13 +505,21 @@ func (ws *waiters) dispatch(channel, owner string) {
 	}
 	ws.msgs[channel]++
 	for _, suffix := range queueSuffixes {
-		q := ws.queueOf(channel, suffix)
-		if q == nil || len(q.list) == 0 || owner == q.lastOwner {
-			continue
+		if q := ws.queueOf(channel, suffix); q != nil {
+			q.wakeFor(owner)
 		}
-		q.lastOwner = owner
-		notify(q.list[0])
 	}
+}
+
+// wakeFor wakes the head of q for a release of owner, unless it woke for
+// that release already: a Redlock's N copies of one release wake it once
+// (ws.mu held).
+func (q *waitQueue) wakeFor(owner string) {
+	if len(q.list) == 0 || owner == q.lastOwner {
+		return
+	}
+	q.lastOwner = owner
+	notify(q.list[0])
 }
 
 // notifyID wakes the waiter of channel's writers queue whose id is id, and
@@ -541,9 +568,7 @@ func (ws *waiters) wakeHeads() {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	for _, q := range ws.queues {
-		if len(q.list) > 0 {
-			notify(q.list[0])
-		}
+		q.wakeHead()
 	}
 }
 
