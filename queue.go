@@ -450,11 +450,10 @@ func (ws *waiters) startAttempt(qk string, w *waiter) bool {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	q := ws.queues[qk]
-	if q == nil || len(q.list) == 0 || q.list[0] != w || w.reserved || len(w.handed) > 0 {
+	if q == nil || len(q.list) == 0 || q.list[0] != w {
 		return false
 	}
-	w.attempting = true
-	return true
+	return w.startAttempt()
 }
 
 // wokenAttempt marks w, woken by a message, attempting (head or not: a
@@ -463,6 +462,12 @@ func (ws *waiters) startAttempt(qk string, w *waiter) bool {
 func (ws *waiters) wokenAttempt(w *waiter) bool {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
+	return w.startAttempt()
+}
+
+// startAttempt marks w attempting, unless an Unlock is handing it the lock
+// or has handed it: a hand-off never overlaps an attempt (ws.mu held).
+func (w *waiter) startAttempt() bool {
 	if w.reserved || len(w.handed) > 0 {
 		return false
 	}
