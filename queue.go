@@ -10,8 +10,9 @@ import (
 //
 // Every release publishes the released owner on "<lock key>:rel" from inside
 // the release script. A core keeps ONE pub/sub connection per node (per
-// channel on a Ring, which shards channels like keys), opened with the first
-// waiter and kept until Close, and subscribes a name's channel while at
+// channel on a Ring, which shards channels like keys, and on a Cluster, where
+// each channel lives on its slot's shard: see pubsub.go), opened with the
+// first waiter and kept until Close, and subscribes a name's channel while at
 // least one goroutine waits for that name (and, once contended, while this
 // core holds it, and for idleGrace after). A Lock that gets the lock at its
 // first attempt never touches pub/sub. Waiters of one core queue per name in
