@@ -10,8 +10,9 @@ import (
 //
 // Every release publishes the released owner on "<lock key>:rel" from inside
 // the release script. A core keeps ONE pub/sub connection per node (per
-// channel on a Ring, which shards channels like keys), opened with the first
-// waiter and kept until Close, and subscribes a name's channel while at
+// channel on a Ring, which shards channels like keys, and on a Cluster, where
+// each channel lives on its slot's shard: see pubsub.go), opened with the
+// first waiter and kept until Close, and subscribes a name's channel while at
 // least one goroutine waits for that name (and, once contended, while this
 // core holds it, and for idleGrace after). A Lock that gets the lock at its
 // first attempt never touches pub/sub. Waiters of one core queue per name in
@@ -46,6 +47,9 @@ import (
 // ended has proof that a release went unheard: the core re-homes its pub/sub
 // connections (closes them and opens new ones, which go-redis dials to the
 // current master), at most once per rehomeGap.
+//
+// The hand-off is in queue_handoff.go, the wake-ups by release messages in
+// queue_dispatch.go, the unsubscribing of idle channels in queue_idle.go.
 type waiters struct {
 	ps     *pubsub // the transport that wakes them (pubsub.go)
 	mu     sync.Mutex
@@ -71,61 +75,6 @@ func newWaiters(held *heldNames) *waiters {
 	return &waiters{queues: make(map[string]*waitQueue), held: held, msgs: make(map[string]uint64), unclaimed: make(map[string]string), firm: make(map[string]string)}
 }
 
-// idle is called when this core stops holding the lock of channel.
-func (ws *waiters) idle(channel string) {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	for _, suffix := range queueSuffixes {
-		if q := ws.queueOf(channel, suffix); q != nil && len(q.list) == 0 {
-			ws.dropIfIdle(queueKey(channel, suffix), q)
-		}
-	}
-}
-
-// seq is how many release messages channel had so far (see missed).
-func (ws *waiters) seq(channel string) uint64 {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	return ws.msgs[channel]
-}
-
-// unsubscribed forgets channel's messages once a node confirmed its
-// UNSUBSCRIBE (listener).
-func (ws *waiters) unsubscribed(channel string) {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	delete(ws.msgs, channel)
-	delete(ws.unclaimed, channel)
-	delete(ws.firm, channel)
-}
-
-// missedAll forgets every channel's messages: the connections are
-// re-homed (listener).
-func (ws *waiters) missedAll() {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	clear(ws.msgs)
-	clear(ws.unclaimed)
-}
-
-// moved wakes the head of every queue of channel, subscribed again where
-// its slot lives now: a release in between was heard by nobody
-// (listener).
-func (ws *waiters) moved(channel string) {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	for _, suffix := range queueSuffixes {
-		if q := ws.queueOf(channel, suffix); q != nil && len(q.list) > 0 {
-			notify(q.list[0])
-		}
-	}
-}
-
-// connDown wakes every head: a connection went down, and heads sleeping
-// until a lease ends, trusting messages that may now be lost, go back to
-// polling (listener).
-func (ws *waiters) connDown() { ws.wakeHeads() }
-
 type waitQueue struct {
 	list      []*waiter
 	idleSince time.Time // zero while waited on or held; else when that stopped
@@ -133,6 +82,23 @@ type waitQueue struct {
 	// handOffs counts the Unlocks in a row that handed the name to a waiter
 	// of this core; at maxHandOffs the next Unlock releases it instead.
 	handOffs int
+}
+
+// remove takes w out of q, if it is there (ws.mu held).
+func (q *waitQueue) remove(w *waiter) {
+	for i, x := range q.list {
+		if x == w {
+			q.list = append(q.list[:i], q.list[i+1:]...)
+			return
+		}
+	}
+}
+
+// wakeHead wakes the head of q, if anybody waits (ws.mu held).
+func (q *waitQueue) wakeHead() {
+	if len(q.list) > 0 {
+		notify(q.list[0])
+	}
 }
 
 type waiter struct {
@@ -244,12 +210,7 @@ func (ws *waiters) leave(qk string, w *waiter, acquired bool) {
 	if q == nil {
 		return
 	}
-	for i, x := range q.list {
-		if x == w {
-			q.list = append(q.list[:i], q.list[i+1:]...)
-			break
-		}
-	}
+	q.remove(w)
 	if len(q.list) == 0 {
 		ws.dropIfIdle(qk, q)
 		return
@@ -264,153 +225,6 @@ func (ws *waiters) leave(qk string, w *waiter, acquired bool) {
 			notify(q.list[0])
 		}
 	default:
-	}
-}
-
-// reserveHead picks the first live waiter of channel for a hand-off by an
-// Unlock of this core, passing over those whose caller gave up (they are on
-// their way out of the queue); nil when nobody live waits or that waiter is
-// already being handed a lock or attempting.
-func (ws *waiters) reserveHead(channel string) *waiter {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	q := ws.queues[channel]
-	if q == nil {
-		return nil
-	}
-	w := q.firstLive()
-	if w == nil || w.reserved || w.attempting {
-		return nil
-	}
-	if q.handOffs >= maxHandOffs {
-		// Release this time, so that waiters of other processes, which
-		// never see a hand-off, get a turn.
-		q.handOffs = 0
-		return nil
-	}
-	q.handOffs++
-	w.reserved = true
-	return w
-}
-
-// firstLive is the first waiter of q whose caller still wants the lock, or
-// nil (ws.mu held).
-func (q *waitQueue) firstLive() *waiter {
-	for _, w := range q.list {
-		if !w.givenUp() {
-			return w
-		}
-	}
-	return nil
-}
-
-// givenUp reports that w's caller no longer wants the lock (ws.mu held).
-func (w *waiter) givenUp() bool {
-	if w.left {
-		return true
-	}
-	select {
-	case <-w.gone:
-		return true
-	default:
-		return false
-	}
-}
-
-// maxHandOffs bounds how many Unlocks in a row hand a name to a waiter of
-// the same core. A process whose goroutines keep the local queue full would
-// otherwise never free the name, and other processes would wait forever.
-const maxHandOffs = 8
-
-// deliver gives w the lock handed to it, unless w's caller gave up
-// meanwhile (its ctx ended): then it reports false and the caller must
-// release l, which hands it to the next live waiter.
-func (ws *waiters) deliver(w *waiter, l *Lock) bool {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	w.reserved = false
-	if w.givenUp() {
-		return false
-	}
-	// Never blocks: handed is buffered 1, and a waiter is handed at most
-	// one lock before it leaves (the name stays held by that lock until
-	// its owner, this waiter, has returned it from Lock).
-	w.handed <- l
-	return true
-}
-
-// unreserve ends a hand-off that gave w nothing. With wake (the name may be
-// free) the head of the queue tries at once: w, or the waiter after it if w
-// left meanwhile.
-func (ws *waiters) unreserve(channel string, w *waiter, wake bool) {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	w.reserved = false
-	if !wake {
-		return
-	}
-	if !w.givenUp() {
-		notify(w)
-		return
-	}
-	if q := ws.queues[channel]; q != nil {
-		if x := q.firstLive(); x != nil {
-			notify(x)
-		}
-	}
-}
-
-// idleGrace is how long a channel stays subscribed after nobody of this core
-// waits for or holds its name. A process that takes the same lock again soon
-// (a worker loop) would otherwise pay an UNSUBSCRIBE and a SUBSCRIBE per
-// critical section.
-const idleGrace = 2 * time.Second
-
-// dropIfIdle marks a channel nobody waits on as idle, unless this core holds
-// the name (a goroutine of ours is likely to want it next); the sweep
-// unsubscribes it once idle for idleGrace. Called under ws.mu.
-func (ws *waiters) dropIfIdle(qk string, q *waitQueue) {
-	if ws.held.has(heldKey(channelOf(qk))) {
-		return
-	}
-	q.idleSince = time.Now()
-	if ws.sweep == nil && !ws.closed {
-		ws.sweep = time.AfterFunc(idleGrace, ws.sweepIdle)
-	}
-}
-
-// sweepIdle unsubscribes the channels idle for idleGrace, and re-arms itself
-// for the next one.
-func (ws *waiters) sweepIdle() {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	ws.sweep = nil
-	if ws.closed {
-		return
-	}
-	now := time.Now()
-	var next time.Duration
-	for qk, q := range ws.queues {
-		if len(q.list) > 0 || q.idleSince.IsZero() {
-			continue
-		}
-		if left := idleGrace - now.Sub(q.idleSince); left > 0 {
-			if next == 0 || left < next {
-				next = left
-			}
-			continue
-		}
-		if ws.held.has(heldKey(channelOf(qk))) {
-			q.idleSince = time.Time{}
-			continue
-		}
-		delete(ws.queues, qk)
-		if !ws.otherQueues(qk) {
-			ws.ps.unsubscribe(channelOf(qk))
-		}
-	}
-	if next > 0 {
-		ws.sweep = time.AfterFunc(next, ws.sweepIdle)
 	}
 }
 
@@ -431,11 +245,10 @@ func (ws *waiters) startAttempt(qk string, w *waiter) bool {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	q := ws.queues[qk]
-	if q == nil || len(q.list) == 0 || q.list[0] != w || w.reserved || len(w.handed) > 0 {
+	if q == nil || len(q.list) == 0 || q.list[0] != w {
 		return false
 	}
-	w.attempting = true
-	return true
+	return w.startAttempt()
 }
 
 // wokenAttempt marks w, woken by a message, attempting (head or not: a
@@ -444,6 +257,12 @@ func (ws *waiters) startAttempt(qk string, w *waiter) bool {
 func (ws *waiters) wokenAttempt(w *waiter) bool {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
+	return w.startAttempt()
+}
+
+// startAttempt marks w attempting, unless an Unlock is handing it the lock
+// or has handed it: a hand-off never overlaps an attempt (ws.mu held).
+func (w *waiter) startAttempt() bool {
 	if w.reserved || len(w.handed) > 0 {
 		return false
 	}
@@ -458,114 +277,11 @@ func (ws *waiters) doneAttempting(w *waiter) {
 	w.attempting = false
 }
 
-// dispatch wakes the head waiter of every queue of channel for a release of
-// owner. A release that passed the name to a queued writer ("w:<id>", see
-// pass in _lib.lua) wakes only the waiter with that id, if it is ours, even
-// when it is not the head of our queue (the server's queue keeps arrival
-// order across processes, which can differ from ours when several calls
-// found the name taken at once): the name is reserved for it, and nobody
-// else could take it.
-func (ws *waiters) dispatch(channel, owner string) {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	if id, ok := strings.CutPrefix(owner, passedPrefix); ok {
-		// Only a holder's release passes the name on: whoever held it
-		// firmly is gone.
-		delete(ws.firm, channel)
-		if !ws.notifyID(channel, id) {
-			ws.unclaimed[channel] = id
-		}
-		return
-	}
-	switch firm := ws.firm[channel]; {
-	case firm == "":
-	case firm != owner:
-		return // cannot free a quorum: the firm holder still has one
-	default:
-		delete(ws.firm, channel)
-	}
-	ws.msgs[channel]++
-	for _, suffix := range queueSuffixes {
-		q := ws.queueOf(channel, suffix)
-		if q == nil || len(q.list) == 0 || owner == q.lastOwner {
-			continue
-		}
-		q.lastOwner = owner
-		notify(q.list[0])
-	}
-}
-
-// notifyID wakes the waiter of channel's writers queue whose id is id, and
-// reports whether it is ours. Under ws.mu.
-func (ws *waiters) notifyID(channel, id string) bool {
-	if q := ws.queues[channel]; q != nil {
-		for _, w := range q.list {
-			if w.wid == id {
-				notify(w)
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// heldBy records what the latest refused attempt on channel found: the
-// owner holding the name on a quorum of nodes, or "" when none did (the
-// name split between contenders, reserved, or held by read holds).
-func (ws *waiters) heldBy(channel, owner string) {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	if owner == "" {
-		delete(ws.firm, channel)
-		return
-	}
-	ws.firm[channel] = owner
-}
-
-// reservedFor wakes the waiter of channel's writers queue that the name is
-// reserved for, when an attempt found it so (holder "queued:<id>") and the
-// waiter is ours: its wake-up message may have come before its
-// subscription, and a waiter that is not the head of its queue has no timer
-// to find out by; the name would stay reserved for nobody until it lapses.
-func (ws *waiters) reservedFor(channel, holder string) {
-	id, ok := strings.CutPrefix(holder, reservedPrefix)
-	if !ok {
-		return
-	}
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	_ = ws.notifyID(channel, id)
-}
-
-func (ws *waiters) wakeHeads() {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	for _, q := range ws.queues {
-		if len(q.list) > 0 {
-			notify(q.list[0])
-		}
-	}
-}
-
 func notify(w *waiter) {
 	select {
 	case w.wake <- struct{}{}:
 	default:
 	}
-}
-
-// missed reports whether, since listening returned seq, a release message
-// for channel woke every head, or one passed the name to id: one that came
-// while the caller, just refused, was not in the queue yet, so nobody woke
-// for it.
-func (ws *waiters) missed(channel string, seq uint64, id string) bool {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	if id != "" && ws.unclaimed[channel] == id {
-		delete(ws.unclaimed, channel)
-		return true
-	}
-	return ws.msgs[channel] != seq
 }
 
 // close ends the connections' goroutines, which close the connections; it
