@@ -58,8 +58,10 @@ func newPubsub(nodes []*node, quorum int, life *lifecycle, logger *slog.Logger, 
 	return &pubsub{nodes: nodes, quorum: quorum, life: life, logger: logger, sink: sink, sharded: sharded, heard: make(map[string]int)}
 }
 
-// close ends the connections' goroutines, which close the connections; it
-// waits for none of them (Close bounds its wait).
+// close makes later subscriptions and re-homings no-ops. The connections'
+// goroutines end on their own when Close closes the lifecycle's closing,
+// which it does first, and close their connections; nothing here waits for
+// them (Close bounds its wait).
 func (ps *pubsub) close() {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()

@@ -284,8 +284,8 @@ func notify(w *waiter) {
 	}
 }
 
-// close ends the connections' goroutines, which close the connections; it
-// waits for none of them (Close bounds its wait).
+// close stops the idle sweep and closes the pub/sub transport (see
+// pubsub.close); it waits for nothing (Close bounds its wait).
 func (ws *waiters) close() {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
