@@ -25,8 +25,10 @@ type verifier struct {
 // still being acquired, to be read once it is held. One no longer ours on
 // so many nodes that a quorum is out of reach is lost now, taken when every
 // refusing node holds another owner's value, else deleted (or quorum on a
-// mix). A read that fails decides nothing: the renewals go on; failed
-// says which locks were not read (nor armed) on a data connection of via.
+// mix); when the reads went over data connections (via), only once a read
+// through the nodes' own clients says so too. A read that fails decides
+// nothing: the renewals go on; failed says which locks were not read (nor
+// armed) on a data connection of via.
 func (v *verifier) verify(locks []*Lock, via []Client) (later, failed []bool) {
 	later, failed = make([]bool, len(locks)), make([]bool, len(locks))
 	var read []*Lock
@@ -65,6 +67,7 @@ func (v *verifier) verify(locks []*Lock, via []Client) (later, failed []bool) {
 	}
 	rs, _ := gather(ch, p.nodes, time.Now().Add(timeout), nil, never)
 	lrs := make([]reply, 0, len(rs))
+	var confirm []*Lock
 	for j, l := range read {
 		lrs = lrs[:0]
 		for _, r := range rs {
@@ -80,18 +83,37 @@ func (v *verifier) verify(locks []*Lock, via []Client) (later, failed []bool) {
 				failed[at[j]] = failed[at[j]] || via != nil && via[r.node] != nil
 			}
 		}
+		if via != nil && v.lostOn(lrs) {
+			// A data connection said so: confirm through the node's own
+			// client before the lock is lost. A data connection can be
+			// left on a server that is no longer the master (a Sentinel
+			// failover, until the keeper moves it), where the key written
+			// on the new master is not yet, and a loss is decided by the
+			// connections the writes go through.
+			confirm = append(confirm, l)
+			continue
+		}
 		v.decideRead(l, lrs)
 	}
+	if len(confirm) > 0 {
+		v.verify(confirm, nil)
+	}
 	return later, failed
+}
+
+// lostOn reports that the leases read in rs say the lock is no longer ours
+// on so many nodes that a quorum is out of reach.
+func (v *verifier) lostOn(rs []reply) bool {
+	return v.pool.impossible(v.pool.count(rs).no)
 }
 
 // decideRead loses l if the leases read in rs say it is no longer ours
 // (verify).
 func (v *verifier) decideRead(l *Lock, rs []reply) {
-	t := v.pool.count(rs)
-	if !v.pool.impossible(t.no) {
+	if !v.lostOn(rs) {
 		return
 	}
+	t := v.pool.count(rs)
 	taken := 0
 	for _, r := range rs {
 		if r.err == nil && r.val == replyOthers {
