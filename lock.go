@@ -108,7 +108,7 @@ type Lock struct {
 
 	renewal slot       // in the watchdog's heap, guarded by its mutex
 	loss    slot       // in the loss clock's heap, guarded by its mutex
-	trk     *lockTrack // credits for its own writes (track.go); nil without tracking
+	trk     *lockTrack // credits for its own writes (track_credit.go); nil without tracking
 }
 
 // errAlreadyReleased is Unlock's answer on a lock released before.
