@@ -46,26 +46,13 @@ func (v *verifier) verify(locks []*Lock, via []Client) (later, failed []bool) {
 	if len(read) == 0 {
 		return later, failed
 	}
-	p := v.pool
-	rows := make([][]reply, len(p.nodes))
-	ch, err := p.fanOut(context.Background(), p.nodes, timeout, timeout, func(ctx context.Context, n *node, cl Client) reply {
-		if via != nil && via[n.idx] != nil {
-			cl = via[n.idx]
-		}
-		row, err := readLeases(ctx, cl, read)
-		if via != nil && via[n.idx] != nil {
-			v.dataDone(cl, err)
-		}
-		rows[n.idx] = row
-		return reply{err: err}
-	})
+	rs, rows, err := v.read(read, via, timeout)
 	if err != nil {
 		for _, i := range at {
 			failed[i] = via != nil
 		}
 		return later, failed
 	}
-	rs, _ := gather(ch, p.nodes, time.Now().Add(timeout), nil, never)
 	lrs := make([]reply, 0, len(rs))
 	var confirm []*Lock
 	for j, l := range read {
@@ -83,7 +70,9 @@ func (v *verifier) verify(locks []*Lock, via []Client) (later, failed []bool) {
 				failed[at[j]] = failed[at[j]] || via != nil && via[r.node] != nil
 			}
 		}
-		if via != nil && v.lostOn(lrs) {
+		switch t := v.pool.count(lrs); {
+		case !v.pool.impossible(t.no):
+		case via != nil:
 			// A data connection said so: confirm through the node's own
 			// client before the lock is lost. A data connection can be
 			// left on a server that is no longer the master (a Sentinel
@@ -91,9 +80,9 @@ func (v *verifier) verify(locks []*Lock, via []Client) (later, failed []bool) {
 			// on the new master is not yet, and a loss is decided by the
 			// connections the writes go through.
 			confirm = append(confirm, l)
-			continue
+		default:
+			v.lose(l, lrs, t)
 		}
-		v.decideRead(l, lrs)
 	}
 	if len(confirm) > 0 {
 		v.verify(confirm, nil)
@@ -101,19 +90,33 @@ func (v *verifier) verify(locks []*Lock, via []Client) (later, failed []bool) {
 	return later, failed
 }
 
-// lostOn reports that the leases read in rs say the lock is no longer ours
-// on so many nodes that a quorum is out of reach.
-func (v *verifier) lostOn(rs []reply) bool {
-	return v.pool.impossible(v.pool.count(rs).no)
+// read reads the leases of locks on every node, on via[node] where it is
+// not nil, and gathers the nodes' answers for up to timeout: rows[node] is
+// that node's per-lock replies once it has answered.
+func (v *verifier) read(locks []*Lock, via []Client, timeout time.Duration) (rs []reply, rows [][]reply, err error) {
+	p := v.pool
+	rows = make([][]reply, len(p.nodes))
+	ch, err := p.fanOut(context.Background(), p.nodes, timeout, timeout, func(ctx context.Context, n *node, cl Client) reply {
+		if via != nil && via[n.idx] != nil {
+			cl = via[n.idx]
+		}
+		row, err := readLeases(ctx, cl, locks)
+		if via != nil && via[n.idx] != nil {
+			v.dataDone(cl, err)
+		}
+		rows[n.idx] = row
+		return reply{err: err}
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	rs, _ = gather(ch, p.nodes, time.Now().Add(timeout), nil, never)
+	return rs, rows, nil
 }
 
-// decideRead loses l if the leases read in rs say it is no longer ours
-// (verify).
-func (v *verifier) decideRead(l *Lock, rs []reply) {
-	if !v.lostOn(rs) {
-		return
-	}
-	t := v.pool.count(rs)
+// lose loses l, which the leases read in rs (tallied in t) say is no longer
+// ours on so many nodes that a quorum is out of reach (verify).
+func (v *verifier) lose(l *Lock, rs []reply, t tally) {
 	taken := 0
 	for _, r := range rs {
 		if r.err == nil && r.val == replyOthers {
