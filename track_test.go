@@ -525,7 +525,17 @@ func TestLossHeardAfterDataConnKilled(t *testing.T) {
 		renewed = append(renewed, r)
 	}
 	require.Eventually(t, func() bool { return trackingArmed(lk.c.track) && trackingArmed(short.c.track) }, 5*time.Second, time.Millisecond)
-	time.Sleep(idlePing + followEvery) // the idle data connection has been pinged once
+	// The idle data connection has been pinged once: its last command on
+	// the server is the keeper's PING.
+	require.Eventually(t, func() bool {
+		list, err := out.ClientList(ctx).Result()
+		for line := range strings.Lines(list) {
+			if strings.Contains(line, " name=redlock-tracking-data ") && strings.Contains(line, " cmd=ping ") {
+				return err == nil
+			}
+		}
+		return false
+	}, idlePing+5*time.Second, 10*time.Millisecond, "no PING on the idle data connection")
 	at := time.Now()
 	_, err = out.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.ClientKillByFilter(ctx, "TYPE", "normal")
@@ -536,7 +546,15 @@ func TestLossHeardAfterDataConnKilled(t *testing.T) {
 	delay := heardAfter(t, at, 5*time.Second, l)
 	requireLoss(t, l.Err(), LossDeleted)
 	assert.Less(t, delay[0], idlePing+4*followEvery, "heard after the data connection was killed")
-	time.Sleep(600 * time.Millisecond) // a TTL of renewals of the short locks
+	// Each short lock renewed after the kill: its Until is past a TTL from it.
+	require.Eventually(t, func() bool {
+		for _, r := range renewed {
+			if !r.Until().After(at.Add(600 * time.Millisecond)) {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, 10*time.Millisecond, "the short locks were not renewed after the kill")
 	for i, r := range renewed {
 		require.NoError(t, r.Err(), "lock %d, renewed across the kill", i)
 	}
