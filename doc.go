@@ -158,7 +158,8 @@ package redlock
 // extend, remaining) and to say it ended; the core calls down through
 // transitions that return what changed (hold and renewed return the loss
 // clock's next mark, fail the nodes to clean up) and keeps its own books:
-// loss clock, watchdog, log, observers, Do's cancel. Only kinds.go and
-// keys.go know the layout of a Lock's keys. Parts share the core's lifetime
+// loss clock, watchdog, log, observers, Do's cancel. kinds.go and keys.go
+// lay out a Lock's keys; acquire.go only keeps the exclusive kind's boxed
+// keys for its release (attempt.command). Parts share the core's lifetime
 // through one lifecycle value (wait group, closing), not a pointer to the
 // core; the queue and the core share heldNames.
