@@ -95,3 +95,61 @@ func assertTermsNeverBack(t *testing.T, ls []Leader) {
 		last = l.Term
 	}
 }
+
+// TestObserveLateAnnouncement: an announcement that reaches the observer
+// only after it has said Term 0 (a pub/sub reader held it back while the
+// observer's reads failed: on a busy machine TestObserveBlackHole met this)
+// names a term already reported and ended. It must not be reported again:
+// after the 0 it would read as that leader coming back. With a successor
+// elected meanwhile the observer reports the successor alone; with none,
+// nothing. A term never reported (a leader that came and went between two
+// reads) is still reported before its successor, with TTL 0.
+func TestObserveLateAnnouncement(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	lk := newLocker(t, srv.Client(t), WithTTL(5*time.Second))
+	ctx := context.Background()
+	e := lk.Election("observe-late")
+	// An observer that has reported leader a and then Term 0, whose
+	// readers are up; refresh is what it runs on each batch of messages.
+	observerAfter := func(reported int64) *observer {
+		o := &observer{e: e, out: make(chan Leader, observeBuffer), up: []bool{true}, nUp: 1,
+			highest: reported, timer: time.NewTimer(time.Hour)}
+		o.timer.Stop()
+		t.Cleanup(func() { o.timer.Stop() })
+		return o
+	}
+	drain := func(o *observer) []Leader {
+		var got []Leader
+		for len(o.out) > 0 {
+			got = append(got, <-o.out)
+		}
+		return got
+	}
+	a, err := e.Campaign(ctx, "a")
+	require.NoError(t, err)
+	require.NoError(t, a.Unlock(ctx))
+	late := Leader{Term: a.Token(), Value: "a"}
+
+	o := observerAfter(a.Token())
+	o.refresh(ctx, []Leader{late})
+	assert.Empty(t, drain(o), "no leader: a late announcement of the ended term is not news")
+
+	b, err := e.Campaign(ctx, "b")
+	require.NoError(t, err)
+	defer b.Unlock(ctx)
+	o = observerAfter(a.Token())
+	o.refresh(ctx, []Leader{late})
+	got := drain(o)
+	require.Len(t, got, 1, "%v", got)
+	assert.Equal(t, b.Token(), got[0].Term, "the successor alone: %v", got)
+
+	// The same announcement to an observer that never reported a: a
+	// leader that came and went, reported before its successor.
+	o = observerAfter(0)
+	o.refresh(ctx, []Leader{late})
+	got = drain(o)
+	require.Len(t, got, 2, "%v", got)
+	assert.Equal(t, late, got[0])
+	assert.Equal(t, b.Token(), got[1].Term)
+}

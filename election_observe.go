@@ -267,8 +267,11 @@ func (o *observer) refresh(ctx context.Context, anns []Leader) {
 	known := err == nil || errors.Is(err, ErrNoLeader)
 	for _, a := range anns {
 		switch {
-		case !known && a.Term <= o.highest:
-			continue // reported already: after a "cannot tell" it would read as the leader again
+		case a.Term <= o.highest && (!known || a.Term != o.sent.Term):
+			// Reported already and ended since (a 0 or a later term was
+			// sent after it): a message a reader held back would read
+			// as that leader coming back.
+			continue
 		case !known:
 		case a.Term == cur.Term:
 			continue // the read has this term's latest value
