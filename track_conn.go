@@ -68,6 +68,11 @@ func newTrackConn(t *tracker, idx int, base *redis.Client) *trackConn {
 	opt.Protocol = 2
 	opt.ClientName = "redlock-tracking"
 	opt.PoolSize, opt.MinIdleConns, opt.MaxIdleConns = 1, 0, 0
+	// No pool for pipelines apart (go-redis from v9.23 has one unless told
+	// otherwise): the data connection's pipelined reads and renewals and
+	// its keeper's PING must share its one socket, or the PING probes a
+	// connection that tracks nothing.
+	opt.PipelinePoolSize = -1
 	tc.dataOpt = opt
 	tc.dataOpt.ClientName = "redlock-tracking-data"
 	tc.dataOpt.MaxIdleConns = 1

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -484,18 +485,22 @@ func TestRearmAfterReconnectBounded(t *testing.T) {
 	// loaded machine is read again (through the pool, then on the data
 	// connection), which a slow run may see once or twice.
 	assert.LessOrEqual(t, tr.reads.Load()-reads, int64(held+4*verifyBatch), "locks read after the reconnection")
+	var data []string
 	dataConns := func() int {
-		n := 0
+		data = data[:0]
 		for _, l := range strings.Split(out.ClientList(ctx).Val(), "\n") {
 			if strings.Contains(l, " name=redlock-tracking-data ") {
-				n++
+				data = append(data, l)
 			}
 		}
-		return n
+		return len(data)
 	}
 	// The old one may linger a moment in CLIENT LIST after its close.
 	assert.Eventually(t, func() bool { return dataConns() == 1 }, 2*time.Second, 10*time.Millisecond,
 		"data connections: the re-arm's reads in flight are one pipeline")
+	if len(data) != 1 {
+		t.Logf("data connections after 2s:\n%s", strings.Join(data, "\n"))
+	}
 	for i, l := range locks {
 		if i != 1234 {
 			require.NoError(t, l.Err(), "lock %d", i)
@@ -557,5 +562,59 @@ func TestLossHeardAfterDataConnKilled(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond, "the short locks were not renewed after the kill")
 	for i, r := range renewed {
 		require.NoError(t, r.Err(), "lock %d, renewed across the kill", i)
+	}
+}
+
+// TestDataConnectionIsOne: a node's data connection is one connection: the
+// keeper's PING of an idle one goes over the socket whose reads armed the
+// held locks. go-redis v9.23 gives pipelines (the reads, the renewals) a
+// pool of their own unless told otherwise, and the PING went to the other
+// one: that socket killed alone (CLIENT KILL ID) tracked nothing more, the
+// PING still passed, and a held key deleted then went unheard until the
+// lock's next renewal. Here the kill of the one connection is found by the
+// PING and the deletion heard within idlePing.
+func TestDataConnectionIsOne(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	out := srv.Client(t)
+	lk := newLocker(t, srv.Client(t), WithTTL(30*time.Second))
+	ctx := context.Background()
+	locks := make([]*Lock, 20)
+	for i := range locks {
+		var err error
+		locks[i], err = lk.TryLock(ctx, fmt.Sprintf("one-conn-%d", i))
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { return trackingArmed(lk.c.track) }, 5*time.Second, time.Millisecond)
+	data := func() []string {
+		var lines []string
+		for line := range strings.Lines(out.ClientList(ctx).Val()) {
+			if strings.Contains(line, " name=redlock-tracking-data ") {
+				lines = append(lines, line)
+			}
+		}
+		return lines
+	}
+	// Idle now: wait for the keeper's PING.
+	require.Eventually(t, func() bool {
+		return slices.ContainsFunc(data(), func(l string) bool { return strings.Contains(l, " cmd=ping ") })
+	}, idlePing+5*time.Second, 10*time.Millisecond, "no PING on the idle data connection")
+	lines := data()
+	require.Len(t, lines, 1, "data connections:\n%s", strings.Join(lines, ""))
+	id := strings.TrimPrefix(strings.Fields(lines[0])[0], "id=")
+	at := time.Now()
+	_, err := out.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.ClientKillByFilter(ctx, "ID", id)
+		p.Del(ctx, "{redlock:one-conn-7}")
+		return nil
+	})
+	require.NoError(t, err)
+	delay := heardAfter(t, at, 5*time.Second, locks[7])
+	requireLoss(t, locks[7].Err(), LossDeleted)
+	assert.Less(t, delay[0], idlePing+4*followEvery, "heard after the data connection was killed")
+	for i, l := range locks {
+		if i != 7 {
+			require.NoError(t, l.Err(), "lock %d", i)
+		}
 	}
 }
