@@ -531,6 +531,8 @@ func TestLossClockScales(t *testing.T) {
 	// goroutine wakes on time, the loss clock included. The property under
 	// test is that the loss clock adds nothing beyond that (no pile-up of
 	// 20,000 callbacks), so the allowance grows by the probe's worst delay.
+	var ms0 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
 	probeStop := make(chan struct{})
 	probeDone := make(chan time.Duration, 1)
 	go func() { probeDone <- timerDelay(probeStop, ttl+time.Minute) }()
@@ -543,6 +545,10 @@ func TestLossClockScales(t *testing.T) {
 	}
 	close(probeStop)
 	sched := <-probeDone
+	// What else the process did meanwhile, for a run that misses the bound.
+	var ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms1)
+	t.Logf("meanwhile: %d GC cycles, GC pauses %v, heap %d MB, %d goroutines", ms1.NumGC-ms0.NumGC, time.Duration(ms1.PauseTotalNs-ms0.PauseTotalNs), ms1.HeapAlloc>>20, runtime.NumGoroutine())
 	var worst time.Duration
 	open := 0
 	for i, l := range locks {
