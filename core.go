@@ -328,15 +328,14 @@ func (c *core) unlock(ctx context.Context, l *Lock) error {
 	} else if !wasLost {
 		return errAlreadyReleased
 	}
-	// Every node, the spec's rule: also those whose acquire has not answered
-	// yet. The release usually overtakes nothing and frees the name at once;
-	// if it does overtake the acquire, the acquire's call releases its own
-	// grant when it arrives (settle). Not those the acquire was never sent
-	// to (a silent master, node.admit): nothing of ours is there.
+	// Every node that may hold something of ours, the spec's rule: now
+	// where the acquire answered, and where it has not yet, by its own call
+	// once it does (releaseTo): one release per master, none that runs
+	// before the grant it is meant to undo.
 	if changed {
 		c.track.expect(l) // l stays watched: its release is its own write
 	}
-	rs := c.pool.releaseOn(ctx, l, l.sentTo(c.pool.nodes), l.timeout, c.pool.settled)
+	rs := c.pool.releaseOn(ctx, l, l.releaseTo(c.pool.nodes), l.timeout, c.pool.settled)
 	if changed {
 		released := c.pool.count(rs).ok > 0
 		c.track.settle(l, released)

@@ -90,6 +90,9 @@ type Lock struct {
 	// where a renewal found the key gone (noteGone, repair.go).
 	outcome []outcome
 	relSent uint64 // nodes (bit by index) a release of the lock was sent to
+	// relDeferred: nodes whose release Unlock left to their acquire call,
+	// which had not answered yet (releaseTo, settle).
+	relDeferred uint64
 	// renewErr is the last failed renewal's error, and renewRefused whether
 	// some node then said the key was no longer ours: what a loss by time
 	// reports.

@@ -1,7 +1,6 @@
 package redlock
 
 import (
-	"slices"
 	"time"
 )
 
@@ -33,10 +32,11 @@ func (l *Lock) settle(idx int, o outcome) (release bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.outcome[idx] = o
-	if o == granted && l.state == stateReleased && idx < 64 && l.relSent&(1<<idx) == 0 {
+	if o == granted && l.state == stateReleased && idx < 64 && (l.relSent|l.relDeferred)&(1<<idx) == 0 {
 		// Unlock's release to this node is still to be sent: it reaches
 		// the node after this grant ran there, and finds it (a healthy
-		// Redlock's stragglers are not released twice).
+		// Redlock's stragglers are not released twice). Deferred
+		// (releaseTo): this call releases it.
 		return false
 	}
 	return o != taken && o != unsent && l.state != stateAcquiring && l.state != stateHeld
@@ -116,18 +116,38 @@ func (l *Lock) noteGone(idx int, until time.Time) (now bool) {
 	return false
 }
 
-// sentTo returns the nodes of nodes that l's acquire call may have reached
-// (all but those it was not sent to, see unsent): where a release is to
-// go. nodes itself when that is all of them.
-func (l *Lock) sentTo(nodes []*node) []*node {
+// releaseTo returns the nodes of nodes where Unlock's release is to go:
+// those whose acquire call answered and may have written something (a
+// grant, an error). A node whose call has not answered yet gets its release
+// when it does (settle: deferred): sent now, it could run there before the
+// grant, or before go-redis's retry of it after a lost reply, and would
+// have to be sent again. Not those the call was not sent to (a silent
+// master, node.admit) or that said another owner holds the name: nothing
+// of ours is there. nodes itself when that is all of them.
+func (l *Lock) releaseTo(nodes []*node) []*node {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !slices.Contains(l.outcome, unsent) {
+	all := true
+	for _, n := range nodes {
+		if o := l.outcome[n.idx]; o == pending || o == unsent || o == taken {
+			all = false
+			break
+		}
+	}
+	if all {
 		return nodes
 	}
 	out := make([]*node, 0, len(nodes))
 	for _, n := range nodes {
-		if l.outcome[n.idx] != unsent {
+		switch l.outcome[n.idx] {
+		case pending:
+			if n.idx < 64 {
+				l.relDeferred |= 1 << n.idx
+				continue
+			}
+			out = append(out, n) // beyond the bitmask: as before, sent now
+		case unsent, taken:
+		default:
 			out = append(out, n)
 		}
 	}
