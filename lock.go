@@ -88,7 +88,7 @@ type Lock struct {
 	// is in flight. A call that returns after the lock stopped being live
 	// releases its own grant (see settle). Once held, gone marks a node
 	// where a renewal found the key gone (noteGone, repair.go).
-	outcome []outcome
+	outcome outcomes
 	relSent uint64 // nodes (bit by index) a release of the lock was sent to
 	// relDeferred: nodes whose release Unlock left to their acquire call,
 	// which had not answered yet (releaseTo, settle).

@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"slices"
 	"time"
 )
 
@@ -116,42 +117,12 @@ func (l *Lock) noteGone(idx int, until time.Time) (now bool) {
 	return false
 }
 
-// releaseTo returns the nodes of nodes where Unlock's release is to go:
-// those whose acquire call answered and may have written something (a
-// grant, an error). A node whose call has not answered yet gets its release
-// when it does (settle: deferred): sent now, it could run there before the
-// grant, or before go-redis's retry of it after a lost reply, and would
-// have to be sent again. Not those the call was not sent to (a silent
-// master, node.admit) or that said another owner holds the name: nothing
-// of ours is there. nodes itself when that is all of them.
+// releaseTo returns the nodes of nodes where Unlock's release is to go;
+// see outcomes.releaseTo.
 func (l *Lock) releaseTo(nodes []*node) []*node {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	all := true
-	for _, n := range nodes {
-		if o := l.outcome[n.idx]; o == pending || o == unsent || o == taken {
-			all = false
-			break
-		}
-	}
-	if all {
-		return nodes
-	}
-	out := make([]*node, 0, len(nodes))
-	for _, n := range nodes {
-		switch l.outcome[n.idx] {
-		case pending:
-			if n.idx < 64 {
-				l.relDeferred |= 1 << n.idx
-				continue
-			}
-			out = append(out, n) // beyond the bitmask: as before, sent now
-		case unsent, taken:
-		default:
-			out = append(out, n)
-		}
-	}
-	return out
+	return l.outcome.releaseTo(nodes, &l.relDeferred)
 }
 
 // takeGone appends to buf the nodes noted gone (noteGone) and forgets
@@ -167,4 +138,32 @@ func (l *Lock) takeGone(buf []int) []int {
 		}
 	}
 	return buf
+}
+
+// outcomes are a lock's per-node outcomes (Lock.outcome, under its mu).
+type outcomes []outcome
+
+// releaseTo returns the nodes of nodes where a release is to go now: those
+// whose acquire call answered and may have written something (a grant, an
+// error). A node whose call has not answered yet is marked in deferred and
+// gets its release from that call when it does (Lock.settle): sent now, it
+// could run there before the grant, or before go-redis's retry of it after
+// a lost reply, and would have to be sent again. Not those the call was not
+// sent to (a silent master, node.admit) or that said another owner holds
+// the name: nothing of ours is there. nodes itself when that is all of them.
+func (os outcomes) releaseTo(nodes []*node, deferred *uint64) []*node {
+	now := func(n *node) bool { o := os[n.idx]; return o != pending && o != unsent && o != taken }
+	if !slices.ContainsFunc(nodes, func(n *node) bool { return !now(n) }) {
+		return nodes
+	}
+	out := make([]*node, 0, len(nodes))
+	for _, n := range nodes {
+		switch {
+		case now(n), os[n.idx] == pending && n.idx >= 64: // beyond the mask: sent now
+			out = append(out, n)
+		case os[n.idx] == pending:
+			*deferred |= 1 << n.idx
+		}
+	}
+	return out
 }
