@@ -100,15 +100,20 @@ func (e *expiry) run() {
 	// slack is how much earlier still, learnt from batches that closed a
 	// Done after its mark: on a loaded machine the loop wakes late and runs
 	// slowly, and the next batch starts earlier by what the last one missed.
+	// It is kept for slackHold after the last late batch before it decays:
+	// decaying at every batch, it was gone again within a few dozen batches
+	// (locks due a millisecond apart) while the machine still woke the loop
+	// late every few hundred milliseconds.
 	var slack time.Duration
+	var lateAt time.Time
 	for {
 		due, dueAt, lead = e.take(due[:0], dueAt[:0], lead, slack)
 		if len(due) > 0 {
 			// Close every Done first: other owners may be granted the names
 			// soon.
 			if over := e.expire(due, dueAt, lead+slack); over > 0 {
-				slack = min(slack+over, maxSlack)
-			} else {
+				slack, lateAt = min(slack+over, maxSlack), time.Now()
+			} else if time.Since(lateAt) > slackHold {
 				slack -= slack / 16
 			}
 			continue

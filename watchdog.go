@@ -261,3 +261,7 @@ func (w *watchdog) apply(l *Lock, ttl time.Duration, t1 time.Time, r batchResult
 // maxSlack caps the loss clock's learnt slack. Each lock takes at most an
 // eighth of its TTL of it (see Lock.expireLocked).
 const maxSlack = 250 * time.Millisecond
+
+// slackHold is how long the loss clock keeps the slack it learnt after its
+// last late batch before the slack decays.
+const slackHold = time.Second

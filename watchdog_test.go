@@ -533,17 +533,7 @@ func TestLossClockScales(t *testing.T) {
 	// 20,000 callbacks), so the allowance grows by the probes' worst delay.
 	var ms0 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
-	// One probe per P and one more: a timer's delay differs from P to P
-	// (each P runs its own timers, and an OS thread that the busy machine
-	// preempts delays those of its P), and the loss clock's timer may be on
-	// any of them. With one probe, the loss clock's wakes were seen 75ms
-	// late where the probe's were 23ms at worst.
-	probes := runtime.GOMAXPROCS(0) + 1
-	probeStop := make(chan struct{})
-	probeDone := make(chan time.Duration, probes)
-	for range probes {
-		go func() { probeDone <- timerDelay(probeStop, ttl+time.Minute) }()
-	}
+	stopProbes := timerProbes(ttl + time.Minute)
 	// Only wait while the losses come: checking each lock as its Done
 	// closes (building its loss error, writing the history, all under
 	// -race) would take CPU from the loss clock under test on a 2-core
@@ -551,11 +541,7 @@ func TestLossClockScales(t *testing.T) {
 	for _, l := range locks {
 		<-l.Done()
 	}
-	close(probeStop)
-	var sched time.Duration
-	for range probes {
-		sched = max(sched, <-probeDone)
-	}
+	sched := stopProbes()
 	// What else the process did meanwhile, for a run that misses the bound.
 	var ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms1)
@@ -602,6 +588,29 @@ func TestLossClockScales(t *testing.T) {
 // timerDelay measures, until stop closes or limit passes, the worst delay
 // with which a 1ms timer fires on this machine: the scheduling delay that
 // any goroutine waking on a timer, the loss clock's included, suffers.
+// timerProbes runs timerDelay probes for at most limit: one per P and one
+// more, since a timer's delay differs from P to P (each P runs its own
+// timers, and an OS thread that a busy machine preempts delays those of its
+// P) and the timer under test may be on any of them (with one probe, the
+// loss clock's wakes were seen 75ms late where the probe's were 23ms at
+// worst). stop ends them and returns the worst delay any of them saw.
+func timerProbes(limit time.Duration) (stop func() time.Duration) {
+	probes := runtime.GOMAXPROCS(0) + 1
+	quit := make(chan struct{})
+	done := make(chan time.Duration, probes)
+	for range probes {
+		go func() { done <- timerDelay(quit, limit) }()
+	}
+	return func() time.Duration {
+		close(quit)
+		var worst time.Duration
+		for range probes {
+			worst = max(worst, <-done)
+		}
+		return worst
+	}
+}
+
 func timerDelay(stop <-chan struct{}, limit time.Duration) time.Duration {
 	const tick = time.Millisecond
 	var worst time.Duration
