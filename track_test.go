@@ -486,20 +486,11 @@ func TestRearmAfterReconnectBounded(t *testing.T) {
 	// connection), which a slow run may see once or twice.
 	assert.LessOrEqual(t, tr.reads.Load()-reads, int64(held+4*verifyBatch), "locks read after the reconnection")
 	var data []string
-	dataConns := func() int {
-		data = data[:0]
-		for _, l := range strings.Split(out.ClientList(ctx).Val(), "\n") {
-			if strings.Contains(l, " name=redlock-tracking-data ") {
-				data = append(data, l)
-			}
-		}
-		return len(data)
-	}
 	// The old one may linger a moment in CLIENT LIST after its close.
-	assert.Eventually(t, func() bool { return dataConns() == 1 }, 2*time.Second, 10*time.Millisecond,
+	assert.Eventually(t, func() bool { data = dataConnLines(ctx, out); return len(data) == 1 }, 2*time.Second, 10*time.Millisecond,
 		"data connections: the re-arm's reads in flight are one pipeline")
 	if len(data) != 1 {
-		t.Logf("data connections after 2s:\n%s", strings.Join(data, "\n"))
+		t.Logf("data connections after 2s:\n%s", strings.Join(data, ""))
 	}
 	for i, l := range locks {
 		if i != 1234 {
@@ -532,15 +523,8 @@ func TestLossHeardAfterDataConnKilled(t *testing.T) {
 	require.Eventually(t, func() bool { return trackingArmed(lk.c.track) && trackingArmed(short.c.track) }, 5*time.Second, time.Millisecond)
 	// The idle data connection has been pinged once: its last command on
 	// the server is the keeper's PING.
-	require.Eventually(t, func() bool {
-		list, err := out.ClientList(ctx).Result()
-		for line := range strings.Lines(list) {
-			if strings.Contains(line, " name=redlock-tracking-data ") && strings.Contains(line, " cmd=ping ") {
-				return err == nil
-			}
-		}
-		return false
-	}, idlePing+5*time.Second, 10*time.Millisecond, "no PING on the idle data connection")
+	require.Eventually(t, func() bool { return pingedDataConn(ctx, out) }, idlePing+5*time.Second, 10*time.Millisecond,
+		"no PING on the idle data connection")
 	at := time.Now()
 	_, err = out.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.ClientKillByFilter(ctx, "TYPE", "normal")
@@ -586,20 +570,10 @@ func TestDataConnectionIsOne(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.Eventually(t, func() bool { return trackingArmed(lk.c.track) }, 5*time.Second, time.Millisecond)
-	data := func() []string {
-		var lines []string
-		for line := range strings.Lines(out.ClientList(ctx).Val()) {
-			if strings.Contains(line, " name=redlock-tracking-data ") {
-				lines = append(lines, line)
-			}
-		}
-		return lines
-	}
 	// Idle now: wait for the keeper's PING.
-	require.Eventually(t, func() bool {
-		return slices.ContainsFunc(data(), func(l string) bool { return strings.Contains(l, " cmd=ping ") })
-	}, idlePing+5*time.Second, 10*time.Millisecond, "no PING on the idle data connection")
-	lines := data()
+	require.Eventually(t, func() bool { return pingedDataConn(ctx, out) }, idlePing+5*time.Second, 10*time.Millisecond,
+		"no PING on the idle data connection")
+	lines := dataConnLines(ctx, out)
 	require.Len(t, lines, 1, "data connections:\n%s", strings.Join(lines, ""))
 	id := strings.TrimPrefix(strings.Fields(lines[0])[0], "id=")
 	at := time.Now()
@@ -617,4 +591,22 @@ func TestDataConnectionIsOne(t *testing.T) {
 			require.NoError(t, l.Err(), "lock %d", i)
 		}
 	}
+}
+
+// dataConnLines returns the CLIENT LIST lines of the tracking data
+// connections on out's server.
+func dataConnLines(ctx context.Context, out *redis.Client) []string {
+	var lines []string
+	for line := range strings.Lines(out.ClientList(ctx).Val()) {
+		if strings.Contains(line, " name=redlock-tracking-data ") {
+			lines = append(lines, line)
+		}
+	}
+	return lines
+}
+
+// pingedDataConn reports that a tracking data connection on out's server
+// last ran PING: the keeper's, on an idle one.
+func pingedDataConn(ctx context.Context, out *redis.Client) bool {
+	return slices.ContainsFunc(dataConnLines(ctx, out), func(l string) bool { return strings.Contains(l, " cmd=ping ") })
 }

@@ -585,9 +585,6 @@ func TestLossClockScales(t *testing.T) {
 	assert.NoError(t, rec.Err())
 }
 
-// timerDelay measures, until stop closes or limit passes, the worst delay
-// with which a 1ms timer fires on this machine: the scheduling delay that
-// any goroutine waking on a timer, the loss clock's included, suffers.
 // timerProbes runs timerDelay probes for at most limit: one per P and one
 // more, since a timer's delay differs from P to P (each P runs its own
 // timers, and an OS thread that a busy machine preempts delays those of its
@@ -611,6 +608,9 @@ func timerProbes(limit time.Duration) (stop func() time.Duration) {
 	}
 }
 
+// timerDelay measures, until stop closes or limit passes, the worst delay
+// with which a 1ms timer fires on this machine: the scheduling delay that
+// any goroutine waking on a timer, the loss clock's included, suffers.
 func timerDelay(stop <-chan struct{}, limit time.Duration) time.Duration {
 	const tick = time.Millisecond
 	var worst time.Duration
