@@ -319,40 +319,49 @@ func TestServerRefusals(t *testing.T) {
 }
 
 // TestRedlockRetriedAcquireAfterUnlock: a master whose acquire reply was lost
-// gets the acquire again from go-redis's retry, after Unlock already ran
-// there; that second grant must be released, not left owned by nobody.
+// gets the acquire again from go-redis's retry, after the lock's release
+// already ran there; that second grant must be released, not left owned by
+// nobody. The release is Unlock's, or Close's (which releases every held
+// lock in one batch).
 func TestRedlockRetriedAcquireAfterUnlock(t *testing.T) {
 	t.Parallel()
-	srvs := redistest.StartN(t, 3)
-	proxy := redistest.NewProxy(t, srvs[2].Addr())
-	var clients []Client
-	for i, s := range srvs {
-		opt := &redis.Options{Addr: s.Addr(), ReadTimeout: time.Second}
-		if i == 2 {
-			opt.Addr = proxy.Addr()
-			opt.MinRetryBackoff, opt.MaxRetryBackoff = 300*time.Millisecond, 300*time.Millisecond
-		}
-		c := redis.NewClient(opt)
-		t.Cleanup(func() { c.Close() })
-		clients = append(clients, c)
+	for _, end := range []string{"Unlock", "Close"} {
+		t.Run(end, func(t *testing.T) {
+			t.Parallel()
+			srvs := redistest.StartN(t, 3)
+			proxy := redistest.NewProxy(t, srvs[2].Addr())
+			var clients []Client
+			for i, s := range srvs {
+				opt := &redis.Options{Addr: s.Addr(), ReadTimeout: time.Second}
+				if i == 2 {
+					opt.Addr = proxy.Addr()
+					opt.MinRetryBackoff, opt.MaxRetryBackoff = 300*time.Millisecond, 300*time.Millisecond
+				}
+				c := redis.NewClient(opt)
+				t.Cleanup(func() { c.Close() })
+				clients = append(clients, c)
+			}
+			r, err := NewRedlock(clients)
+			require.NoError(t, err)
+			ctx := context.Background()
+			require.NoError(t, clients[2].(*redis.Client).Ping(ctx).Err())
+			proxy.DropReplies(1)
+			l, err := r.TryLock(ctx, "retried")
+			require.NoError(t, err)
+			admin := srvs[2].Client(t)
+			// The first acquire ran on the third master (its reply is what
+			// was lost); go-redis's retry is still waiting out its backoff.
+			require.True(t, eventually(time.Second, func() bool { return admin.Exists(ctx, "{redlock:retried}").Val() == 1 }))
+			if end == "Unlock" {
+				require.NoError(t, l.Unlock(ctx))
+			}
+			// Close waits for the Redlock's goroutines, the retrying
+			// acquire among them, so what it left on the server is final.
+			require.NoError(t, r.Close())
+			assert.Zero(t, admin.Exists(ctx, "{redlock:retried}").Val(),
+				"the retried grant on the third master is still there (owner %q, PTTL %v)", get(t, admin, "{redlock:retried}"), admin.PTTL(ctx, "{redlock:retried}").Val())
+		})
 	}
-	r, err := NewRedlock(clients)
-	require.NoError(t, err)
-	ctx := context.Background()
-	require.NoError(t, clients[2].(*redis.Client).Ping(ctx).Err())
-	proxy.DropReplies(1)
-	l, err := r.TryLock(ctx, "retried")
-	require.NoError(t, err)
-	admin := srvs[2].Client(t)
-	// The first acquire ran on the third master (its reply is what was
-	// lost); go-redis's retry is still waiting out its backoff.
-	require.True(t, eventually(time.Second, func() bool { return admin.Exists(ctx, "{redlock:retried}").Val() == 1 }))
-	require.NoError(t, l.Unlock(ctx))
-	// Close waits for the Redlock's goroutines, the retrying acquire
-	// among them, so what it left on the server is final.
-	require.NoError(t, r.Close())
-	assert.Zero(t, admin.Exists(ctx, "{redlock:retried}").Val(),
-		"the retried grant on the third master is still there (owner %q, PTTL %v)", get(t, admin, "{redlock:retried}"), admin.PTTL(ctx, "{redlock:retried}").Val())
 }
 
 // TestNameFreeAfterPause: an attempt that a paused server left unanswered

@@ -54,6 +54,15 @@ func (l *Lock) releaseSent(idx int) {
 	l.mu.Unlock()
 }
 
+// releasesSent notes that a release of each of locks is being sent to node
+// idx, as Close's batch does: a straggler's grant that reaches the node after
+// it releases itself (settle) instead of holding the name for its lease.
+func releasesSent(locks []*Lock, idx int) {
+	for _, l := range locks {
+		l.releaseSent(idx)
+	}
+}
+
 // release marks l released (Unlock); wasLost reports a lock that was lost
 // before.
 func (l *Lock) release() (changed, wasLost bool) {

@@ -69,6 +69,9 @@ func (b *batchRound) run(ctx context.Context, locks []*Lock, ttls []time.Duratio
 		if renew {
 			defer n.renewing.Store(false)
 		}
+		if !renew { // Close's release: see releasesSent
+			releasesSent(locks, n.idx)
+		}
 		rearm := renew && via.on(n.idx)
 		if rearm {
 			cl = via.clients[n.idx]
