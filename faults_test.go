@@ -364,6 +364,34 @@ func TestRedlockRetriedAcquireAfterUnlock(t *testing.T) {
 	}
 }
 
+// TestRedlockUnlockCountsStraggler: Unlock releases at once where the
+// acquire answered and leaves a master whose acquire is still on its way to
+// that call (one release per master). That master's release still counts
+// for Unlock's quorum: with one of the answered masters silent, Unlock
+// returns nil once the straggler's grant has been released, not "reached 1
+// of 3 nodes" while the lock is in fact released on two.
+func TestRedlockUnlockCountsStraggler(t *testing.T) {
+	t.Parallel()
+	nodes := startRLNodes(t, 3, true, 5*time.Second)
+	r := newRL(t, nodes, WithNodeTimeout(3*time.Second), WithAutoRenew(false))
+	warmUp(t, r)
+	ctx := context.Background()
+	// Master 2 gets every command 300ms late: TryLock returns at the quorum
+	// of masters 0 and 1, and Unlock, called at once, finds master 2's
+	// acquire still on its way.
+	nodes[2].proxy.SetDelay(300 * time.Millisecond)
+	l, err := r.TryLock(ctx, "straggler")
+	require.NoError(t, err, "TryLock at a quorum of two")
+	nodes[0].proxy.Blackhole(true) // its release will not be answered
+	start := time.Now()
+	err = l.Unlock(ctx)
+	took := time.Since(start)
+	nodes[0].proxy.Blackhole(false)
+	require.NoError(t, err, "Unlock with master 1 and the straggler released, master 0 silent (after %v)", took)
+	assert.Empty(t, holding(t, nodes, "straggler", 1, 2), "keys left on the answering masters")
+	t.Logf("Unlock returned after %v", took.Round(time.Millisecond))
+}
+
 // TestNameFreeAfterPause: an attempt that a paused server left unanswered
 // leaves nothing once the server resumes, although the grant and the
 // attempt's cleanup wait in the server's sockets together and may run in

@@ -89,10 +89,9 @@ type Lock struct {
 	// releases its own grant (see settle). Once held, gone marks a node
 	// where a renewal found the key gone (noteGone, repair.go).
 	outcome outcomes
-	relSent uint64 // nodes (bit by index) a release of the lock was sent to
-	// relDeferred: nodes whose release Unlock left to their acquire call,
-	// which had not answered yet (releaseTo, settle).
-	relDeferred uint64
+	// rel: where the lock's releases were sent, and those Unlock left to
+	// the acquire call of a node that had not answered yet (settle).
+	rel releases
 	// renewErr is the last failed renewal's error, and renewRefused whether
 	// some node then said the key was no longer ours: what a loss by time
 	// reports.

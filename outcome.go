@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"slices"
+	"sync"
 	"time"
 )
 
@@ -33,7 +34,11 @@ func (l *Lock) settle(idx int, o outcome) (release bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.outcome[idx] = o
-	if o == granted && l.state == stateReleased && idx < 64 && (l.relSent|l.relDeferred)&(1<<idx) == 0 {
+	if o == taken || o == unsent {
+		// Nothing of ours there: a deferred release is done.
+		l.rel.done(idx, reply{code: replyNotOurs, unsent: o == unsent})
+	}
+	if o == granted && l.state == stateReleased && !l.rel.sentOrDeferred(idx) {
 		// Unlock's release to this node is still to be sent: it reaches
 		// the node after this grant ran there, and finds it (a healthy
 		// Redlock's stragglers are not released twice). Deferred
@@ -43,23 +48,12 @@ func (l *Lock) settle(idx int, o outcome) (release bool) {
 	return o != taken && o != unsent && l.state != stateAcquiring && l.state != stateHeld
 }
 
-// releaseSent notes that a release of l is being sent to node idx (see
-// settle).
-func (l *Lock) releaseSent(idx int) {
-	if idx >= 64 {
-		return
-	}
-	l.mu.Lock()
-	l.relSent |= 1 << idx
-	l.mu.Unlock()
-}
-
 // releasesSent notes that a release of each of locks is being sent to node
 // idx, as Close's batch does: a straggler's grant that reaches the node after
 // it releases itself (settle) instead of holding the name for its lease.
 func releasesSent(locks []*Lock, idx int) {
 	for _, l := range locks {
-		l.releaseSent(idx)
+		l.rel.sent(idx)
 	}
 }
 
@@ -126,12 +120,16 @@ func (l *Lock) noteGone(idx int, until time.Time) (now bool) {
 	return false
 }
 
-// releaseTo returns the nodes of nodes where Unlock's release is to go;
-// see outcomes.releaseTo.
+// releaseTo returns the nodes of nodes where Unlock's release is to go
+// (see outcomes.releaseTo), followed by those deferred to their acquire
+// call: Unlock's round waits for the release that call makes
+// (releases.await), and counts it.
 func (l *Lock) releaseTo(nodes []*node) []*node {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.outcome.releaseTo(nodes, &l.relDeferred)
+	l.rel.mu.Lock()
+	defer l.rel.mu.Unlock()
+	return l.rel.deferred(nodes, l.outcome.releaseTo(nodes, &l.rel.deferredTo))
 }
 
 // takeGone appends to buf the nodes noted gone (noteGone) and forgets
@@ -175,4 +173,74 @@ func (os outcomes) releaseTo(nodes []*node, deferred *uint64) []*node {
 		}
 	}
 	return out
+}
+
+// releases is where a lock's releases stand: sentTo has a bit for each node
+// a release of the lock was sent to; deferredTo one for each node whose
+// release Unlock left to the node's acquire call, until that release is
+// done; wait holds, by node, the channel its first answer reaches Unlock's
+// round by (nil without any deferred node). Its own mu: taken after the
+// lock's mu when both are (settle, releaseTo).
+type releases struct {
+	mu         sync.Mutex
+	sentTo     uint64
+	deferredTo uint64
+	wait       []chan reply
+}
+
+// sent notes that a release is being sent to node idx (see Lock.settle).
+func (r *releases) sent(idx int) {
+	if idx >= 64 {
+		return
+	}
+	r.mu.Lock()
+	r.sentTo |= 1 << idx
+	r.mu.Unlock()
+}
+
+// sentOrDeferred reports whether Unlock's release of node idx was sent or
+// left to the node's acquire call (beyond the masks: as if sent).
+func (r *releases) sentOrDeferred(idx int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return idx >= 64 || (r.sentTo|r.deferredTo)&(1<<idx) != 0
+}
+
+// deferred makes a channel for each node of nodes whose release was deferred
+// (under mu), and returns now with those nodes after it.
+func (r *releases) deferred(nodes, now []*node) []*node {
+	if r.deferredTo == 0 {
+		return now
+	}
+	r.wait = make([]chan reply, len(nodes))
+	for _, n := range nodes {
+		if n.idx < 64 && r.deferredTo&(1<<n.idx) != 0 {
+			r.wait[n.idx] = make(chan reply, 1)
+			now = append(now, n)
+		}
+	}
+	return now
+}
+
+// await returns where node idx's deferred release will be handed over
+// (done), or nil for a node whose release is not deferred.
+func (r *releases) await(idx int) <-chan reply {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if idx >= len(r.wait) {
+		return nil
+	}
+	return r.wait[idx]
+}
+
+// done hands the first answer of a release on node idx to Unlock's round
+// if that release was deferred to the acquire call: the one answer, so the
+// channel never blocks.
+func (r *releases) done(idx int, rep reply) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if idx < 64 && idx < len(r.wait) && r.wait[idx] != nil && r.deferredTo&(1<<idx) != 0 {
+		r.deferredTo &^= 1 << idx
+		r.wait[idx] <- rep
+	}
 }

@@ -34,10 +34,13 @@ func (p *pool) releaseOn(ctx context.Context, l *Lock, nodes []*node, timeout ti
 	}
 	argv := releaseArgv(l) // one command for every node: go-redis only reads it
 	call := func(ctx context.Context, n *node, cl Client) reply {
+		if ch := l.rel.await(n.idx); ch != nil {
+			return awaitRelease(ctx, n, ch)
+		}
 		if !p.send(n) {
 			return reply{err: n.timedOut(), unsent: true} // released in the background (releaseNode)
 		}
-		l.releaseSent(n.idx)
+		l.rel.sent(n.idx)
 		return releaseCall(ctx, cl, l, argv)
 	}
 	rs, _, err := p.round(detached(ctx), nodes, timeout, timeout, call, time.Now().Add(timeout), nil, stop)
@@ -56,6 +59,20 @@ func (p *pool) releaseOn(ctx context.Context, l *Lock, nodes []*node, timeout ti
 		rs = append(rs, r)
 	}
 	return rs
+}
+
+// awaitRelease waits for the release of a node deferred to its acquire
+// call (Lock.releaseTo) and returns its answer, as if releaseOn had sent it.
+func awaitRelease(ctx context.Context, n *node, ch <-chan reply) reply {
+	select {
+	case r := <-ch:
+		if r.unsent {
+			r.err = n.timedOut()
+		}
+		return r
+	case <-ctx.Done():
+		return reply{err: ctx.Err()}
+	}
 }
 
 // unanswered returns the nodes whose reply in rs is an error that is not
@@ -152,8 +169,9 @@ func (p *cleanup) releaseNode(ctx context.Context, n *node, l *Lock, ran bool) {
 		}
 		cctx, cancel := context.WithTimeout(ctx, l.timeout)
 		n.begin()
-		l.releaseSent(n.idx)
+		l.rel.sent(n.idx)
 		r := releaseCall(cctx, cl, l, releaseArgv(l))
+		l.rel.done(n.idx, r)
 		n.end(r.err)
 		n.note(r.err)
 		cancel()
