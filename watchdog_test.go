@@ -159,11 +159,18 @@ func TestWatchdogScale(t *testing.T) {
 	hook := &countingHook{}
 	cl.AddHook(hook)
 	const (
-		n      = 10000
 		ttl    = 3 * time.Second
 		renew  = 500 * time.Millisecond
 		period = 4 // renewal periods to hold for
 	)
+	// 10,000 locks; 5,000 under the race detector (see TestLossClockScales):
+	// with 2 busy CPUs and other packages' tests alongside, a round of
+	// 10,000 renewals under it once stayed unanswered for 4 periods, and
+	// what is under test is the traffic's shape, not this machine's speed.
+	n := 10000
+	if raceDetector {
+		n = 5000
+	}
 	// The node timeout (default TTL/10, 300ms) is raised: 10,000 TryLocks
 	// under -race on a loaded machine see GC pauses longer than that, and
 	// this test is about renewal traffic, not acquire latency.
@@ -200,7 +207,7 @@ func TestWatchdogScale(t *testing.T) {
 	runtime.GC()
 	var after runtime.MemStats
 	runtime.ReadMemStats(&after)
-	heapPerLock := (int64(after.HeapAlloc) - int64(before.HeapAlloc)) / n
+	heapPerLock := (int64(after.HeapAlloc) - int64(before.HeapAlloc)) / int64(n)
 	goroutines := runtime.NumGoroutine() - baseGoroutines
 
 	// Hold until every lock has been renewed period-1 times (what period
@@ -213,7 +220,7 @@ func TestWatchdogScale(t *testing.T) {
 	p0, c0 := hook.pipelines.Load(), hook.piped.Load()
 	held := time.Now()
 	renewed := eventuallyEvery(period*renew+15*time.Second, 50*time.Millisecond, func() bool {
-		return hook.piped.Load()-c0 >= int64(period-1)*n
+		return hook.piped.Load()-c0 >= int64(period-1)*int64(n)
 	})
 	pipelines, piped := hook.pipelines.Load()-p0, hook.piped.Load()-c0
 	for i, l := range locks {
@@ -491,10 +498,18 @@ func TestLossClockScales(t *testing.T) {
 		t.Skip("holds thousands of locks; skipped with -short")
 	}
 	srv := redistest.Start(t)
-	const (
-		n   = 20000
-		ttl = 5 * time.Second
-	)
+	const ttl = 5 * time.Second
+	// 20,000 locks; 5,000 under the race detector. Its instrumentation makes
+	// each of the loss clock's heap operations 10 to 40 times dearer (a pop
+	// from a heap of 20,000 measured at 150-280µs in this test, 12µs alone,
+	// about 1µs without it): at 20,000 the loop then cannot keep up with
+	// thousands of locks due within milliseconds, where a build without it
+	// closes every Done by its Until (0 late in three runs). One clock and
+	// no pile-up show at either size.
+	n := 20000
+	if raceDetector {
+		n = 5000
+	}
 	// Recorded by hand, without a goroutine per lock watching its Done:
 	// 20,000 goroutines waking at once would delay the loss clock under test.
 	rec := history.New()
@@ -541,7 +556,11 @@ func TestLossClockScales(t *testing.T) {
 	for _, l := range locks {
 		<-l.Done()
 	}
-	sched := stopProbes()
+	// The loss clock's own wakes are timer wakes too, and the probes, a
+	// sample, can miss the worst of them: under busy-test with other
+	// packages' tests alongside, the loop woke 83ms late where the probes
+	// saw at most 49ms. What it does once awake is what this test is about.
+	sched := max(stopProbes(), time.Duration(lk.c.exp.woke.Load()))
 	// What else the process did meanwhile, for a run that misses the bound.
 	var ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms1)
@@ -562,7 +581,7 @@ func TestLossClockScales(t *testing.T) {
 		worst = max(worst, late)
 	}
 	allowance := drift(ttl, 0.01)
-	t.Logf("%d locks on a paused server: %d Done channels closed after their Until, the latest %v after it (drift allowance %v, worst timer delay of the machine meanwhile %v)", n, open, worst, allowance, sched)
+	t.Logf("%d locks on a paused server: %d Done channels closed after their Until, the latest %v after it (drift allowance %v, worst timer delay of the machine meanwhile, the loss clock's wakes included: %v)", n, open, worst, allowance, sched)
 	assert.Less(t, worst, allowance+sched, "Done closed after Until by more than the drift allowance plus the machine's own timer delay")
 
 	srv.Resume(t)
@@ -649,12 +668,30 @@ func TestTimeHeapCountBy(t *testing.T) {
 		for _, off := range []time.Duration{-time.Millisecond, 0, time.Millisecond, 3 * time.Millisecond, time.Hour} {
 			horizon := base.Add(off)
 			want := 0
-			for _, l := range h.locks {
-				if !l.loss.at.After(horizon) {
+			for _, e := range h.entries {
+				if !e.at.After(horizon) {
 					want++
 				}
 			}
 			require.Equal(t, want, h.countBy(horizon), "seed %d, horizon base%+v", seed, off)
+		}
+		// The heap's order and every lock's slot, then pops in time order.
+		for i, e := range h.entries {
+			require.Equal(t, i, e.l.loss.index, "seed %d: slot of entry %d", seed, i)
+			if i > 0 {
+				require.False(t, e.at.Before(h.entries[(i-1)/2].at), "seed %d: entry %d before its parent", seed, i)
+			}
+		}
+		h.remove(&locks[len(locks)/2])
+		require.Equal(t, -1, locks[len(locks)/2].loss.index)
+		var last time.Time
+		for len(h.entries) > 0 {
+			_, at, _ := h.head()
+			l := h.pop()
+			require.False(t, at.Before(last), "seed %d: popped out of order", seed)
+			require.Equal(t, -1, l.loss.index)
+			require.False(t, l.loss.queued.Load())
+			last = at
 		}
 	}
 }
