@@ -167,8 +167,11 @@ func (e *Election) Proclaim(ctx context.Context, lead *Lock, value string) error
 }
 
 // announce runs proclaim.lua for l on every node: value written as the
-// lock's metadata (when write) and "<term>\n<value>" published on the
-// election channel. nil once a quorum did it.
+// lock's metadata (when write) and "<term>.<n>\n<value>" published on the
+// election channel, n numbering l's announcements from 1. nil once a quorum
+// did it. The number orders them for observers exactly: every master
+// publishes each announcement, and one that runs it twice (go-redis's retry
+// after a reply that came late) publishes it twice.
 func (e *Election) announce(ctx context.Context, l *Lock, value string, write bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -178,7 +181,8 @@ func (e *Election) announce(ctx context.Context, l *Lock, value string, write bo
 		flag = "1"
 	}
 	keys := []string{e.key, e.key + metaSuffix}
-	args := []any{l.Owner(), flag, value, e.elect, strconv.FormatInt(l.Token(), 10) + "\n" + value}
+	msg := strconv.FormatInt(l.Token(), 10) + "." + strconv.FormatInt(l.proclaims.Add(1), 10) + "\n" + value
+	args := []any{l.Owner(), flag, value, e.elect, msg}
 	p := e.c.pool
 	// Detached, as every call of the core: gather stops waiting when ctx
 	// ends, and the call left behind is bounded by the node timeout.

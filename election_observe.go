@@ -185,16 +185,18 @@ func (o *observer) take(ev observeEvent) (anns []Leader, reread bool) {
 		return nil, false
 	}
 	if ev.channel == o.e.elect {
-		if a, ok := parseAnnouncement(ev.payload); ok {
+		if a, n, ok := parseAnnouncement(ev.payload); ok {
 			anns = append(anns, a)
-			o.heard.note(a, ev.node)
+			o.heard.note(a, n, ev.node)
 		}
 	}
 	return anns, true
 }
 
-// heardValues orders the values announced for the latest term heard, by
-// when each Proclaim was first heard from any node: a Proclaim returns once
+// heardValues orders the values announced for the latest term heard: by
+// the number the leader gives each announcement, or, from a leader of a
+// release before the number, by when each Proclaim was first heard from
+// any node: a Proclaim returns once
 // a quorum has run it, so a later value is announced after an earlier one.
 // On a Redlock a read can lag (a quorum that includes a master the last
 // Proclaim has not reached yet); this order keeps it from putting an older
@@ -209,12 +211,24 @@ type heardValues struct {
 	newest string
 }
 
-func (h *heardValues) note(a Leader, node int) {
+func (h *heardValues) note(a Leader, n int64, node int) {
 	switch {
 	case a.Term < h.term:
 		return
 	case a.Term > h.term || h.order == nil:
 		*h = heardValues{term: a.Term, order: map[string]int{}, byNode: map[int]map[string]int{}}
+	}
+	if n > 0 {
+		// Numbered by the leader: its order exactly, whichever master's
+		// message comes first, and a message a master sent twice (it ran
+		// the announcement twice) is one announcement.
+		if i, ok := h.order[a.Value]; !ok || int(n) > i {
+			h.order[a.Value] = int(n)
+		}
+		if j, ok := h.order[h.newest]; !ok || h.order[a.Value] >= j {
+			h.newest = a.Value
+		}
+		return
 	}
 	seen := h.byNode[node]
 	if seen == nil {
@@ -328,17 +342,25 @@ func (o *observer) send(l Leader) {
 	o.out <- l // run is the only sender, and there is room now
 }
 
-// parseAnnouncement reads proclaim.lua's message "<term>\n<value>".
-func parseAnnouncement(s string) (Leader, bool) {
+// parseAnnouncement reads proclaim.lua's message "<term>.<n>\n<value>" (see
+// Election.announce), or "<term>\n<value>" from a leader of a release before
+// the number (n 0).
+func parseAnnouncement(s string) (l Leader, n int64, ok bool) {
 	t, v, ok := strings.Cut(s, "\n")
 	if !ok {
-		return Leader{}, false
+		return Leader{}, 0, false
 	}
+	t, num, numbered := strings.Cut(t, ".")
 	term, err := strconv.ParseInt(t, 10, 64)
 	if err != nil || term <= 0 {
-		return Leader{}, false
+		return Leader{}, 0, false
 	}
-	return Leader{Value: v, Term: term}, true
+	if numbered {
+		if n, err = strconv.ParseInt(num, 10, 64); err != nil || n <= 0 {
+			return Leader{}, 0, false
+		}
+	}
+	return Leader{Value: v, Term: term}, n, true
 }
 
 // receive reads node n's pub/sub connection, subscribed to the election

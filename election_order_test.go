@@ -3,6 +3,8 @@ package redlock
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,4 +76,52 @@ func proclaimInOrder(t *testing.T, servers []*redistest.Server, observer, e *Ele
 	// A value proclaimed again is a change like any other.
 	require.NoError(t, e.Proclaim(ctx, lead, "v-01"))
 	w.next(t, at+1, 5*time.Second, func(l Leader) bool { return l.Value == "v-01" })
+}
+
+// TestObserveAnnouncementTwice: a master that runs an announcement twice
+// (go-redis's retry of a Proclaim whose reply came late) publishes it twice.
+// The second message, arriving after a newer Proclaim, is the same
+// announcement, not a new one: the observer keeps the newer value. Before
+// announcements were numbered it read as the value proclaimed again, and
+// the observer reported it after the newer one.
+func TestObserveAnnouncementTwice(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	observer := newLocker(t, goRedisDefaults(t, srv.Addr())).Election("twice")
+	e := newLocker(t, goRedisDefaults(t, srv.Addr())).Election("twice")
+	w := watch(observer.Observe(ctx))
+	subscribedObserver(t, srv, "twice", 1)
+	// What the leader publishes, as the server sent it.
+	spy := srv.Client(t).Subscribe(ctx, rlKey("twice")+electionSuffix)
+	defer spy.Close()
+	_, err := spy.Receive(ctx)
+	require.NoError(t, err)
+	lead, err := e.Campaign(ctx, "v-0")
+	require.NoError(t, err)
+	defer lead.Unlock(context.Background())
+	require.NoError(t, e.Proclaim(ctx, lead, "v-1"))
+	var first string
+	for first == "" {
+		m, err := spy.ReceiveMessage(ctx)
+		require.NoError(t, err)
+		if strings.HasSuffix(m.Payload, "\nv-1") {
+			first = m.Payload
+		}
+	}
+	require.NoError(t, e.Proclaim(ctx, lead, "v-2"))
+	at, _, _ := w.next(t, 0, 5*time.Second, func(l Leader) bool { return l.Value == "v-2" })
+	// v-1's announcement again, then a marker Proclaim: once the marker is
+	// reported, the repeat has been taken in.
+	require.NoError(t, srv.Client(t).Publish(ctx, rlKey("twice")+electionSuffix, first).Err())
+	require.NoError(t, e.Proclaim(ctx, lead, "v-3"))
+	w.next(t, at+1, 5*time.Second, func(l Leader) bool { return l.Value == "v-3" })
+	var values []string
+	for _, l := range w.leaders() {
+		if l.Term == lead.Token() {
+			values = append(values, l.Value)
+		}
+	}
+	assert.NotContains(t, values[slices.Index(values, "v-2"):], "v-1", "v-1 reported after v-2: %v", values)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -111,6 +112,8 @@ type Lock struct {
 	renewal slot       // in the watchdog's heap, guarded by its mutex
 	loss    slot       // in the loss clock's heap, guarded by its mutex
 	trk     *lockTrack // credits for its own writes (track_credit.go); nil without tracking
+	// proclaims numbers an election leader's announcements (Election.announce).
+	proclaims atomic.Int64
 }
 
 // errAlreadyReleased is Unlock's answer on a lock released before.

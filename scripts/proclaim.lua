@@ -10,7 +10,8 @@
 --          renewals keep alive, so none is created for it)
 -- ARGV[3]  the value
 -- ARGV[4]  election channel "{<prefix><name>}:elect"
--- ARGV[5]  the announcement: "<term>\n<value>"
+-- ARGV[5]  the announcement: "<term>.<n>\n<value>", n numbering the
+--          leader's announcements (Election.announce)
 --
 -- Returns REPLY_OK when the lock is ours and the announcement published;
 -- REPLY_UNPUBLISHED when the value was written but the server refused the
