@@ -396,3 +396,41 @@ func TestHandOffPassesOverGivenUpHead(t *testing.T) {
 	assert.Empty(t, dead.handed, "a waiter that gave up was handed a lock")
 	lk.c.waits.leave(ch, dead, false)
 }
+
+// TestWithdrawnWriterNotQueuedAgain: an attempt of a Lock call that gave up
+// can reach the server after the call's withdrawal (it was on the wire when
+// the ctx ended). It must not enter the writer in the queue again: the next
+// release would reserve the name for a writer that left, and the name
+// would stay reserved for the reservation's length (CI saw "held by owner
+// queued:<id>" for 999ms in TestHandOffSkipsWaitersThatGaveUp).
+func TestWithdrawnWriterNotQueuedAgain(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	lk := newLocker(t, srv.Client(t))
+	other := newLocker(t, srv.Client(t))
+	ctx := context.Background()
+	holder, err := lk.TryLock(ctx, "ghost")
+	require.NoError(t, err)
+	tag := lockKey(lk.c.cfg.prefix, "ghost")
+	keys := []string{tag, tag + fenceSuffix, tag + queueSuffix, tag + waitSuffix}
+	attempt := func() {
+		t.Helper()
+		res, err := scriptAcquire.Run(ctx, admin, keys, "ghost-attempt", "10000", "0", "w1").Slice()
+		require.NoError(t, err)
+		require.EqualValues(t, int64(replyTaken), res[0], "the waiting writer's attempt is refused: %v", res)
+	}
+	attempt() // the writer waits: entered in the queue
+	n, err := queuedWriters(admin, tag+queueSuffix)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n, "writers queued after the first attempt")
+	unwait(ctx, lk.c.pool, withdrawal{tag: tag, id: "w1", channel: releaseChannel(tag), timeout: time.Second})
+	attempt() // its call gave up; this attempt was on its way
+	n, err = queuedWriters(admin, tag+queueSuffix)
+	require.NoError(t, err)
+	assert.Zero(t, n, "writers queued after the withdrawal and a late attempt")
+	require.NoError(t, holder.Unlock(ctx))
+	l, err := other.TryLock(ctx, "ghost")
+	require.NoError(t, err, "TryLock right after the release (the name is %q)", get(t, admin, tag))
+	require.NoError(t, l.Unlock(ctx))
+}

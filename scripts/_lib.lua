@@ -134,10 +134,15 @@ end
 -- kinds.go).
 
 -- enqueue enters or renews writer id in the queue q: a new id (or one whose
--- entry lapsed, or whose turn came and went) goes to the tail.
+-- entry lapsed, or whose turn came and went) goes to the tail. It returns
+-- false, entering nothing, for an id that withdrew (unwait.lua leaves
+-- "a:<id>" scored 0 while the queue lives): an attempt of a Lock call that
+-- gave up can reach the server after the call's withdrawal, and a release
+-- would then reserve the name for a writer that left.
 local function enqueue(q, id)
   local now = nowms()
   local alive = redis.call('ZSCORE', q, 'a:' .. id)
+  if alive == '0' then return false end
   if not alive or tonumber(alive) <= now then
     local last = redis.call('ZREVRANGEBYSCORE', q, '(0', '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
     local place = -4503599627370496
@@ -146,6 +151,7 @@ local function enqueue(q, id)
   end
   redis.call('ZADD', q, now + 5000, 'a:' .. id)
   redis.call('PEXPIRE', q, 5000)
+  return true
 end
 
 -- dequeue takes writer id out of the queue q.

@@ -64,8 +64,7 @@ if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   end
   if wid == '' or cur ~= PREFIX_RESERVED .. wid then
     local pttl = redis.call('PTTL', KEYS[1])
-    if wid ~= '' then
-      enqueue(KEYS[3], wid)
+    if wid ~= '' and enqueue(KEYS[3], wid) then
       waiting(KEYS[4], pttl)
     end
     if cur == VALUE_READ_MARK then cur = '' end

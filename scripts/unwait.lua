@@ -11,14 +11,22 @@
 --
 -- A name reserved for it ('queued:' .. id, kinds.go's reservedPrefix) passes
 -- on to the next writer in the queue, or is freed. When no writer is left
--- waiting and the name is free or read-held (readMark), it publishes
+-- waiting (no "o:" entry: the withdrawal marks stay) and the name is free or
+-- read-held (readMark), it publishes
 -- ARGV[1] on ARGV[2], waking the readers that waited for it. Returns REPLY_OK (reply codes: the table in
 -- scripts.go).
 dequeue(KEYS[1], ARGV[1])
+-- The writer's mark of withdrawal: an attempt of its call still on its way
+-- does not enter it again (enqueue). It lives as long as the queue, which
+-- lives at least 5s more, longer than an attempt is on its way.
+-- pcall: a full server (maxmemory) refuses the ZADD, and the withdrawal
+-- stands without the mark.
+redis.pcall('ZADD', KEYS[1], 0, 'a:' .. ARGV[1])
+redis.pcall('PEXPIRE', KEYS[1], 5000)
 local cur = redis.call('GET', KEYS[2])
 if cur == PREFIX_RESERVED .. ARGV[1] then
   pass(KEYS[2], KEYS[1], ARGV[2], ARGV[1], tonumber(ARGV[3] or 1000))
-elseif redis.call('EXISTS', KEYS[1]) == 0 and (not cur or cur == VALUE_READ_MARK) then
+elseif not redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(0', 'LIMIT', 0, 1)[1] and (not cur or cur == VALUE_READ_MARK) then
   publishto(ARGV[2], ARGV[1])
 end
 return REPLY_OK
