@@ -189,9 +189,9 @@ func (e *expiry) books(ran <-chan struct{}) {
 const takeChunk = 128
 
 // take pops the locks due within lead+slack into due (their marks into
-// dueAt), at most takeChunk of them. With none due, it sets the timer for the next one, early by the
-// time the locks due with it will take to declare lost, and returns that new
-// lead.
+// dueAt), at most takeChunk of them. With none due, it sets the timer for
+// the next one, early by the time the locks due with it will take to
+// declare lost, and returns that new lead.
 func (e *expiry) take(due []*Lock, dueAt []time.Time, lead, slack time.Duration) ([]*Lock, []time.Time, time.Duration) {
 	now := time.Now()
 	e.mu.Lock()
