@@ -93,16 +93,7 @@ func (e *expiry) reset(at time.Time) {
 	e.timer.Reset(time.Until(at))
 }
 
-// remove takes l off the loss clock. A lock the loop declared lost is off
-// it already, and books forgets thousands of those at once: it must not
-// take e.mu for each, which the loop needs meanwhile (contended, Go's mutex
-// hands itself over and yields, and the loop waited behind the books
-// goroutine for over 100ms under -race). Nothing queues a lock again once
-// it has ended (core.forget), so a lock not queued stays so.
 func (e *expiry) remove(l *Lock) {
-	if !l.loss.queued.Load() {
-		return
-	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.queue.remove(l)

@@ -1,16 +1,14 @@
 package redlock
 
 import (
-	"sync/atomic"
+	"container/heap"
 	"time"
 )
 
 // slot is a lock's place in one timeHeap: the index of its entry (-1 when
-// not queued). Each heap's mutex guards its slots; queued mirrors index >= 0
-// for a reader without that mutex (see expiry.remove).
+// not queued). Each heap's mutex guards its slots.
 type slot struct {
-	index  int
-	queued atomic.Bool
+	index int
 }
 
 // timeHeap is a min-heap of locks by a time: the watchdog's renewals, the
@@ -19,7 +17,9 @@ type slot struct {
 // array only: with the time in the lock, every comparison read two locks
 // scattered in memory, and under -race popping thousands of locks due
 // together from a heap of 20,000 cost up to 90µs a pop (the loss clock, see
-// takeChunk).
+// takeChunk). container/heap orders it; entries go in and out by index
+// (heap.Fix, heap.Remove), never through Push's or Pop's any, which would
+// box an entry.
 type timeHeap struct {
 	entries []heapEntry
 	slot    func(*Lock) *slot
@@ -30,76 +30,44 @@ type heapEntry struct {
 	l  *Lock
 }
 
-func (h *timeHeap) less(i, j int) bool { return h.entries[i].at.Before(h.entries[j].at) }
+func (h *timeHeap) Len() int { return len(h.entries) }
 
-func (h *timeHeap) swap(i, j int) {
+func (h *timeHeap) Less(i, j int) bool { return h.entries[i].at.Before(h.entries[j].at) }
+
+func (h *timeHeap) Swap(i, j int) {
 	h.entries[i], h.entries[j] = h.entries[j], h.entries[i]
 	h.slot(h.entries[i].l).index = i
 	h.slot(h.entries[j].l).index = j
 }
 
-func (h *timeHeap) up(i int) {
-	for i > 0 {
-		parent := (i - 1) / 2
-		if !h.less(i, parent) {
-			return
-		}
-		h.swap(i, parent)
-		i = parent
-	}
-}
+// Push is not used: set appends and fixes.
+func (h *timeHeap) Push(any) { panic("timeHeap: Push") }
 
-// down moves entry i down to its place, and reports whether it moved.
-func (h *timeHeap) down(i int) bool {
-	start, n := i, len(h.entries)
-	for {
-		c := 2*i + 1
-		if c >= n {
-			break
-		}
-		if r := c + 1; r < n && h.less(r, c) {
-			c = r
-		}
-		if !h.less(c, i) {
-			break
-		}
-		h.swap(i, c)
-		i = c
-	}
-	return i > start
+// Pop drops the last entry, which heap.Remove has moved there; removeAt
+// read it before.
+func (h *timeHeap) Pop() any {
+	last := len(h.entries) - 1
+	h.slot(h.entries[last].l).index = -1
+	h.entries[last] = heapEntry{}
+	h.entries = h.entries[:last]
+	return nil
 }
 
 // set queues l at at, or moves it there.
 func (h *timeHeap) set(l *Lock, at time.Time) {
 	s := h.slot(l)
-	if s.index >= 0 {
-		h.entries[s.index].at = at
-		if !h.down(s.index) {
-			h.up(s.index)
-		}
-		return
+	if s.index < 0 {
+		s.index = len(h.entries)
+		h.entries = append(h.entries, heapEntry{l: l})
 	}
-	s.index = len(h.entries)
-	s.queued.Store(true)
-	h.entries = append(h.entries, heapEntry{at: at, l: l})
-	h.up(s.index)
+	h.entries[s.index].at = at
+	heap.Fix(h, s.index)
 }
 
 // removeAt takes entry i out of the heap and returns its lock.
 func (h *timeHeap) removeAt(i int) *Lock {
-	last := len(h.entries) - 1
-	if i != last {
-		h.swap(i, last)
-	}
-	l := h.entries[last].l
-	h.entries[last] = heapEntry{}
-	h.entries = h.entries[:last]
-	if i != last && !h.down(i) {
-		h.up(i)
-	}
-	s := h.slot(l)
-	s.index = -1
-	s.queued.Store(false)
+	l := h.entries[i].l
+	heap.Remove(h, i)
 	return l
 }
 
