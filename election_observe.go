@@ -193,16 +193,16 @@ func (o *observer) take(ev observeEvent) (anns []Leader, reread bool) {
 	return anns, true
 }
 
-// heardValues orders the values announced for the latest term heard: by
-// the number the leader gives each announcement, or, from a leader of a
-// release before the number, by when each Proclaim was first heard from
-// any node: a Proclaim returns once
-// a quorum has run it, so a later value is announced after an earlier one.
-// On a Redlock a read can lag (a quorum that includes a master the last
-// Proclaim has not reached yet); this order keeps it from putting an older
-// value after a newer one. Every node announces each Proclaim once, so a
-// value a node announces again is a new Proclaim of it. Reset whenever a
-// connection drops: then messages may be missed.
+// heardValues orders the values announced for the latest term heard. On a
+// Redlock a read can lag (a quorum that includes a master the last Proclaim
+// has not reached yet); this order keeps it from putting an older value
+// after a newer one. The order is the number the leader gives each
+// announcement. From a leader of a release before the number it is when
+// each Proclaim was first heard from any node (a Proclaim returns once a
+// quorum has run it, so a later value is announced after an earlier one),
+// and a value a node announces again is taken for a new Proclaim of it: a
+// node that ran one Proclaim twice cannot be told apart then. Reset
+// whenever a connection drops: then messages may be missed.
 type heardValues struct {
 	term   int64
 	next   int

@@ -41,8 +41,9 @@ func (l *Lock) settle(idx int, o outcome) (release bool) {
 	if o == granted && l.state == stateReleased && !l.rel.sentOrDeferred(idx) {
 		// Unlock's release to this node is still to be sent: it reaches
 		// the node after this grant ran there, and finds it (a healthy
-		// Redlock's stragglers are not released twice). Deferred
-		// (releaseTo): this call releases it.
+		// Redlock's stragglers are not released twice). A node Unlock
+		// deferred to this call (releaseTo) is not one: below, this call
+		// releases it.
 		return false
 	}
 	return o != taken && o != unsent && l.state != stateAcquiring && l.state != stateHeld

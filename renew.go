@@ -68,8 +68,7 @@ func (b *batchRound) run(ctx context.Context, locks []*Lock, ttls []time.Duratio
 	ch, err := p.fanOut(ctx, nodes, b.timeout, time.Until(deadline), func(ctx context.Context, n *node, cl Client) reply {
 		if renew {
 			defer n.renewing.Store(false)
-		}
-		if !renew { // Close's release: see releasesSent
+		} else { // Close's release: see releasesSent
 			releasesSent(locks, n.idx)
 		}
 		rearm := renew && via.on(n.idx)
