@@ -523,8 +523,12 @@ func TestRedlockMutualExclusion(t *testing.T) {
 // is not ours (ErrNotHeld, lost). It never creates a key.
 func TestRedlockExtend(t *testing.T) {
 	t.Parallel()
-	const nodeTimeout = 200 * time.Millisecond
-	nodes := startRLNodes(t, 5, true, 300*time.Millisecond)
+	// 500ms: the healthy calls of these cases must answer within it, and a
+	// full -race run on 2 cores once kept one master's Unlock reply past
+	// 200ms (an Unlock that reached 2 of 5 where 3 were up). The black-holed
+	// cases wait it out, a few seconds in all.
+	const nodeTimeout = 500 * time.Millisecond
+	nodes := startRLNodes(t, 5, true, time.Second)
 	r := newRL(t, nodes, WithNodeTimeout(nodeTimeout), WithAutoRenew(false))
 	warmUp(t, r)
 	ctx := context.Background()
