@@ -54,6 +54,10 @@ func BenchmarkFleetTracking(b *testing.B) {
 			b.ReportMetric(ratio(mOn.fleet, mOff.fleet), "fleet-x")
 			b.ReportMetric(float64(mOn.out)/float64(max(mOff.out, 1)), "out-x")
 			b.ReportMetric(float64(mOn.lost+mOff.lost), "lost")
+			b.ReportMetric(float64(mOn.scriptNs)/1000, "script-us-on")
+			b.ReportMetric(float64(mOff.scriptNs)/1000, "script-us-off")
+			b.ReportMetric(float64(mOn.cmdsPerScript)/1000, "cmds/script-on")
+			b.ReportMetric(float64(mOff.cmdsPerScript)/1000, "cmds/script-off")
 		})
 	}
 }
@@ -63,6 +67,10 @@ type fleetCost struct {
 	server, fleet time.Duration
 	out           int64
 	lost          int
+	// Per EVALSHA (nearly all of them renewals): the server's time in it,
+	// ns, and the commands the server ran, in thousandths (INFO
+	// commandstats and stats; commands run by scripts count).
+	scriptNs, cmdsPerScript int64
 }
 
 // runFleet starts instances Lockers holding locks auto-renewed locks each,
@@ -90,8 +98,14 @@ func runFleet(b *testing.B, srv *server, instances, locks int, tracking bool, wi
 	}
 	time.Sleep(2 * time.Second) // tracking opens at 50 ms of hold; renewals spread out
 	cpu0, out0, fleet0 := serverCPU(b, []*server{srv}), serverOutput(b, srv), processCPU(b)
+	st0 := serverCounts(b, srv)
 	time.Sleep(window)
+	st1 := serverCounts(b, srv)
 	c := fleetCost{server: serverCPU(b, []*server{srv}) - cpu0, out: serverOutput(b, srv) - out0, fleet: processCPU(b) - fleet0}
+	if calls := st1.scripts - st0.scripts; calls > 0 {
+		c.scriptNs = (st1.scriptUsec - st0.scriptUsec) * 1000 / calls
+		c.cmdsPerScript = (st1.commands - st0.commands) * 1000 / calls
+	}
 	for _, l := range held {
 		if l.Err() != nil {
 			c.lost++
@@ -147,7 +161,38 @@ func medianCost(cs []fleetCost) fleetCost {
 		fleet:  time.Duration(med(func(c fleetCost) int64 { return int64(c.fleet) })),
 		out:    med(func(c fleetCost) int64 { return c.out }),
 		lost:   lost,
+
+		scriptNs:      med(func(c fleetCost) int64 { return c.scriptNs }),
+		cmdsPerScript: med(func(c fleetCost) int64 { return c.cmdsPerScript }),
 	}
 }
 
 func ratio(a, b time.Duration) float64 { return float64(a) / float64(max(b, 1)) }
+
+// counts are the server's counters that one window's diff reads.
+type counts struct{ commands, scripts, scriptUsec int64 }
+
+// serverCounts reads INFO stats' total_commands_processed and INFO
+// commandstats' EVALSHA calls and time.
+func serverCounts(b *testing.B, srv *server) counts {
+	b.Helper()
+	var c counts
+	for l := range strings.Lines(srv.Info(b, "stats") + srv.Info(b, "commandstats")) {
+		l = strings.TrimSpace(l)
+		if v, ok := strings.CutPrefix(l, "total_commands_processed:"); ok {
+			c.commands, _ = strconv.ParseInt(v, 10, 64)
+		}
+		if v, ok := strings.CutPrefix(l, "cmdstat_evalsha:"); ok {
+			for f := range strings.SplitSeq(v, ",") {
+				k, x, _ := strings.Cut(f, "=")
+				switch k {
+				case "calls":
+					c.scripts, _ = strconv.ParseInt(x, 10, 64)
+				case "usec":
+					c.scriptUsec, _ = strconv.ParseInt(x, 10, 64)
+				}
+			}
+		}
+	}
+	return c
+}
