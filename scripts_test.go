@@ -8,8 +8,11 @@ import (
 	"path"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/redlockgo/redlock/internal/luasrc"
 	"github.com/redlockgo/redlock/internal/redistest"
@@ -322,6 +325,12 @@ func TestScripts(t *testing.T) {
 				keys: []string{"K"}, args: []any{"me", 20000, 100}, want: replyTaken},
 			{name: "too near its end", setup: [][]any{{"SET", "K", "me", "PX", 10000}},
 				keys: []string{"K"}, args: []any{"me", 20000, 60000}, want: replyLate},
+			{name: "another owner's, near its end", setup: [][]any{{"SET", "K", "other", "PX", 10000}},
+				keys: []string{"K"}, args: []any{"me", 20000, 60000}, want: replyTaken},
+			{name: "ours, no expiry", setup: [][]any{{"SET", "K", "me"}},
+				keys: []string{"K"}, args: []any{"me", 20000, 100}, want: replyLate},
+			{name: "another type", setup: [][]any{{"ZADD", "K", 1, "me"}, {"PEXPIRE", "K", 10000}},
+				keys: []string{"K"}, args: []any{"me", 20000, 100}, err: "WRONGTYPE"},
 		}},
 		{"multi_extend.lua", scriptMultiExtend, []scriptCase{
 			{name: "ours", setup: [][]any{{"SET", "K:a", "me", "PX", 10000}, {"SET", "K:b", "me", "PX", 10000}},
@@ -550,4 +559,86 @@ func replyMatches(got, want any) bool {
 		return true
 	}
 	return got == want
+}
+
+// TestExtendScriptTracking: extend.lua on a connection with CLIENT TRACKING
+// (default mode, REDIRECT, NOLOOP, as the data connection runs it) keeps
+// the key armed, and tells nothing of its own move: after the renewal an
+// outside change of another armed key is the next message, and an outside
+// change of the renewed key the one after. A lease that turns out to be
+// another owner's (or a key of another type) keeps the expiry it had, to
+// the millisecond the script may cross.
+func TestExtendScriptTracking(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	out := srv.Client(t)
+	ctx := context.Background()
+
+	opts := &redis.Options{Addr: srv.Addr(), Protocol: 2, PoolSize: 1, ClientName: "extend-listener"}
+	listener := redis.NewClient(opts)
+	t.Cleanup(func() { listener.Close() })
+	ps := listener.Subscribe(ctx, "__redis__:invalidate")
+	t.Cleanup(func() { ps.Close() })
+	_, err := ps.Receive(ctx)
+	require.NoError(t, err)
+	var id int64
+	for l := range strings.Lines(out.ClientList(ctx).Val()) {
+		if strings.Contains(l, " name=extend-listener ") {
+			_, err := fmt.Sscanf(l, "id=%d ", &id)
+			require.NoError(t, err)
+		}
+	}
+	require.NotZero(t, id, "the listener's client id")
+	data := redis.NewClient(&redis.Options{Addr: srv.Addr(), Protocol: 2, PoolSize: 1})
+	t.Cleanup(func() { data.Close() })
+	conn := data.Conn()
+	t.Cleanup(func() { conn.Close() })
+	require.NoError(t, conn.Do(ctx, "CLIENT", "TRACKING", "on", "REDIRECT", id, "NOLOOP").Err())
+
+	msgs := ps.Channel()
+	next := func() []string {
+		t.Helper()
+		select {
+		case m := <-msgs:
+			return m.PayloadSlice
+		case <-time.After(5 * time.Second):
+			t.Fatal("no invalidation within 5 s")
+			return nil
+		}
+	}
+	require.NoError(t, out.Set(ctx, "K", "me", 10*time.Second).Err())
+	require.NoError(t, out.Set(ctx, "M", "x", 10*time.Second).Err())
+	require.NoError(t, conn.Get(ctx, "K").Err())
+	require.NoError(t, conn.Get(ctx, "M").Err())
+	for range 3 {
+		code, err := scriptExtend.Run(ctx, conn, []string{"K"}, "me", 20000, 100).Int()
+		require.NoError(t, err)
+		require.Equal(t, int(replyOK), code)
+	}
+	require.NoError(t, out.Set(ctx, "M", "y", 10*time.Second).Err())
+	assert.Equal(t, []string{"M"}, next(), "the renewals were told to the listener")
+	require.NoError(t, out.Set(ctx, "K", "someone-else", 10*time.Second).Err())
+	assert.Equal(t, []string{"K"}, next(), "the renewed key is no longer armed")
+
+	for _, key := range []string{"other", "zset"} {
+		if key == "zset" {
+			require.NoError(t, out.ZAdd(ctx, key, redis.Z{Score: 1, Member: "me"}).Err())
+			require.NoError(t, out.PExpire(ctx, key, 10*time.Second).Err())
+		} else {
+			require.NoError(t, out.Set(ctx, key, "someone-else", 10*time.Second).Err())
+		}
+		before, err := out.Do(ctx, "PEXPIRETIME", key).Int64()
+		require.NoError(t, err)
+		code, err := scriptExtend.Run(ctx, out, []string{key}, "me", 60000, 100).Int()
+		if key == "zset" {
+			require.ErrorContains(t, err, "WRONGTYPE")
+		} else {
+			require.NoError(t, err)
+			assert.Equal(t, int(replyTaken), code)
+		}
+		after, err := out.Do(ctx, "PEXPIRETIME", key).Int64()
+		require.NoError(t, err)
+		assert.GreaterOrEqual(t, after, before, "%s: expiry moved earlier", key)
+		assert.LessOrEqual(t, after, before+1, "%s: expiry moved later", key)
+	}
 }

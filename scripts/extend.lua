@@ -6,18 +6,28 @@
 -- ARGV[3]  guard in milliseconds: a lease with less than this left is not
 --          moved (Lock.guardMillis: its holder has declared it lost by now;
 --          a renewal that a paused server runs late must not revive it);
---          absent: no guard
--- ARGV[4]  present: read the key again after moving its lease. On a
---          connection with CLIENT TRACKING (default mode, track.go) the move
---          drops the key from the server's tracking table, even under
---          NOLOOP; the read puts it back, so that the next outside change
---          is still told.
+--          absent: 0. A key without expiry is never moved.
 --
 -- Returns REPLY_OK when the lease was moved, REPLY_GONE when the key is
 -- gone, REPLY_TAKEN when it belongs to another owner (so a loss can say
 -- which), REPLY_LATE when it is ours but too near its end (ARGV[3]). Reply
 -- codes: the table in scripts.go. It never creates a key: an expired lock
 -- stays expired.
+--
+-- The owner is read after the move, not before: on a connection with
+-- CLIENT TRACKING (default mode, track.go) the move drops the key from the
+-- server's tracking table, even under NOLOOP, and a read after it puts the
+-- key back, so that the next outside change is still told. Reading first
+-- and again after cost one call more per renewal (1.1 us of the server's
+-- time, BENCHMARKS.md "scale"). The price is on the rare path: a lease
+-- that turns out to be another owner's is moved back to the expiry it had
+-- (PTTL's whole milliseconds, read in this script: never earlier than it
+-- was, later by at most the millisecond the script may cross), which that
+-- owner's tracking hears as a change of its key; a key of another type is
+-- moved back before its error is returned. Callers (ttlMillis) never send
+-- ARGV[2] below 1, which would delete the key; the script checks anyway.
+-- ARGV[4], which the other extend scripts read as "read the keys again",
+-- is not needed here and is not sent (pipelined.call).
 --
 -- The lock key is its only key, on purpose. During a slot migration the
 -- keys of a name move one by one (MIGRATE), and Redis answers TRYAGAIN to a
@@ -28,12 +38,17 @@
 -- follows ASK and MOVED). The keys that live as long as the lease
 -- (metadata, a long-held lock's fence counter) are kept apart by keep.lua,
 -- sent alongside (kinds.go's companions).
-local cur = redis.call('GET', KEYS[1])
-if cur == ARGV[1] then
-  if ARGV[3] and redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then return REPLY_LATE end
+local left = redis.call('PTTL', KEYS[1])
+local ttl = tonumber(ARGV[2])
+if left > 0 and left >= (tonumber(ARGV[3]) or 0) and ttl and ttl >= 1 then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  if ARGV[4] then redis.call('PTTL', KEYS[1]) end
-  return REPLY_OK
+  local cur = redis.pcall('GET', KEYS[1])
+  if cur == ARGV[1] then return REPLY_OK end
+  redis.call('PEXPIRE', KEYS[1], left)
+  if type(cur) == 'table' then return cur end
+  return REPLY_TAKEN
 end
+local cur = redis.call('GET', KEYS[1])
+if cur == ARGV[1] then return REPLY_LATE end
 if cur then return REPLY_TAKEN end
 return REPLY_GONE
