@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,7 +30,7 @@ func BenchmarkFleetTracking(b *testing.B) {
 	for _, shape := range []struct{ instances, locks int }{{8, 600}, {32, 150}} {
 		b.Run(fmt.Sprintf("instances=%d/locks=%d", shape.instances, shape.locks), func(b *testing.B) {
 			srv := getServers(b, fmt.Sprintf("fleet-%d", shape.instances), 1)[0]
-			const rounds, window = 3, 4 * time.Second
+			const rounds, window = 5, 4 * time.Second
 			var on, off []fleetCost
 			for range b.N {
 				for r := range rounds {
@@ -52,6 +53,10 @@ func BenchmarkFleetTracking(b *testing.B) {
 			b.ReportMetric(float64(mOff.out)/1e6, "out-MB-off")
 			b.ReportMetric(ratio(mOn.server, mOff.server), "server-x")
 			b.ReportMetric(ratio(mOn.fleet, mOff.fleet), "fleet-x")
+			// The same ratios per round (its on and off windows run one
+			// after the other, on a machine in the same state), median.
+			b.ReportMetric(pairedRatio(on, off, func(c fleetCost) time.Duration { return c.server }), "server-x-paired")
+			b.ReportMetric(pairedRatio(on, off, func(c fleetCost) time.Duration { return c.fleet }), "fleet-x-paired")
 			b.ReportMetric(float64(mOn.out)/float64(max(mOff.out, 1)), "out-x")
 			b.ReportMetric(float64(mOn.lost+mOff.lost), "lost")
 			b.ReportMetric(float64(mOn.scriptNs)/1000, "script-us-on")
@@ -97,6 +102,9 @@ func runFleet(b *testing.B, srv *server, instances, locks int, tracking bool, wi
 		}
 	}
 	time.Sleep(2 * time.Second) // tracking opens at 50 ms of hold; renewals spread out
+	// The garbage of the window before (the other mode's, last round) is
+	// collected now, not in this window's fleet CPU.
+	runtime.GC()
 	cpu0, out0, fleet0 := serverCPU(b, []*server{srv}), serverOutput(b, srv), processCPU(b)
 	st0 := serverCounts(b, srv)
 	time.Sleep(window)
@@ -168,6 +176,19 @@ func medianCost(cs []fleetCost) fleetCost {
 }
 
 func ratio(a, b time.Duration) float64 { return float64(a) / float64(max(b, 1)) }
+
+// pairedRatio is the median over rounds of on[i]/off[i] for the figure get.
+func pairedRatio(on, off []fleetCost, get func(fleetCost) time.Duration) float64 {
+	var rs []float64
+	for i := range min(len(on), len(off)) {
+		rs = append(rs, ratio(get(on[i]), get(off[i])))
+	}
+	if len(rs) == 0 {
+		return 0
+	}
+	slices.Sort(rs)
+	return rs[len(rs)/2]
+}
 
 // counts are the server's counters that one window's diff reads.
 type counts struct{ commands, scripts, scriptUsec int64 }
