@@ -319,8 +319,8 @@ func (p *pipelined) call(i, part int) (*redis.Script, []string, []any) {
 	}
 	if p.renew() {
 		s, keys, args := kinds[p.locks[i].kind].extend(p.locks[i], part, p.ttls[i])
-		if p.rearm && p.locks[i].kind != kindExclusive {
-			args = append(args, 1) // extend scripts' ARGV[4]: read the key again (extend.lua always does)
+		if p.rearm && (p.locks[i].kind == kindRead || p.locks[i].kind == kindPermit) {
+			args = append(args, 1) // zextend.lua's ARGV[4]: read the key again (extend.lua and multi_extend.lua always do)
 		}
 		return s, keys, args
 	}

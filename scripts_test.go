@@ -341,6 +341,16 @@ func TestScripts(t *testing.T) {
 				keys: []string{"K:a", "K:b"}, args: []any{"me", 20000, 100}, want: replyTaken},
 			{name: "one too near its end", setup: [][]any{{"SET", "K:a", "me", "PX", 100000}, {"SET", "K:b", "me", "PX", 10000}},
 				keys: []string{"K:a", "K:b"}, args: []any{"me", 20000, 60000}, want: replyLate},
+			{name: "one another owner's, live", setup: [][]any{{"SET", "K:a", "me", "PX", 10000}, {"SET", "K:b", "other", "PX", 10000}},
+				keys: []string{"K:a", "K:b"}, args: []any{"me", 20000, 100}, want: replyTaken},
+			{name: "first another owner's, second gone", setup: [][]any{{"SET", "K:a", "other", "PX", 10000}},
+				keys: []string{"K:a", "K:b"}, args: []any{"me", 20000, 100}, want: replyTaken},
+			{name: "first gone, second another owner's", setup: [][]any{{"SET", "K:b", "other", "PX", 10000}},
+				keys: []string{"K:a", "K:b"}, args: []any{"me", 20000, 100}, want: replyGone},
+			{name: "ours, one without expiry", setup: [][]any{{"SET", "K:a", "me", "PX", 10000}, {"SET", "K:b", "me"}},
+				keys: []string{"K:a", "K:b"}, args: []any{"me", 20000, 100}, want: replyLate},
+			{name: "one another type", setup: [][]any{{"SET", "K:a", "me", "PX", 10000}, {"ZADD", "K:b", 1, "me"}, {"PEXPIRE", "K:b", 10000}},
+				keys: []string{"K:a", "K:b"}, args: []any{"me", 20000, 100}, err: "WRONGTYPE"},
 		}},
 		{"zextend.lua", scriptZExtend, []scriptCase{
 			{name: "ours", setup: [][]any{{"ZADD", "K:readers", far, "me"}},
@@ -651,12 +661,37 @@ func TestExtendScriptTracking(t *testing.T) {
 		require.NoError(t, err)
 		return v
 	}
+
+	// multi_extend.lua likewise, and when its second key turns out to be
+	// another owner's, both keys go back and the first (ours) stays armed.
+	for _, k := range []string{"A", "B", "N"} {
+		require.NoError(t, out.Set(ctx, k, "me", 10*time.Second).Err())
+		require.NoError(t, conn.Get(ctx, k).Err())
+	}
+	code, err := scriptMultiExtend.Run(ctx, conn, []string{"A", "B"}, "me", 20000, 100).Int()
+	require.NoError(t, err)
+	require.Equal(t, int(replyOK), code)
+	require.NoError(t, out.Set(ctx, "B", "someone-else", 10*time.Second).Err())
+	assert.Equal(t, []string{"B"}, next(), "the multi renewal was told, or B not armed")
+	require.NoError(t, conn.Get(ctx, "B").Err())
+	a, b := pexpiretime("A"), pexpiretime("B")
+	code, err = scriptMultiExtend.Run(ctx, conn, []string{"A", "B"}, "me", 60000, 100).Int()
+	require.NoError(t, err)
+	assert.Equal(t, int(replyTaken), code)
+	assert.GreaterOrEqual(t, pexpiretime("A"), a, "our first key moved earlier")
+	assert.LessOrEqual(t, pexpiretime("A"), a+1000, "our first key moved on")
+	assert.GreaterOrEqual(t, pexpiretime("B"), b, "their key moved earlier")
+	assert.LessOrEqual(t, pexpiretime("B"), b+1000, "their key moved on")
+	require.NoError(t, out.Set(ctx, "N", "x", 10*time.Second).Err())
+	assert.Equal(t, []string{"N"}, next(), "the refused multi renewal was told")
+	require.NoError(t, out.Set(ctx, "A", "someone-else", 10*time.Second).Err())
+	assert.Equal(t, []string{"A"}, next(), "our key is no longer armed after the move back")
 	// A lease beyond 2^53 ms: Lua could not give its length back exactly
 	// (and Redis 7.0 writes 2e17 as "2e+17", which PEXPIRE refuses).
 	far := time.Now().UnixMilli() + 2e17
 	require.NoError(t, out.Set(ctx, "far", "someone-else", 0).Err())
 	require.NoError(t, out.Do(ctx, "PEXPIREAT", "far", far).Err())
-	code, err := scriptExtend.Run(ctx, out, []string{"far"}, "me", 60000, 100).Int()
+	code, err = scriptExtend.Run(ctx, out, []string{"far"}, "me", 60000, 100).Int()
 	require.NoError(t, err)
 	assert.Equal(t, int(replyTaken), code)
 	assert.Equal(t, far, pexpiretime("far"), "a far expiry moved")
