@@ -74,7 +74,7 @@ type fleetCost struct {
 	lost          int
 	// Per EVALSHA (nearly all of them renewals): the server's time in it,
 	// ns, and the commands the server ran, in thousandths (INFO
-	// commandstats and stats; commands run by scripts count).
+	// commandstats; commands run by scripts count, INFO and PING do not).
 	scriptNs, cmdsPerScript int64
 }
 
@@ -106,13 +106,13 @@ func runFleet(b *testing.B, srv *server, instances, locks int, tracking bool, wi
 	// collected now, not in this window's fleet CPU.
 	runtime.GC()
 	cpu0, out0, fleet0 := serverCPU(b, []*server{srv}), serverOutput(b, srv), processCPU(b)
-	st0 := serverCounts(b, srv)
+	st0 := commandStats(b, []*server{srv})
 	time.Sleep(window)
-	st1 := serverCounts(b, srv)
+	st1 := commandStats(b, []*server{srv})
 	c := fleetCost{server: serverCPU(b, []*server{srv}) - cpu0, out: serverOutput(b, srv) - out0, fleet: processCPU(b) - fleet0}
-	if calls := st1.scripts - st0.scripts; calls > 0 {
-		c.scriptNs = (st1.scriptUsec - st0.scriptUsec) * 1000 / calls
-		c.cmdsPerScript = (st1.commands - st0.commands) * 1000 / calls
+	if calls := st1["evalsha"].calls - st0["evalsha"].calls; calls > 0 {
+		c.scriptNs = (st1["evalsha"].usec - st0["evalsha"].usec) * 1000 / calls
+		c.cmdsPerScript = (serverCommands(callsOf(st1)) - serverCommands(callsOf(st0))) * 1000 / calls
 	}
 	for _, l := range held {
 		if l.Err() != nil {
@@ -188,32 +188,4 @@ func pairedRatio(on, off []fleetCost, get func(fleetCost) time.Duration) float64
 	}
 	slices.Sort(rs)
 	return rs[len(rs)/2]
-}
-
-// counts are the server's counters that one window's diff reads.
-type counts struct{ commands, scripts, scriptUsec int64 }
-
-// serverCounts reads INFO stats' total_commands_processed and INFO
-// commandstats' EVALSHA calls and time.
-func serverCounts(b *testing.B, srv *server) counts {
-	b.Helper()
-	var c counts
-	for l := range strings.Lines(srv.Info(b, "stats") + srv.Info(b, "commandstats")) {
-		l = strings.TrimSpace(l)
-		if v, ok := strings.CutPrefix(l, "total_commands_processed:"); ok {
-			c.commands, _ = strconv.ParseInt(v, 10, 64)
-		}
-		if v, ok := strings.CutPrefix(l, "cmdstat_evalsha:"); ok {
-			for f := range strings.SplitSeq(v, ",") {
-				k, x, _ := strings.Cut(f, "=")
-				switch k {
-				case "calls":
-					c.scripts, _ = strconv.ParseInt(x, 10, 64)
-				case "usec":
-					c.scriptUsec, _ = strconv.ParseInt(x, 10, 64)
-				}
-			}
-		}
-	}
-	return c
 }

@@ -132,15 +132,14 @@ func percentile(d []time.Duration, p float64) time.Duration {
 	return d[i]
 }
 
-// serverCalls sums, over the servers, the calls of every command named in
-// INFO commandstats (lower case: "evalsha", "subscribe"). Commands that
-// scripts run inside Redis count there too (GET, SET, PUBLISH of a release
-// script), but scripts and pub/sub (un)subscriptions never run inside a
-// script, so their counts are top-level calls: what a client sent, pub/sub
-// connections included, which the client hooks do not see.
-func serverCalls(tb testing.TB, srvs []*server) map[string]int64 {
+// cmdStat is one command's INFO commandstats: its calls and their time (µs).
+type cmdStat struct{ calls, usec int64 }
+
+// commandStats sums, over the servers, INFO commandstats per command (lower
+// case: "evalsha", "subscribe").
+func commandStats(tb testing.TB, srvs []*server) map[string]cmdStat {
 	tb.Helper()
-	calls := map[string]int64{}
+	stats := map[string]cmdStat{}
 	for _, s := range srvs {
 		for l := range strings.Lines(s.Info(tb, "commandstats")) {
 			// cmdstat_evalsha:calls=12,usec=34,usec_per_call=2.83,...
@@ -149,16 +148,42 @@ func serverCalls(tb testing.TB, srvs []*server) map[string]int64 {
 			if !ok || !isCmd {
 				continue
 			}
+			st := stats[name]
 			for f := range strings.SplitSeq(rest, ",") {
-				if v, ok := strings.CutPrefix(f, "calls="); ok {
-					n, err := strconv.ParseInt(v, 10, 64)
-					if err != nil {
-						tb.Fatalf("INFO commandstats %s: %v", l, err)
-					}
-					calls[name] += n
+				k, v, _ := strings.Cut(f, "=")
+				if k != "calls" && k != "usec" {
+					continue
+				}
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					tb.Fatalf("INFO commandstats %s: %v", l, err)
+				}
+				if k == "calls" {
+					st.calls += n
+				} else {
+					st.usec += n
 				}
 			}
+			stats[name] = st
 		}
+	}
+	return stats
+}
+
+// serverCalls is commandStats' calls per command. Commands that scripts
+// run inside Redis count there too (GET, SET, PUBLISH of a release script),
+// but scripts and pub/sub (un)subscriptions never run inside a script, so
+// their counts are top-level calls: what a client sent, pub/sub connections
+// included, which the client hooks do not see.
+func serverCalls(tb testing.TB, srvs []*server) map[string]int64 {
+	tb.Helper()
+	return callsOf(commandStats(tb, srvs))
+}
+
+func callsOf(stats map[string]cmdStat) map[string]int64 {
+	calls := make(map[string]int64, len(stats))
+	for name, st := range stats {
+		calls[name] = st.calls
 	}
 	return calls
 }
