@@ -52,13 +52,17 @@ type kindOps struct {
 	// handsOff: an Unlock of this kind may pass the name straight to a
 	// waiter of the same core (handoff.lua).
 	handsOff bool
+	// rearmArg: on a tracking data connection the extend call needs ARGV[4]
+	// to read its key again after the move (zextend.lua); extend.lua and
+	// multi_extend.lua read after the move anyway (their ownership check).
+	rearmArg bool
 }
 
 // kinds is the table of lock kinds, indexed by lockKind.
 var kinds = [...]kindOps{
 	kindExclusive: {keys: exclusiveKeys, acquire: exclusiveAcquire, release: exclusiveRelease, extend: exclusiveExtend, pttl: singlePTTL, handsOff: true},
-	kindRead:      {keys: readKeys, acquire: readAcquire, release: readRelease, extend: readExtend, pttl: holdPTTL},
-	kindPermit:    {keys: permitKeys, acquire: permitAcquire, release: permitRelease, extend: permitExtend, pttl: holdPTTL},
+	kindRead:      {keys: readKeys, acquire: readAcquire, release: readRelease, extend: readExtend, pttl: holdPTTL, rearmArg: true},
+	kindPermit:    {keys: permitKeys, acquire: permitAcquire, release: permitRelease, extend: permitExtend, pttl: holdPTTL, rearmArg: true},
 	kindMulti:     {keys: multiLockKeys, acquire: multiAcquire, release: multiRelease, extend: multiExtend, pttl: multiPTTL},
 }
 

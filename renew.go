@@ -318,9 +318,10 @@ func (p *pipelined) call(i, part int) (*redis.Script, []string, []any) {
 		return kinds[p.locks[i].kind].pttl(p.locks[i], part, 0)
 	}
 	if p.renew() {
-		s, keys, args := kinds[p.locks[i].kind].extend(p.locks[i], part, p.ttls[i])
-		if p.rearm && (p.locks[i].kind == kindRead || p.locks[i].kind == kindPermit) {
-			args = append(args, 1) // zextend.lua's ARGV[4]: read the key again (extend.lua and multi_extend.lua always do)
+		k := &kinds[p.locks[i].kind]
+		s, keys, args := k.extend(p.locks[i], part, p.ttls[i])
+		if p.rearm && k.rearmArg {
+			args = append(args, 1) // ARGV[4]: read the key again
 		}
 		return s, keys, args
 	}

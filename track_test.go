@@ -610,3 +610,42 @@ func dataConnLines(ctx context.Context, out *redis.Client) []string {
 func pingedDataConn(ctx context.Context, out *redis.Client) bool {
 	return slices.ContainsFunc(dataConnLines(ctx, out), func(l string) bool { return strings.Contains(l, " cmd=ping ") })
 }
+
+// TestLossHeardAfterRenewals: a hold renewed on the tracking data
+// connection stays armed, for every kind (the extend scripts read their
+// keys after moving them; zextend.lua when told, kindOps.rearmArg). Each
+// DEL comes right after a renewal was seen, a second before the next, so
+// only the tracking connection can have told within 250 ms.
+func TestLossHeardAfterRenewals(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	out := srv.Client(t)
+	lk := newLocker(t, srv.Client(t), WithTTL(3*time.Second))
+	ctx := context.Background()
+	for _, k := range holdKinds {
+		t.Run(k.name, func(t *testing.T) {
+			t.Parallel()
+			var locks []*Lock
+			var names []string
+			for i := range 5 {
+				name := fmt.Sprintf("renewed-%s-%d", strings.ReplaceAll(k.name, " ", ""), i)
+				l, err := k.hold(ctx, lk, name)
+				require.NoError(t, err)
+				locks, names = append(locks, l), append(names, name)
+			}
+			for _, l := range locks {
+				first := l.Until()
+				require.True(t, eventually(5*time.Second, func() bool { return l.Until().After(first) }), "no renewal of %s", l.Name())
+			}
+			at := time.Now()
+			for _, name := range names {
+				require.NoError(t, out.Del(ctx, k.key(name)).Err())
+			}
+			delays := heardAfter(t, at, 5*time.Second, locks...)
+			for _, l := range locks {
+				requireLoss(t, l.Err(), LossDeleted)
+			}
+			assert.LessOrEqual(t, quantile(delays, 0.9), heardWithin, "p90 of %v", delays)
+		})
+	}
+}
