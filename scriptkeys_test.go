@@ -186,7 +186,9 @@ func judgeKey(c luaChunk, expr, as string, depth int) []judged {
 	if depth > 8 {
 		return []judged{{param: -1}}
 	}
-	if as == "key" && luaKeysRef.MatchString(expr) {
+	// A declared key where a list is wanted declares what it names as well
+	// (mint takes one key or a list of them).
+	if luaKeysRef.MatchString(expr) {
 		return nil
 	}
 	if as == "list" && strings.HasPrefix(expr, "{") && strings.HasSuffix(expr, "}") {

@@ -28,11 +28,16 @@ end
 -- the counter read in one call (SET GET), then the counter raised past the
 -- floor in the rare case it was ahead of it, or put back as it was when it
 -- held no counter. Its expiry only ever moves later (PEXPIRE GT), and one
--- without expiry gets one. The floor goes to SET as a number, which Redis
--- writes with every digit of an integer below 2^53 ("%.17g", from 7.2 as an
--- integer), for less than string.format('%.0f') costs the server.
-local function mintone(k, now, life)
-  local old = redis.call('SET', k, now, 'KEEPTTL', 'GET')
+-- without expiry gets one. The floor goes to SET as text, as the caller
+-- sent it, when mint was given it (text: tonumber(text) is now, so every
+-- reader of the counter reads the number the grant returns; the library
+-- sends plain digits); otherwise as a number,
+-- which Redis writes with every digit of an integer below 2^53 ("%.17g",
+-- from 7.2 as an integer), for less than string.format('%.0f') costs the
+-- server, and "%.17g" itself costs it a tenth of an uncontended pair
+-- (callgrind, BENCHMARKS.md "Fourth round").
+local function mintone(k, now, life, text)
+  local old = redis.call('SET', k, text or now, 'KEEPTTL', 'GET')
   if not old then
     redis.call('PEXPIRE', k, life)
     return now
@@ -78,6 +83,9 @@ end
 -- on is also the counters' retention (see retention): they expire that long
 -- after this write, or at the end of the lease (ms) being granted, or when
 -- they were to already, whichever is last.
+--
+-- fences is one key, or a list of them: a script that mints for one name
+-- passes its key as it is, and builds no table for it.
 local function mint(on, fences, floor, lease)
   if on == '0' or not on then return 0 end
   local ms, life = retention(on)
@@ -87,8 +95,12 @@ local function mint(on, fences, floor, lease)
   if not now then
     local t = redis.call('TIME')
     now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    floor = nil
+  elseif now >= 9007199254740992 then
+    floor = nil -- beyond what a double holds exactly: written as now
   end
-  if #fences == 1 then return mintone(fences[1], now, life) end
+  if type(fences) == 'string' then return mintone(fences, now, life, floor) end
+  if #fences == 1 then return mintone(fences[1], now, life, floor) end
   local tok = 0
   for _, k in ipairs(fences) do
     local last = tonumber(redis.call('GET', k) or '0')

@@ -48,13 +48,28 @@
 -- first and only read when free: read holds keep their mark in the lock
 -- key, so they need no read of their own), and the token takes SET GET
 -- and PEXPIRE (mint). It never touches the queue; a failed mint deletes
--- the key it set, so nothing changes then.
+-- the key it set, so nothing changes then. It returns before the marker
+-- line below (--@lib), so the queue's functions are not even defined for
+-- it (internal/luasrc).
 local wid = ARGV[4] or (KEYS[3] and ARGV[1]) or ''
 local on, floor = ARGV[3], nil
 local sep = string.find(on, ':', 1, true)
 if sep then on, floor = string.sub(on, 1, sep - 1), string.sub(on, sep + 1) end
+local free = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+if free and (wid == '' or wid == ARGV[1]) then
+  -- The name was free and no earlier refusal of this call queued it: the
+  -- rest below, for this case alone.
+  local tok, refused = mint(on, KEYS[2], floor, ARGV[2])
+  if not tok then
+    redis.call('DEL', KEYS[1])
+    return refused
+  end
+  if ARGV[5] then redis.call('SET', KEYS[5], ARGV[5], 'PX', ARGV[2]) end
+  return tok
+end
+--@lib
 local claimed = false
-if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+if not free then
   local cur = redis.call('GET', KEYS[1])
   if cur == ARGV[1] then
     -- Our own earlier execution of this very attempt (a client-side retry
@@ -72,7 +87,7 @@ if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   end
   claimed = true -- our turn: pass took us off the queue
 end
-local tok, refused = mint(on, {KEYS[2]}, floor, ARGV[2])
+local tok, refused = mint(on, KEYS[2], floor, ARGV[2])
 if not tok then
   -- The name as it was: free, or still reserved for us.
   if not claimed then redis.call('DEL', KEYS[1]) end

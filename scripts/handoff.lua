@@ -49,7 +49,7 @@ if redis.pcall('SET', KEYS[1], ARGV[1], 'XX', 'KEEPTTL').err then return {REPLY_
 local first = firstwaiter(KEYS[4])
 if first and first ~= ARGV[6] then return {REPLY_WRITER_FIRST, 0} end
 if first then dequeue(KEYS[4], first) end
-local tok, refused = mint(ARGV[4], {KEYS[2]}, '', ARGV[3])
+local tok, refused = mint(ARGV[4], KEYS[2], '', ARGV[3])
 if not tok then return refused end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 if ARGV[7] then redis.call('SET', KEYS[5], ARGV[7], 'PX', ARGV[3]) end

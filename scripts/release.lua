@@ -48,12 +48,17 @@
 -- pass publishes with PUBLISH, or SPUBLISH on a Cluster (publishto in
 -- _lib.lua). The keys and the channel share one hash tag, so SPUBLISH
 -- stays on the keys' shard.
+--
+-- The common case returns before the marker line (--@lib): pass and the
+-- queue's functions are defined only after it (internal/luasrc).
 local v = redis.call('MGET', KEYS[1], KEYS[4])
-if v[1] == ARGV[1] then
-  if not v[2] and ARGV[4] ~= '1' then
-    redis.call('RENAME', KEYS[1], KEYS[2])
-    return REPLY_OK
-  end
+local ours = v[1] == ARGV[1]
+if ours and not v[2] and ARGV[4] ~= '1' then
+  redis.call('RENAME', KEYS[1], KEYS[2])
+  return REPLY_OK
+end
+--@lib
+if ours then
   local ttl = tonumber(ARGV[2])
   local res = pass(KEYS[1], KEYS[3], KEYS[1] .. SUFFIX_CHANNEL, ARGV[1], math.min(tonumber(ARGV[3]) or math.min(math.max(math.floor(ttl / 10), 100), 1000), ttl))
   redis.pcall('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])

@@ -39,7 +39,7 @@ if n >= tonumber(ARGV[4]) then
   local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
   return {REPLY_TAKEN, tonumber(first[2]) - now, first[1]}
 end
-local tok, refused = mint(ARGV[3], {KEYS[2]}, '', ARGV[2])
+local tok, refused = mint(ARGV[3], KEYS[2], '', ARGV[2])
 if not tok then return refused end
 local ttl = tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])

@@ -19,15 +19,45 @@ var libFunc = regexp.MustCompile(`(?ms)^local function (\w+)\(.*?^end\n`)
 // constName finds the constants a script names.
 var constName = regexp.MustCompile(`\b(?:REPLY|SUFFIX|PREFIX|VALUE|PUBLISH)_[A-Z_]+\b`)
 
+// Marker is a line a script's body may hold once, at the top level of its
+// chunk (not inside a block), after the code of its common path: the
+// functions of lib that only the code after it calls are defined there
+// instead of in front, so that a run that returns before it makes none of
+// their closures. The functions the code before it calls, and theirs, stay
+// in front.
+const Marker = "--@lib\n"
+
+// markerLine finds a Marker line: the whole line, not text in a comment.
+var markerLine = regexp.MustCompile(`(?m)^--@lib\n`)
+
 // Assemble returns body with the functions of lib that it calls (and that
-// they call), in lib's order, in front, and each constant it names
+// they call), in lib's order, in front (or, for those that only the code
+// after a Marker line calls, at that line), and each constant it names
 // (REPLY_..., SUFFIX_..., PREFIX_..., PUBLISH_...) replaced by consts's text for it. A
 // function a script defines is a closure made on every run, and the Lua
 // garbage it leaves is collected by the server's one thread: a script
-// carries only what it runs. A constant consts does not know is an error.
+// carries only what it runs. A constant consts does not know is an error,
+// and so is more than one Marker.
 func Assemble(lib, body string, consts func(name string) (string, bool)) (string, error) {
+	marks := markerLine.FindAllStringIndex(body, -1)
+	if len(marks) > 1 {
+		return "", fmt.Errorf("more than one %q line", strings.TrimSpace(Marker))
+	}
+	split := len(marks) == 1
+	var before, after string
+	if split {
+		before, after = body[:marks[0][0]], body[marks[0][1]:]
+	}
+	all := needed(lib, body)
+	funcs := emit(lib, func(f string) bool { return all[f] })
+	if split {
+		front := needed(lib, before)
+		funcs = emit(lib, func(f string) bool { return front[f] }) + before +
+			emit(lib, func(f string) bool { return all[f] && !front[f] })
+		body = after
+	}
 	var unknown []string
-	src := constName.ReplaceAllStringFunc(Funcs(lib, body)+body, func(c string) string {
+	src := constName.ReplaceAllStringFunc(funcs+body, func(c string) string {
 		v, ok := consts(c)
 		if !ok {
 			unknown = append(unknown, c)
@@ -43,6 +73,13 @@ func Assemble(lib, body string, consts func(name string) (string, bool)) (string
 // Funcs returns the functions of lib that body calls, directly or through
 // one another, in lib's order.
 func Funcs(lib, body string) string {
+	need := needed(lib, body)
+	return emit(lib, func(f string) bool { return need[f] })
+}
+
+// needed is the set of lib's functions that body calls, directly or
+// through one another.
+func needed(lib, body string) map[string]bool {
 	funcs := libFunc.FindAllStringSubmatch(lib, -1)
 	need := make(map[string]bool, len(funcs))
 	for grew := true; grew; {
@@ -60,9 +97,14 @@ func Funcs(lib, body string) string {
 			}
 		}
 	}
+	return need
+}
+
+// emit returns the functions of lib that pick picks, in lib's order.
+func emit(lib string, pick func(name string) bool) string {
 	var b strings.Builder
-	for _, f := range funcs {
-		if need[f[1]] {
+	for _, f := range libFunc.FindAllStringSubmatch(lib, -1) {
+		if pick(f[1]) {
 			b.WriteString(f[0])
 		}
 	}

@@ -41,3 +41,24 @@ func TestAssemble(t *testing.T) {
 	_, err = Assemble(lib, "return REPLY_NOPE\n", consts)
 	assert.ErrorContains(t, err, "REPLY_NOPE")
 }
+
+// TestAssembleMarker: the functions only the code after a Marker line calls
+// are defined at the line, the others (and what they call) in front; a
+// body with two markers is an error.
+func TestAssembleMarker(t *testing.T) {
+	consts := func(n string) (string, bool) { return map[string]string{"REPLY_OK": "1"}[n], n == "REPLY_OK" }
+	src, err := Assemble(lib, "if x then return b(1) end\n"+Marker+"return a(2) + c()\n", consts)
+	require.NoError(t, err)
+	assert.Equal(t, "local function b(x)\n  return x\nend\n"+
+		"if x then return b(1) end\n"+
+		"local function a(x)\n  return b(x) + 1\nend\nlocal function c()\n  return 1\nend\n"+
+		"return a(2) + c()\n", src)
+	src, err = Assemble(lib, "return 1\n"+Marker+"return 2\n", consts)
+	require.NoError(t, err)
+	assert.Equal(t, "return 1\nreturn 2\n", src, "a marker with nothing to define leaves nothing")
+	src, err = Assemble(lib, "-- see the --@lib\n-- line\nreturn c()\n", consts)
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(src, "local function c()"), "a marker in a comment's text is no marker: %s", src)
+	_, err = Assemble(lib, Marker+"return c()\n"+Marker, consts)
+	assert.ErrorContains(t, err, "more than one")
+}
