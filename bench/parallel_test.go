@@ -25,52 +25,7 @@ func BenchmarkParallel16(b *testing.B) {
 	srvs := getServers(b, "single", 1)
 	addr := srvs[0].Addr()
 	loopbackOnly(b, addr)
-	type pairFunc func(ctx context.Context, name string) error
-	libs := []struct {
-		name string
-		make func(b *testing.B) pairFunc
-	}{
-		{"raw-setnx-del", func(b *testing.B) pairFunc {
-			c := newGoRedis(b, addr, nil)
-			return func(ctx context.Context, name string) error {
-				if ok, err := c.SetNX(ctx, name, "v", lockTTL).Result(); err != nil || !ok {
-					return fmt.Errorf("SET NX = %v, %v", ok, err)
-				}
-				return c.Del(ctx, name).Err()
-			}
-		}},
-		// Our scripts without the library: the server's share of our pair.
-		{"bare-scripts", func(b *testing.B) pairFunc {
-			scripts := loadBareScripts(b)
-			c := newGoRedis(b, addr, nil)
-			return func(ctx context.Context, name string) error { return scripts.pair(ctx, c, name, false) }
-		}},
-		{"redlock", func(b *testing.B) pairFunc { return redlockPair(b, newGoRedis(b, addr, nil)) }},
-		{"redlock-ctxdl", func(b *testing.B) pairFunc { return redlockPair(b, newCtxDLGoRedis(b, addr, nil)) }},
-		{"redislock", func(b *testing.B) pairFunc {
-			c := redislock.New(newGoRedis(b, addr, nil))
-			return func(ctx context.Context, name string) error {
-				l, err := c.Obtain(ctx, name, lockTTL, redislockOpts)
-				if err != nil {
-					return err
-				}
-				return l.Release(ctx)
-			}
-		}},
-		{"redsync", func(b *testing.B) pairFunc {
-			rs := redsync.New(goredis.NewPool(newGoRedis(b, addr, nil)))
-			return func(ctx context.Context, name string) error {
-				m := rs.NewMutex(name, redsync.WithExpiry(lockTTL))
-				if err := m.LockContext(ctx); err != nil {
-					return err
-				}
-				if ok, err := m.UnlockContext(ctx); err != nil || !ok {
-					return fmt.Errorf("redsync unlock = %v, %v", ok, err)
-				}
-				return nil
-			}
-		}},
-	}
+	libs := pairLibs(addr)
 	const g = 16
 	for _, l := range libs {
 		b.Run(l.name, func(b *testing.B) {
@@ -111,6 +66,65 @@ func BenchmarkParallel16(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "pairs/s")
 		})
+	}
+}
+
+// pairFunc takes and releases name once.
+type pairFunc func(ctx context.Context, name string) error
+
+// pairLib is one row of the uncontended pair's comparisons: a library, or
+// a floor, made against one server.
+type pairLib struct {
+	name string
+	make func(b *testing.B) pairFunc
+}
+
+// pairLibs are the rows of Parallel16 and ServerInstructions against the
+// server at addr: the raw SET NX + DEL floor, our scripts alone, ours (the
+// library at go-redis defaults, and with ContextTimeoutEnabled),
+// bsm/redislock and redsync.
+func pairLibs(addr string) []pairLib {
+	return []pairLib{
+		{"raw-setnx-del", func(b *testing.B) pairFunc {
+			c := newGoRedis(b, addr, nil)
+			return func(ctx context.Context, name string) error {
+				if ok, err := c.SetNX(ctx, name, "v", lockTTL).Result(); err != nil || !ok {
+					return fmt.Errorf("SET NX = %v, %v", ok, err)
+				}
+				return c.Del(ctx, name).Err()
+			}
+		}},
+		// Our scripts without the library: the server's share of our pair.
+		{"bare-scripts", func(b *testing.B) pairFunc {
+			scripts := loadBareScripts(b)
+			c := newGoRedis(b, addr, nil)
+			return func(ctx context.Context, name string) error { return scripts.pair(ctx, c, name, false) }
+		}},
+		{"redlock", func(b *testing.B) pairFunc { return redlockPair(b, newGoRedis(b, addr, nil)) }},
+		{"redlock-ctxdl", func(b *testing.B) pairFunc { return redlockPair(b, newCtxDLGoRedis(b, addr, nil)) }},
+		{"redislock", func(b *testing.B) pairFunc {
+			c := redislock.New(newGoRedis(b, addr, nil))
+			return func(ctx context.Context, name string) error {
+				l, err := c.Obtain(ctx, name, lockTTL, redislockOpts)
+				if err != nil {
+					return err
+				}
+				return l.Release(ctx)
+			}
+		}},
+		{"redsync", func(b *testing.B) pairFunc {
+			rs := redsync.New(goredis.NewPool(newGoRedis(b, addr, nil)))
+			return func(ctx context.Context, name string) error {
+				m := rs.NewMutex(name, redsync.WithExpiry(lockTTL))
+				if err := m.LockContext(ctx); err != nil {
+					return err
+				}
+				if ok, err := m.UnlockContext(ctx); err != nil || !ok {
+					return fmt.Errorf("redsync unlock = %v, %v", ok, err)
+				}
+				return nil
+			}
+		}},
 	}
 }
 
