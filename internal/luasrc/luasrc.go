@@ -20,14 +20,20 @@ var libFunc = regexp.MustCompile(`(?ms)^local function (\w+)\(.*?^end\n`)
 var constName = regexp.MustCompile(`\b(?:REPLY|SUFFIX|PREFIX|VALUE|PUBLISH)_[A-Z_]+\b`)
 
 // Marker is a line a script's body may hold once, at the top level of its
-// chunk (not inside a block), after the code of its common path: the
-// functions of lib that only the code after it calls are defined there
-// instead of in front, so that a run that returns before it makes none of
-// their closures. The functions the code before it calls, and theirs, stay
-// in front.
+// chunk (not inside a block, a long comment or a long string), after the
+// code of its common path: the functions of lib that only the code after
+// it calls are defined there instead of in front, so that a run that
+// returns before it makes none of their closures. The functions the code
+// before it calls, and theirs, stay in front. Assemble checks neither the
+// level nor two rules the script's author keeps: the code before the line
+// names a function of lib only by calling it ("name(", as Funcs finds
+// calls), and declares no name at its top level that a function after the
+// line uses without declaring it (it would bind to the script's local).
+// TestScripts runs every script's paths, which is where a broken rule shows.
 const Marker = "--@lib\n"
 
-// markerLine finds a Marker line: the whole line, not text in a comment.
+// markerLine finds a Marker line: a line of its own, not those characters
+// within a line of comment.
 var markerLine = regexp.MustCompile(`(?m)^--@lib\n`)
 
 // Assemble returns body with the functions of lib that it calls (and that
