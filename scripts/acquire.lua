@@ -57,8 +57,8 @@ local sep = string.find(on, ':', 1, true)
 if sep then on, floor = string.sub(on, 1, sep - 1), string.sub(on, sep + 1) end
 local free = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
 if free and (wid == '' or wid == ARGV[1]) then
-  -- The name was free and no earlier refusal of this call queued it: the
-  -- rest below, for this case alone.
+  -- The name was free and no earlier refusal of this call queued it:
+  -- what the code after --@lib would do then, without its functions.
   local tok, refused = mint(on, KEYS[2], floor, ARGV[2])
   if not tok then
     redis.call('DEL', KEYS[1])
