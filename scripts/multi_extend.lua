@@ -13,8 +13,8 @@
 -- gone, REPLY_TAKEN when some key belongs to another owner (the first such
 -- key in KEYS decides), REPLY_LATE when some lease is too near its end
 -- (ARGV[3]); then every lease is where it was, but for the time the script
--- ran (reply codes: the table in scripts.go). Only the lock keys: each name's fence counter is kept apart,
--- by keep.lua (see extend.lua).
+-- ran (reply codes: the table in scripts.go). Only the lock keys: each
+-- name's fence counter is kept apart, by keep.lua (see extend.lua).
 --
 -- As extend.lua, it reads each owner after moving its lease, so that a
 -- tracking connection keeps the key tracked with no read more: PTTL of
@@ -29,7 +29,8 @@
 local ttl = tonumber(ARGV[2])
 local guard = tonumber(ARGV[3]) or 0
 local left = {}
-local movable = ttl and ttl >= 1
+local valid = ttl and ttl >= 1
+local movable = valid
 for i = 1, #KEYS do
   left[i] = redis.call('PTTL', KEYS[i])
   if not (left[i] > 0 and left[i] >= guard and left[i] < 9007199254740992) then movable = false end
@@ -65,7 +66,7 @@ for i = 1, #KEYS do
   end
   if not (left[i] > 0 and left[i] >= guard) then late = true end
 end
-if late or not (ttl and ttl >= 1) then return REPLY_LATE end
+if late or not valid then return REPLY_LATE end
 for i = 1, #KEYS do
   redis.call('PEXPIRE', KEYS[i], ARGV[2])
   redis.call('PTTL', KEYS[i])
