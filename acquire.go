@@ -1,6 +1,8 @@
 package redlock
 
 import (
+	"github.com/redlockgo/redlock/internal/scripts"
+
 	"context"
 	"errors"
 	"fmt"
@@ -149,7 +151,7 @@ func (at *attempt) holders(rs []reply, ok int) (firm string, contested bool) {
 		owners = 1
 	}
 	for i, r := range rs {
-		if r.err != nil || r.ok || r.holder == "" || strings.HasPrefix(r.holder, reservedPrefix) {
+		if r.err != nil || r.ok || r.holder == "" || strings.HasPrefix(r.holder, scripts.ReservedPrefix) {
 			continue
 		}
 		if slices.ContainsFunc(rs[:i], func(o reply) bool { return o.err == nil && !o.ok && o.holder == r.holder }) {
@@ -243,7 +245,7 @@ func (at *attempt) settleToken(ctx context.Context, rs []reply, fence any) (int6
 	arg, counter, timeout := strconv.FormatInt(token, 10), fenceKeys(l), at.timeout
 	need := p.quorum - atToken
 	got, _, err := p.round(detached(ctx), behind, timeout, timeout, func(ctx context.Context, n *node, cl Client) reply {
-		v, err := scriptRaise.Run(ctx, cl, counter, arg, fence).Int64()
+		v, err := scripts.Raise.Run(ctx, cl, counter, arg, fence).Int64()
 		return reply{ok: err == nil && v >= token, val: v, err: err}
 	}, earliest(time.Now().Add(timeout), at.until), ctx.Done(), func(rs []reply) bool {
 		return p.count(rs).ok >= need
@@ -277,19 +279,19 @@ func acquireOn(ctx context.Context, p *pool, n *node, cl Client, l *Lock, cfg *c
 	switch {
 	case err != nil:
 		return reply{err: err}, failed
-	case res[0] == replyOK && ackErr != nil:
+	case res[0] == scripts.ReplyOK && ackErr != nil:
 		// Granted on the master but not known to the replicas asked for: not
 		// a vote. The outcome stays granted, so the key is released.
 		return reply{err: ackErr}, granted
-	case res[0] == replyOK:
+	case res[0] == scripts.ReplyOK:
 		return reply{ok: true, val: res[1]}, granted
-	case res[0] == replyTaken:
+	case res[0] == scripts.ReplyTaken:
 		return reply{val: res[1], holder: holder, code: refusing}, taken
-	case res[0] == replyExhausted:
+	case res[0] == scripts.ReplyExhausted:
 		return reply{err: fmt.Errorf("%w (counter %s at %d)", errTokenSpace, fenceKey(l), res[1])}, taken
-	case res[0] == replyPermits:
+	case res[0] == scripts.ReplyPermits:
 		return reply{err: fmt.Errorf("%w: the semaphore %q is held under %d permits, this Semaphore has %d", errPermits, l.name, res[1], l.permits)}, taken
-	case res[0] == replyBadFence:
+	case res[0] == scripts.ReplyBadFence:
 		return reply{err: fmt.Errorf("%w: fence key %s does not hold a number", errTokenSpace, fenceKey(l))}, taken
 	}
 	return reply{err: fmt.Errorf("%w: %v", errBadReply, res)}, failed
@@ -310,7 +312,7 @@ func multiAcquireOn(ctx context.Context, cl Client, l *Lock, cfg *config) (reply
 	}
 	tokens := make([]int64, 0, parts(l))
 	for p := range parts(l) {
-		res, holder, err := acquireReply(scriptMultiAcquire.Run(ctx, cl, l.multi.acq[p], l.owner, ttlMillis(cfg.ttl), fence, floor))
+		res, holder, err := acquireReply(scripts.MultiAcquire.Run(ctx, cl, l.multi.acq[p], l.owner, ttlMillis(cfg.ttl), fence, floor))
 		// A refusal at part p leaves the parts before it ours: granted, so
 		// the failed attempt releases them.
 		before := granted
@@ -320,9 +322,9 @@ func multiAcquireOn(ctx context.Context, cl Client, l *Lock, cfg *config) (reply
 		switch {
 		case err != nil:
 			return reply{err: err}, failed
-		case res[0] == replyTaken:
+		case res[0] == scripts.ReplyTaken:
 			return reply{val: res[1], holder: holder, code: int64(p)}, before
-		case res[0] != replyOK:
+		case res[0] != scripts.ReplyOK:
 			return reply{err: fmt.Errorf("%w (counter of %q)", errTokenSpace, l.multi.names[p])}, before
 		}
 		tokens = append(tokens, res[1])
@@ -333,7 +335,7 @@ func multiAcquireOn(ctx context.Context, cl Client, l *Lock, cfg *config) (reply
 			continue
 		}
 		fences := l.multi.acq[p][1:2] // one name per part
-		if err := scriptRaise.Run(ctx, cl, fences, strconv.FormatInt(token, 10), fence).Err(); err != nil {
+		if err := scripts.Raise.Run(ctx, cl, fences, strconv.FormatInt(token, 10), fence).Err(); err != nil {
 			return reply{err: fmt.Errorf("redlock: raising the fence counter of %q to token %d: %w", l.multi.names[p], token, err)}, granted
 		}
 	}

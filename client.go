@@ -1,6 +1,8 @@
 package redlock
 
 import (
+	"github.com/redlockgo/redlock/internal/scripts"
+
 	"context"
 	"maps"
 	"net"
@@ -256,7 +258,7 @@ func (b *boundedClient) EvalShaRO(ctx context.Context, sha1 string, keys []strin
 // every node of a round, and the boxed values it shares with other
 // commands are boxed once.
 func evalArgs(s *redis.Script, keys []string, args []any) []any {
-	return scriptCommand("evalsha", scriptSources[s].sha, keys, args)
+	return scriptCommand("evalsha", scripts.Sources[s].SHA, keys, args)
 }
 
 // scriptCommand is the command name (EVAL, EVALSHA...) running the script
@@ -279,7 +281,7 @@ func runEval(ctx context.Context, cl Client, s *redis.Script, argv []any) *redis
 		cmd := sendEval(ctx, cl, argv)
 		if isNoScript(cmd.Err()) {
 			ev := slices.Clone(argv)
-			ev[0], ev[1] = "eval", scriptSources[s].body
+			ev[0], ev[1] = "eval", scripts.Sources[s].Body
 			cmd = sendEval(ctx, cl, ev)
 		}
 		if !again.retry(ctx, cmd.Err()) {

@@ -1,6 +1,8 @@
 package redlock
 
 import (
+	"github.com/redlockgo/redlock/internal/scripts"
+
 	"context"
 	"errors"
 	"fmt"
@@ -122,7 +124,7 @@ func TestClusterLockHeldThroughMigration(t *testing.T) {
 		name  string
 		first func(name string) []string // the keys moved first, one by one
 	}{
-		{"counter first", func(name string) []string { return []string{rlKey(name) + fenceSuffix} }},
+		{"counter first", func(name string) []string { return []string{rlKey(name) + scripts.FenceSuffix} }},
 		{"lock key first", func(name string) []string { return []string{rlKey(name)} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,6 +1,8 @@
 package redlock
 
 import (
+	"github.com/redlockgo/redlock/internal/scripts"
+
 	"context"
 	"fmt"
 	"regexp"
@@ -159,7 +161,7 @@ func TestReadMarkFollowsHolds(t *testing.T) {
 	require.NoError(t, err)
 	long, err := lk.TryRLock(ctx, "marked", WithTTL(time.Minute), WithAutoRenew(false))
 	require.NoError(t, err)
-	assert.Equal(t, readMark, get(t, admin, key), "the lock key while read holds are live")
+	assert.Equal(t, scripts.ReadMark, get(t, admin, key), "the lock key while read holds are live")
 	_, err = lk.TryLock(ctx, "marked")
 	require.ErrorIs(t, err, ErrNotObtained)
 	require.NoError(t, long.Unlock(ctx))
@@ -248,10 +250,10 @@ func TestCommonPathDefinesLittle(t *testing.T) {
 		start string   // where the common path starts: its block ends at the next "end" line
 		want  []string // the functions defined before that block ends
 	}{
-		{scriptAcquire, "local free = redis.call('SET', KEYS[1]", []string{"retention", "counter", "mintone", "mint"}},
-		{scriptRelease, "local v = redis.call('MGET', KEYS[1], KEYS[4])", nil},
+		{scripts.Acquire, "local free = redis.call('SET', KEYS[1]", []string{"retention", "counter", "mintone", "mint"}},
+		{scripts.Release, "local v = redis.call('MGET', KEYS[1], KEYS[4])", nil},
 	} {
-		body := scriptSources[tc.s].body
+		body := scripts.Sources[tc.s].Body
 		start := strings.Index(body, tc.start)
 		require.Positive(t, start, "%q in the assembled script", tc.start)
 		end := start + strings.Index(body[start:], "\nend\n")

@@ -1,6 +1,8 @@
 package redlock
 
 import (
+	"github.com/redlockgo/redlock/internal/scripts"
+
 	"context"
 	"errors"
 	"fmt"
@@ -180,18 +182,18 @@ func (e *Election) announce(ctx context.Context, l *Lock, value string, write bo
 	if write {
 		flag = "1"
 	}
-	keys := []string{e.key, e.key + metaSuffix}
+	keys := []string{e.key, e.key + scripts.MetaSuffix}
 	msg := strconv.FormatInt(l.Token(), 10) + "." + strconv.FormatInt(l.proclaims.Add(1), 10) + "\n" + value
 	args := []any{l.Owner(), flag, value, e.elect, msg}
 	p := e.c.pool
 	// Detached, as every call of the core: gather stops waiting when ctx
 	// ends, and the call left behind is bounded by the node timeout.
 	rs, interrupted, err := p.round(detached(ctx), p.nodes, e.timeout, e.timeout, func(ctx context.Context, n *node, cl Client) reply {
-		v, err := scriptProclaim.Run(ctx, cl, keys, args...).Int64()
+		v, err := scripts.Proclaim.Run(ctx, cl, keys, args...).Int64()
 		if err != nil {
 			return reply{err: err}
 		}
-		return reply{ok: v == replyOK || v == replyUnpublished, code: v}
+		return reply{ok: v == scripts.ReplyOK || v == scripts.ReplyUnpublished, code: v}
 	}, time.Now().Add(e.timeout), ctx.Done(), p.settled)
 	if err != nil {
 		return err
@@ -231,7 +233,7 @@ func (e *Election) read(ctx context.Context) (Leader, error) {
 	if err != nil {
 		return Leader{}, err
 	}
-	if !h.Held || h.Owner == "" || strings.HasPrefix(h.Owner, reservedPrefix) {
+	if !h.Held || h.Owner == "" || strings.HasPrefix(h.Owner, scripts.ReservedPrefix) {
 		return Leader{}, &opError{msg: fmt.Sprintf("redlock: election %q: no leader", e.name), sentinel: ErrNoLeader}
 	}
 	return Leader{Value: h.Metadata, Term: termOf(e.c.pool, rs, h.Owner), TTL: h.TTL}, nil

@@ -4,6 +4,8 @@ package redlock
 // refusals by ACL, failovers under a waiting Locker.
 
 import (
+	"github.com/redlockgo/redlock/internal/scripts"
+
 	"bytes"
 	"context"
 	"fmt"
@@ -41,7 +43,7 @@ func TestLostReplies(t *testing.T) {
 		t.Helper()
 		// Every script cached and the connection open, so that the reply
 		// lost is the write's, not a NOSCRIPT or a handshake.
-		for _, s := range allScripts {
+		for _, s := range scripts.All {
 			require.NoError(t, s.Load(ctx, cl).Err())
 		}
 		require.NoError(t, cl.Ping(ctx).Err())

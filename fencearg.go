@@ -1,6 +1,10 @@
 package redlock
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/redlockgo/redlock/internal/scripts"
+)
 
 // fenceArg is the scripts' fencing argument for cfg: "0" without fencing,
 // else the fence counter's retention in ms, "1" standing for the default (a
@@ -9,7 +13,7 @@ func fenceArg(cfg *config) any {
 	switch {
 	case !cfg.fencing:
 		return "0"
-	case cfg.retention == defaultFenceRetention:
+	case cfg.retention == scripts.DefaultFenceRetention:
 		return "1"
 	}
 	return retentionArg(cfg)
@@ -18,7 +22,7 @@ func fenceArg(cfg *config) any {
 // retentionArg is the fence counter's retention in ms as the scripts take
 // it, 1 standing for the default (fenceArg).
 func retentionArg(cfg *config) int64 {
-	if cfg.retention == defaultFenceRetention {
+	if cfg.retention == scripts.DefaultFenceRetention {
 		return 1
 	}
 	return cfg.retention.Milliseconds()

@@ -1,6 +1,8 @@
 package redlock
 
 import (
+	"github.com/redlockgo/redlock/internal/scripts"
+
 	"context"
 	"errors"
 	"fmt"
@@ -111,10 +113,10 @@ const fenceMaxRedisToken = 1 << 53
 const fenceMarkPrefix = "redlock:fence:"
 
 var (
-	fenceAdmitScript = newScript("fence_admit.lua")
-	fenceSetScript   = newScript("fence_set.lua")
-	fenceDelScript   = newScript("fence_del.lua")
-	fenceHSetScript  = newScript("fence_hset.lua")
+	fenceAdmitScript = scripts.NewScript("fence_admit.lua")
+	fenceSetScript   = scripts.NewScript("fence_set.lua")
+	fenceDelScript   = scripts.NewScript("fence_del.lua")
+	fenceHSetScript  = scripts.NewScript("fence_hset.lua")
 )
 
 // RedisFence guards keys kept in Redis with fencing tokens, the Redis
@@ -381,17 +383,17 @@ func fenceCheck(key string, token int64) error {
 	return nil
 }
 
-// fenceRun runs one of the fence scripts, which reply {replyOK} when they
-// admitted token and {replyStale, mark} when they rejected it.
+// fenceRun runs one of the fence scripts, which reply {scripts.ReplyOK} when they
+// admitted token and {scripts.ReplyStale, mark} when they rejected it.
 func fenceRun(ctx context.Context, c Client, script *redis.Script, op, key string, token int64, keys []string, args ...any) error {
 	reply, err := script.Run(ctx, c, keys, args...).Slice()
 	if err != nil {
 		return fmt.Errorf("redlock: fence %s %q: %w", op, key, err)
 	}
-	if len(reply) == 1 && reply[0] == int64(replyOK) {
+	if len(reply) == 1 && reply[0] == int64(scripts.ReplyOK) {
 		return nil
 	}
-	if len(reply) == 2 && reply[0] == int64(replyStale) {
+	if len(reply) == 2 && reply[0] == int64(scripts.ReplyStale) {
 		if mark, ok := reply[1].(string); ok {
 			if h, err := strconv.ParseInt(mark, 10, 64); err == nil {
 				return &StaleTokenError{Token: token, Highest: h}

@@ -1,6 +1,8 @@
 package redlock
 
 import (
+	"github.com/redlockgo/redlock/internal/scripts"
+
 	"context"
 	"errors"
 	"fmt"
@@ -53,14 +55,14 @@ func (h handOff) run(ctx context.Context) (done bool, err error) {
 		c.pool.releaseInBackground(ctx, c.pool.nodes, l, nl)
 		c.waits.unreserve(l.channel, w, true)
 		return true, join(fmt.Errorf("redlock: unlock %q: hand-off outcome unknown; the lock frees itself when its lease ends", l.name), c.pool.nodeErr(r.node, r.err))
-	case r.code == replyAlready:
+	case r.code == scripts.ReplyAlready:
 		c.waits.unreserve(l.channel, w, true)
 		return true, nil
-	case r.code == replyNotOurs:
+	case r.code == scripts.ReplyNotOurs:
 		c.waits.unreserve(l.channel, w, true) // the key is gone: the name may be free
 		return true, notHeld("unlock", l.name, errors.New("the key is gone or another owner's"))
 	case !r.ok:
-		// No token, or replyOOM (a full server refused its first
+		// No token, or scripts.ReplyOOM (a full server refused its first
 		// write): the ordinary release runs and reports it.
 		c.waits.unreserve(l.channel, w, false)
 		return false, nil
@@ -79,9 +81,9 @@ func (h handOff) call(ctx context.Context, nl *Lock) (reply, time.Time, error) {
 	until := validUntil(t1, w.cfg.ttl, w.cfg.driftFactor)
 	ch, err := p.fanOut(context.WithoutCancel(ctx), p.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node, cl Client) reply {
 		var again tryingAgain
-		res, err := scriptHandOff.Run(ctx, cl, keys, args...).Int64Slice()
+		res, err := scripts.HandOff.Run(ctx, cl, keys, args...).Int64Slice()
 		for again.retry(ctx, err) {
-			res, err = scriptHandOff.Run(ctx, cl, keys, args...).Int64Slice()
+			res, err = scripts.HandOff.Run(ctx, cl, keys, args...).Int64Slice()
 		}
 		switch {
 		case err != nil:
@@ -89,7 +91,7 @@ func (h handOff) call(ctx context.Context, nl *Lock) (reply, time.Time, error) {
 		case len(res) != 2:
 			return reply{err: fmt.Errorf("%w: %v", errBadReply, res)}
 		}
-		return reply{ok: res[0] == replyOK, code: res[0], val: res[1]}
+		return reply{ok: res[0] == scripts.ReplyOK, code: res[0], val: res[1]}
 	})
 	if err != nil {
 		return reply{}, until, err

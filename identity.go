@@ -1,6 +1,8 @@
 package redlock
 
 import (
+	"github.com/redlockgo/redlock/internal/scripts"
+
 	"context"
 	"errors"
 	"fmt"
@@ -30,7 +32,7 @@ func (n *node) warmUp(ctx context.Context, identify bool) (identified bool) {
 			identified = true
 		}
 	}
-	for _, s := range allScripts {
+	for _, s := range scripts.All {
 		err := s.Load(ctx, n.client).Err()
 		n.note(err) // a refused dial is what the first call's timeout will name
 		if err != nil {

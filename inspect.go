@@ -1,6 +1,8 @@
 package redlock
 
 import (
+	"github.com/redlockgo/redlock/internal/scripts"
+
 	"cmp"
 	"context"
 	"errors"
@@ -106,7 +108,7 @@ func inspectKey(ctx context.Context, c *core, op, name, key string, timeout time
 	if c.life.isClosing() {
 		return Holder{}, nil, ErrClosed
 	}
-	keys := []string{key, key + fenceSuffix, key + metaSuffix, key + readersSuffix}
+	keys := []string{key, key + scripts.FenceSuffix, key + scripts.MetaSuffix, key + scripts.ReadersSuffix}
 	// Detached, as every call of the core: gather stops waiting when ctx
 	// ends, and the read left behind is bounded by the node timeout.
 	rs, interrupted, err := c.pool.round(detached(ctx), c.pool.nodes, timeout, timeout, func(ctx context.Context, n *node, cl Client) reply {
@@ -130,7 +132,7 @@ func inspectKey(ctx context.Context, c *core, op, name, key string, timeout time
 
 // inspectOn runs inspect.lua on one node.
 func inspectOn(ctx context.Context, cl Client, keys []string) reply {
-	res, err := scriptInspect.Run(ctx, cl, keys).Slice()
+	res, err := scripts.Inspect.Run(ctx, cl, keys).Slice()
 	if err != nil {
 		return reply{err: err}
 	}

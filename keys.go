@@ -1,59 +1,11 @@
 package redlock
 
 import (
+	"github.com/redlockgo/redlock/internal/scripts"
+
 	"crypto/rand"
 	"encoding/hex"
 	"strings"
-)
-
-// The key schema: every key and channel of a name, which doc.go's "Keys"
-// tells users. None of these strings may change: during a rollout two
-// versions share the keys, and a process that spelled one otherwise would
-// see no lock, queue or counter where there is one. Every key a script
-// reads or writes is one the client passes in KEYS (TestScriptKeysDeclared):
-// on Redis Cluster a script fails at the first key it did not declare that
-// a slot migration has already moved. With K the lock key
-// "{<prefix><name>}" (lockKey):
-//
-//	K                  an owner value, reservedPrefix + a queued writer's id,
-//	                   or readMark while read holds are live
-//	K:fence            fence counter
-//	K:released         released marker: the owner that released
-//	K:meta             metadata: "<owner>\n<metadata>"
-//	K:readers          read holds; K:readers:released:<owner> (ownerKey)
-//	K:queue            waiting writers: a sorted set of their places and lapse times (_lib.lua)
-//	K:waiting          "1" while a caller waits for a release (waitSuffix)
-//	K:sem              permits; K:sem:permits, K:sem:fence, K:sem:released:<owner>
-//	K:rel              release channel: released owners, or passedPrefix + an id
-//	K:elect            election channel: "<term>\n<value>" (electionSuffix, election.go)
-//	K:released-by-operator, <set>:released-by-operator:<owner>  Locker.Release
-//
-// The marks of a RedisFence are not a name's: fenceMarkKey (fencing.go).
-const (
-	fenceSuffix    = ":fence"
-	releasedSuffix = ":released"
-	metaSuffix     = ":meta"
-	readersSuffix  = ":readers" // read holds (RLock)
-	queueSuffix    = ":queue"   // writers waiting (writer preference, FIFO)
-	waitSuffix     = ":waiting" // someone waits for a release (_lib.lua's waiting)
-	semSuffix      = ":sem"     // a semaphore's set, after the lock key
-	permitsSuffix  = ":permits" // the permit count, after the set's key
-	operatorSuffix = ":released-by-operator"
-	channelSuffix  = ":rel"
-
-	// reservedPrefix starts the value of a lock key that a release reserved
-	// for a queued writer: "queued:<its id>" (pass, in _lib.lua).
-	reservedPrefix = "queued:"
-	// passedPrefix starts the message of a release that passed the name to
-	// a queued writer: "w:<its id>".
-	passedPrefix = "w:"
-	// readMark is the value of a lock key while read holds are live, so that
-	// a writer's SET NX fails on it with no read of the holds (rlock.lua). No
-	// owner value (a UUID) or reservation can equal it; it ends in a newline
-	// so that keep.lua, given the owner readMarkOwner, keeps it alive.
-	readMark = "read-held\n"
-	// readMarkOwner is readMark as keep.lua's owner argument.
-	readMarkOwner = "read-held"
 )
 
 func lockKey(prefix, name string) string { return "{" + prefix + name + "}" }
@@ -62,17 +14,17 @@ func lockKey(prefix, name string) string { return "{" + prefix + name + "}" }
 // key cut from the channel's string: one allocation instead of two per Lock
 // call.
 func keyAndChannel(prefix, name string) (key, channel string) {
-	channel = "{" + prefix + name + "}" + channelSuffix
-	return channel[:len(channel)-len(channelSuffix)], channel
+	channel = "{" + prefix + name + "}" + scripts.ChannelSuffix
+	return channel[:len(channel)-len(scripts.ChannelSuffix)], channel
 }
 
-func releaseChannel(lockKey string) string { return lockKey + channelSuffix }
+func releaseChannel(lockKey string) string { return lockKey + scripts.ChannelSuffix }
 
 // heldKey is the lock key of a release channel.
-func heldKey(channel string) string { return strings.TrimSuffix(channel, channelSuffix) }
+func heldKey(channel string) string { return strings.TrimSuffix(channel, scripts.ChannelSuffix) }
 
 // ownerKey is the key of one owner's marker next to the sorted set of holds
-// set: "<set><suffix>:<owner>" (releasedSuffix, operatorSuffix).
+// set: "<set><suffix>:<owner>" (scripts.ReleasedSuffix, scripts.OperatorSuffix).
 func ownerKey(set, suffix, owner string) string { return set + suffix + ":" + owner }
 
 // multiKeys are the script keys of a multi-name lock, per part: one part
@@ -125,13 +77,13 @@ func ownerAndKeys(keys []string, tag string, metadata bool) (owner string, _ []s
 	hex.Encode(hexed[24:36], u[10:16])
 	hexed[8], hexed[13], hexed[18], hexed[23] = '-', '-', '-', '-'
 
-	suffixes := [...]string{fenceSuffix, queueSuffix, waitSuffix, releasedSuffix, metaSuffix}
+	suffixes := [...]string{scripts.FenceSuffix, scripts.QueueSuffix, scripts.WaitSuffix, scripts.ReleasedSuffix, scripts.MetaSuffix}
 	n := len(suffixes)
 	if !metadata {
 		n--
 	}
 	var b strings.Builder
-	b.Grow(len(hexed) + n*len(tag) + len(fenceSuffix) + len(queueSuffix) + len(waitSuffix) + len(releasedSuffix) + len(metaSuffix))
+	b.Grow(len(hexed) + n*len(tag) + len(scripts.FenceSuffix) + len(scripts.QueueSuffix) + len(scripts.WaitSuffix) + len(scripts.ReleasedSuffix) + len(scripts.MetaSuffix))
 	b.Write(hexed[:])
 	for _, suffix := range suffixes[:n] {
 		b.WriteString(tag)
@@ -144,10 +96,10 @@ func ownerAndKeys(keys []string, tag string, metadata bool) (owner string, _ []s
 		part, s = s[:len(tag)+len(suffix)], s[len(tag)+len(suffix):]
 		return part
 	}
-	fence, queue, waiting, released := cut(fenceSuffix), cut(queueSuffix), cut(waitSuffix), cut(releasedSuffix)
+	fence, queue, waiting, released := cut(scripts.FenceSuffix), cut(scripts.QueueSuffix), cut(scripts.WaitSuffix), cut(scripts.ReleasedSuffix)
 	keys = append(keys, tag, fence, queue, waiting)
 	if metadata {
-		keys = append(keys, cut(metaSuffix))
+		keys = append(keys, cut(scripts.MetaSuffix))
 	}
 	return owner, append(keys, tag, released, queue, waiting)
 }
@@ -165,8 +117,8 @@ func newMultiKeys(prefix string, names []string, sharded bool) *multiKeys {
 		rel := make([]string, 3*n)
 		for i, name := range names {
 			tag := lockKey(prefix, name)
-			acq[i], acq[n+i], acq[2*n+i] = tag, tag+fenceSuffix, tag+waitSuffix
-			rel[i], rel[n+i], rel[2*n+i] = tag, tag+releasedSuffix, tag+queueSuffix
+			acq[i], acq[n+i], acq[2*n+i] = tag, tag+scripts.FenceSuffix, tag+scripts.WaitSuffix
+			rel[i], rel[n+i], rel[2*n+i] = tag, tag+scripts.ReleasedSuffix, tag+scripts.QueueSuffix
 		}
 		mk.acq = append(mk.acq, acq)
 		mk.rel = append(mk.rel, rel)

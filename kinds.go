@@ -1,6 +1,8 @@
 package redlock
 
 import (
+	"github.com/redlockgo/redlock/internal/scripts"
+
 	"context"
 	"fmt"
 	"time"
@@ -32,7 +34,7 @@ const (
 //	multi:  the names' lock keys (see multiKeys for its scripts' keys)
 //
 // so that a read hold's release keys are keys[:3] (the lock key holds the
-// read holds' readMark) and its extend keys keys[:1], and a permit's
+// read holds' scripts.ReadMark) and its extend keys keys[:1], and a permit's
 // release and extend keys keys[:3] (the count key lives and dies with the
 // set).
 
@@ -85,17 +87,17 @@ func exclusiveAcquire(l *Lock, ttl, fence, _ any, wait string) (*redis.Script, [
 	owner := any(l.owner)
 	switch {
 	case l.metadata != "":
-		return scriptAcquire, l.keys[:5], []any{owner, ttl, fence, wait, metaValue(l.owner, l.metadata)}
+		return scripts.Acquire, l.keys[:5], []any{owner, ttl, fence, wait, metaValue(l.owner, l.metadata)}
 	case wait == "":
-		return scriptAcquire, l.keys[:2], []any{owner, ttl, fence}
+		return scripts.Acquire, l.keys[:2], []any{owner, ttl, fence}
 	case wait == l.owner:
-		return scriptAcquire, l.keys[:4], []any{owner, ttl, fence}
+		return scripts.Acquire, l.keys[:4], []any{owner, ttl, fence}
 	}
-	return scriptAcquire, l.keys[:4], []any{owner, ttl, fence, wait}
+	return scripts.Acquire, l.keys[:4], []any{owner, ttl, fence, wait}
 }
 
 func exclusiveRelease(l *Lock, _ int, _ time.Duration) (*redis.Script, []string, []any) {
-	return sharded(scriptRelease, l.sharded), releaseKeys(l), releaseArgs(l)
+	return scripts.Sharded(scripts.Release, l.sharded), releaseKeys(l), releaseArgs(l)
 }
 
 // handOffArgs are handoff.lua's KEYS and ARGV for releasing l and granting
@@ -114,11 +116,11 @@ func handOffArgs(l, nl *Lock, cfg *config, wid string) ([]string, []any) {
 // exclusiveExtend is extend.lua's call: the lock key alone (see extend.lua;
 // the metadata is kept by companions).
 func exclusiveExtend(l *Lock, _ int, ttl time.Duration) (*redis.Script, []string, []any) {
-	return scriptExtend, l.keys[:1], extendArgs(l, ttl)
+	return scripts.Extend, l.keys[:1], extendArgs(l, ttl)
 }
 
 func singlePTTL(l *Lock, _ int, _ time.Duration) (*redis.Script, []string, []any) {
-	return scriptPTTL, l.keys[:1], []any{l.owner}
+	return scripts.PTTL, l.keys[:1], []any{l.owner}
 }
 
 // releaseArgv is release.lua's EVALSHA command for an exclusive lock (see
@@ -130,7 +132,7 @@ func releaseArgv(l *Lock) []any {
 	}
 	b := l.boxed
 	if b.key == nil {
-		return evalArgs(sharded(scriptRelease, l.sharded), releaseKeys(l), releaseArgs(l))
+		return evalArgs(scripts.Sharded(scripts.Release, l.sharded), releaseKeys(l), releaseArgs(l))
 	}
 	ttl := l.leaseTTL()
 	lease := b.lease
@@ -143,7 +145,7 @@ func releaseArgv(l *Lock) []any {
 		queue, waiting = rel[2], rel[3]
 	}
 	argv := make([]any, 0, 12)
-	argv = append(argv, "evalsha", scriptSources[sharded(scriptRelease, l.sharded)].sha, 4, b.key, rel[1], queue, waiting, b.owner, lease)
+	argv = append(argv, "evalsha", scripts.Sources[scripts.Sharded(scripts.Release, l.sharded)].SHA, 4, b.key, rel[1], queue, waiting, b.owner, lease)
 	if l.timeout != defaultNodeTimeout(ttl) || l.announce {
 		argv = append(argv, ttlMillis(l.timeout))
 	}
@@ -182,49 +184,49 @@ func extendArgs(l *Lock, ttl time.Duration) []any {
 //	permit: holds set, this owner's released marker, permit count, fence counter
 //
 // so that a read hold's release keys are keys[:3] (the lock key holds the
-// read holds' readMark) and its extend keys keys[:1], and a permit's
+// read holds' scripts.ReadMark) and its extend keys keys[:1], and a permit's
 // release and extend keys keys[:3] (the count key lives and dies with the
 // set).
 
 func readKeys(l *Lock, a *acquisition, buf []string) {
 	l.owner, l.metadata = uuid.NewString(), ""
-	readers := a.tag + readersSuffix
-	l.keys = append(buf, readers, ownerKey(readers, releasedSuffix, l.owner), a.tag, a.tag+queueSuffix, a.tag+waitSuffix)
+	readers := a.tag + scripts.ReadersSuffix
+	l.keys = append(buf, readers, ownerKey(readers, scripts.ReleasedSuffix, l.owner), a.tag, a.tag+scripts.QueueSuffix, a.tag+scripts.WaitSuffix)
 }
 
 func permitKeys(l *Lock, a *acquisition, buf []string) {
 	l.owner, l.metadata, l.permits = uuid.NewString(), "", a.permits
-	l.keys = append(buf, a.tag, ownerKey(a.tag, releasedSuffix, l.owner), a.tag+permitsSuffix, a.tag+fenceSuffix)
+	l.keys = append(buf, a.tag, ownerKey(a.tag, scripts.ReleasedSuffix, l.owner), a.tag+scripts.PermitsSuffix, a.tag+scripts.FenceSuffix)
 }
 
 func readAcquire(l *Lock, ttl, _, _ any, _ string) (*redis.Script, []string, []any) {
-	return scriptRLock, []string{l.keys[2], l.keys[0], l.keys[3], l.keys[4]}, []any{l.owner, ttl}
+	return scripts.RLock, []string{l.keys[2], l.keys[0], l.keys[3], l.keys[4]}, []any{l.owner, ttl}
 }
 
 func permitAcquire(l *Lock, ttl, fence, _ any, _ string) (*redis.Script, []string, []any) {
-	return scriptSemAcquire, []string{l.keys[0], l.keys[3], l.keys[2]}, []any{l.owner, ttl, fence, l.permits}
+	return scripts.SemAcquire, []string{l.keys[0], l.keys[3], l.keys[2]}, []any{l.owner, ttl, fence, l.permits}
 }
 
 // readRelease and permitRelease are zrelease.lua's call; its last argument
 // says whether the release wakes waiting writers (a read hold) or not.
 func readRelease(l *Lock, _ int, _ time.Duration) (*redis.Script, []string, []any) {
-	return sharded(scriptZRelease, l.sharded), l.keys[:3], []any{l.owner, l.channel, ttlMillis(l.leaseTTL()), "1"}
+	return scripts.Sharded(scripts.ZRelease, l.sharded), l.keys[:3], []any{l.owner, l.channel, ttlMillis(l.leaseTTL()), "1"}
 }
 
 func permitRelease(l *Lock, _ int, _ time.Duration) (*redis.Script, []string, []any) {
-	return sharded(scriptZRelease, l.sharded), l.keys[:3], []any{l.owner, l.channel, ttlMillis(l.leaseTTL()), "0"}
+	return scripts.Sharded(scripts.ZRelease, l.sharded), l.keys[:3], []any{l.owner, l.channel, ttlMillis(l.leaseTTL()), "0"}
 }
 
 func readExtend(l *Lock, _ int, ttl time.Duration) (*redis.Script, []string, []any) {
-	return scriptZExtend, l.keys[:1], extendArgs(l, ttl)
+	return scripts.ZExtend, l.keys[:1], extendArgs(l, ttl)
 }
 
 func permitExtend(l *Lock, _ int, ttl time.Duration) (*redis.Script, []string, []any) {
-	return scriptZExtend, l.keys[:3], extendArgs(l, ttl)
+	return scripts.ZExtend, l.keys[:3], extendArgs(l, ttl)
 }
 
 func holdPTTL(l *Lock, _ int, _ time.Duration) (*redis.Script, []string, []any) {
-	return scriptZPTTL, l.keys[:1], []any{l.owner}
+	return scripts.ZPTTL, l.keys[:1], []any{l.owner}
 }
 
 // A multi-name lock's keys are its names' lock keys; its scripts' keys are
@@ -235,19 +237,19 @@ func multiLockKeys(l *Lock, a *acquisition, _ []string) {
 }
 
 func multiAcquire(l *Lock, ttl, fence, floor any, _ string) (*redis.Script, []string, []any) {
-	return scriptMultiAcquire, l.multi.acq[0], []any{l.owner, ttl, fence, floor}
+	return scripts.MultiAcquire, l.multi.acq[0], []any{l.owner, ttl, fence, floor}
 }
 
 func multiRelease(l *Lock, p int, _ time.Duration) (*redis.Script, []string, []any) {
-	return sharded(scriptMultiRelease, l.sharded), l.multi.rel[p], []any{l.owner, channelSuffix, ttlMillis(l.leaseTTL()), ttlMillis(l.timeout)}
+	return scripts.Sharded(scripts.MultiRelease, l.sharded), l.multi.rel[p], []any{l.owner, scripts.ChannelSuffix, ttlMillis(l.leaseTTL()), ttlMillis(l.timeout)}
 }
 
 func multiExtend(l *Lock, p int, ttl time.Duration) (*redis.Script, []string, []any) {
-	return scriptMultiExtend, l.multi.ext[p], extendArgs(l, ttl)
+	return scripts.MultiExtend, l.multi.ext[p], extendArgs(l, ttl)
 }
 
 func multiPTTL(l *Lock, p int, _ time.Duration) (*redis.Script, []string, []any) {
-	return scriptMultiPTTL, l.multi.ext[p], []any{l.owner}
+	return scripts.MultiPTTL, l.multi.ext[p], []any{l.owner}
 }
 
 // keepCall is one keep.lua call: a key that lives as long as a lock's lease,
@@ -259,7 +261,7 @@ type keepCall struct {
 
 // companions appends to buf the keep.lua calls that go with a renewal of l
 // to ttl, apart from the renewal itself (extend.lua says why): the
-// metadata of an exclusive lock, the lock key's readMark of a read hold,
+// metadata of an exclusive lock, the lock key's scripts.ReadMark of a read hold,
 // the count key of a permit, and the fence
 // counter of a lock held long enough that it could expire before the new
 // lease ends (counterDue). Their outcome never decides the renewal's.
@@ -275,8 +277,8 @@ func companions(l *Lock, ttl time.Duration, buf []keepCall) []keepCall {
 			buf = append(buf, keepCall{l.keys[1], []any{ms}})
 		}
 	case kindRead:
-		// The lock key's readMark lives as long as the longest read hold.
-		buf = append(buf, keepCall{l.keys[2], []any{ms, readMarkOwner}})
+		// The lock key's scripts.ReadMark lives as long as the longest read hold.
+		buf = append(buf, keepCall{l.keys[2], []any{ms, scripts.ReadMarkOwner}})
 	case kindPermit:
 		buf = append(buf, keepCall{l.keys[2], []any{ms}})
 		if due {
@@ -301,7 +303,7 @@ func companions(l *Lock, ttl time.Duration, buf []keepCall) []keepCall {
 // one costs is the key's life, never the lock.
 func keepCompanions(ctx context.Context, cl Client, l *Lock, ttl time.Duration) {
 	for _, k := range companions(l, ttl, nil) {
-		_ = scriptKeep.Run(ctx, cl, []string{k.key}, k.args...).Err()
+		_ = scripts.Keep.Run(ctx, cl, []string{k.key}, k.args...).Err()
 	}
 }
 
@@ -341,14 +343,14 @@ func foldRelease(acc, v int64, first bool) int64 {
 	switch {
 	case first:
 		return v
-	case acc == replyNotOurs || v == replyNotOurs:
-		return replyNotOurs
-	case acc == replyAlready && v == replyAlready:
-		return replyAlready
-	case acc == replyUnpublished || v == replyUnpublished:
-		return replyUnpublished
+	case acc == scripts.ReplyNotOurs || v == scripts.ReplyNotOurs:
+		return scripts.ReplyNotOurs
+	case acc == scripts.ReplyAlready && v == scripts.ReplyAlready:
+		return scripts.ReplyAlready
+	case acc == scripts.ReplyUnpublished || v == scripts.ReplyUnpublished:
+		return scripts.ReplyUnpublished
 	}
-	return replyOK
+	return scripts.ReplyOK
 }
 
 // foldExtend combines extend codes: another owner's if any part is, gone if
@@ -357,14 +359,14 @@ func foldExtend(acc, v int64, first bool) int64 {
 	switch {
 	case first:
 		return v
-	case acc == replyTaken || v == replyTaken:
-		return replyTaken
-	case acc == replyGone || v == replyGone:
-		return replyGone
-	case acc == replyLate || v == replyLate:
-		return replyLate
+	case acc == scripts.ReplyTaken || v == scripts.ReplyTaken:
+		return scripts.ReplyTaken
+	case acc == scripts.ReplyGone || v == scripts.ReplyGone:
+		return scripts.ReplyGone
+	case acc == scripts.ReplyLate || v == scripts.ReplyLate:
+		return scripts.ReplyLate
 	}
-	return replyOK
+	return scripts.ReplyOK
 }
 
 // foldPTTL combines remaining leases: another owner's if any part is, gone
@@ -373,10 +375,10 @@ func foldPTTL(acc, v int64, first bool) int64 {
 	switch {
 	case first:
 		return v
-	case acc == replyOthers || v == replyOthers:
-		return replyOthers
-	case acc == replyNotOurs || v == replyNotOurs:
-		return replyNotOurs
+	case acc == scripts.ReplyOthers || v == scripts.ReplyOthers:
+		return scripts.ReplyOthers
+	case acc == scripts.ReplyNotOurs || v == scripts.ReplyNotOurs:
+		return scripts.ReplyNotOurs
 	case acc < 0:
 		return v
 	case v < 0:
@@ -468,7 +470,7 @@ func appendTaken(errs []error, l *Lock, rs []reply, hint time.Duration) []error 
 // that refused a multi_acquire.lua call, 0 for the other scripts.
 func acquireReply(cmd *redis.Cmd) (res [3]int64, holder string, err error) {
 	if tok, ok := cmd.Val().(int64); ok {
-		return [3]int64{replyOK, tok}, "", nil // acquire.lua's grant: the token alone
+		return [3]int64{scripts.ReplyOK, tok}, "", nil // acquire.lua's grant: the token alone
 	}
 	vals, err := cmd.Slice()
 	if err != nil {

@@ -1,6 +1,8 @@
 package redlock
 
 import (
+	"github.com/redlockgo/redlock/internal/scripts"
+
 	"context"
 	"fmt"
 	"strconv"
@@ -184,7 +186,7 @@ func TestEveryKeyExpires(t *testing.T) {
 		case k == "{redlock:n5}:fence" || k == "{redlock:n15}:fence":
 			assert.InDelta(t, float64(time.Hour), float64(d), float64(time.Minute), "PTTL of %s (WithFenceRetention(1h))", k)
 		case k == "{redlock:n0}:fence":
-			assert.InDelta(t, float64(defaultFenceRetention), float64(d), float64(time.Minute), "PTTL of %s (default retention)", k)
+			assert.InDelta(t, float64(scripts.DefaultFenceRetention), float64(d), float64(time.Minute), "PTTL of %s (default retention)", k)
 		}
 		kinds[keyKind(k)]++
 	}
@@ -234,20 +236,20 @@ func TestFenceCounterLife(t *testing.T) {
 	l, err = newLocker(t, srv.Client(t)).TryLock(ctx, "life")
 	require.NoError(t, err)
 	require.NoError(t, l.Unlock(ctx))
-	assert.Greater(t, pttl("{redlock:life}:fence"), defaultFenceRetention-time.Minute, "default retention")
+	assert.Greater(t, pttl("{redlock:life}:fence"), scripts.DefaultFenceRetention-time.Minute, "default retention")
 	l, err = short.TryLock(ctx, "life", WithTTL(time.Second))
 	require.NoError(t, err)
 	require.NoError(t, l.Unlock(ctx))
-	assert.Greater(t, pttl("{redlock:life}:fence"), defaultFenceRetention-time.Minute, "a grant shortened the counter's life")
+	assert.Greater(t, pttl("{redlock:life}:fence"), scripts.DefaultFenceRetention-time.Minute, "a grant shortened the counter's life")
 
 	require.NoError(t, admin.Set(ctx, "{redlock:old}:fence", "5", 0).Err())
 	l, err = newLocker(t, srv.Client(t)).TryLock(ctx, "old")
 	require.NoError(t, err)
 	require.NoError(t, l.Unlock(ctx))
-	assert.Greater(t, pttl("{redlock:old}:fence"), defaultFenceRetention-time.Minute, "a counter left without expiry")
+	assert.Greater(t, pttl("{redlock:old}:fence"), scripts.DefaultFenceRetention-time.Minute, "a counter left without expiry")
 
-	require.NoError(t, scriptRaise.Run(ctx, admin, []string{"{redlock:raised}:fence"}, "7").Err())
-	assert.Greater(t, pttl("{redlock:raised}:fence"), defaultFenceRetention-time.Minute, "raise.lua, default")
-	require.NoError(t, scriptRaise.Run(ctx, admin, []string{"{redlock:raised2}:fence"}, "7", fmt.Sprint(time.Hour.Milliseconds())).Err())
+	require.NoError(t, scripts.Raise.Run(ctx, admin, []string{"{redlock:raised}:fence"}, "7").Err())
+	assert.Greater(t, pttl("{redlock:raised}:fence"), scripts.DefaultFenceRetention-time.Minute, "raise.lua, default")
+	require.NoError(t, scripts.Raise.Run(ctx, admin, []string{"{redlock:raised2}:fence"}, "7", fmt.Sprint(time.Hour.Milliseconds())).Err())
 	assert.InDelta(t, float64(time.Hour), float64(pttl("{redlock:raised2}:fence")), float64(time.Minute), "raise.lua with a retention")
 }

@@ -30,7 +30,7 @@ var layers = []struct {
 		"watchdog.go", "repair.go", "renew.go", "expiry.go", "timeheap.go"}},
 	{"waiting", []string{"queue*.go", "pubsub*.go", "withdraw.go"}},
 	{"round", []string{"quorum.go", "release.go", "lease.go", "kinds.go", "fencearg.go", "acks.go", "diagnose.go"}},
-	{"node", []string{"node.go", "identity.go", "client.go", "evict.go", "scripts.go"}},
+	{"node", []string{"node.go", "identity.go", "client.go", "evict.go"}},
 	{"values", []string{"lock.go", "outcome.go", "state.go", "validity.go", "keys.go", "names.go", "lifecycle.go",
 		"timers.go", "options.go", "retry.go", "observe.go", "errors.go", "errjoin.go", "errclass.go", "loss.go"}},
 }

@@ -1,6 +1,8 @@
 package redlock
 
 import (
+	"github.com/redlockgo/redlock/internal/scripts"
+
 	"cmp"
 	"context"
 	"math"
@@ -18,16 +20,16 @@ func (p *pool) extend(ctx context.Context, l *Lock, ttl time.Duration, deadline 
 		defer keepCompanions(ctx, cl, l, ttl)
 		if l.replicas == 0 {
 			v, err := runParts(ctx, cl, l, kinds[l.kind].extend, ttl, foldExtend)
-			return reply{ok: v == replyOK, code: v, err: err}
+			return reply{ok: v == scripts.ReplyOK, code: v, err: err}
 		}
 		s, keys, args := kinds[l.kind].extend(l, 0, ttl) // one part: LockAll refuses acks over shards
 		cmd, ackErr := scriptAcked(ctx, cl, s, keys, int(l.replicas), ackTimeout(l), args...)
 		v, err := cmd.Int64()
-		if err == nil && v == replyOK && ackErr != nil {
+		if err == nil && v == scripts.ReplyOK && ackErr != nil {
 			// Extended on the master only: a failed attempt, not a refusal.
 			return reply{code: v, err: ackErr}
 		}
-		return reply{ok: v == replyOK, code: v, err: err}
+		return reply{ok: v == scripts.ReplyOK, code: v, err: err}
 	}, deadline, ctx.Done(), p.settled)
 }
 
@@ -66,15 +68,15 @@ func (p *pool) remaining(ctx context.Context, l *Lock) (time.Duration, error) {
 }
 
 // leases reads l's lease on every node (the pttl scripts): each reply's val
-// is a lease in ms (-1: no expiry), or replyNotOurs (gone) or replyOthers
+// is a lease in ms (-1: no expiry), or scripts.ReplyNotOurs (gone) or scripts.ReplyOthers
 // (another owner's, or a key of another type) with ok false.
 func (p *pool) leases(ctx context.Context, l *Lock) (rs []reply, interrupted bool, err error) {
 	ch, err := p.fanOut(ctx, p.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node, cl Client) reply {
 		v, err := runParts(ctx, cl, l, kinds[l.kind].pttl, 0, foldPTTL)
 		if redis.HasErrorPrefix(err, "WRONGTYPE") {
-			v, err = replyOthers, nil // a value of another type where the set of holds was
+			v, err = scripts.ReplyOthers, nil // a value of another type where the set of holds was
 		}
-		return reply{ok: err == nil && v != replyNotOurs && v != replyOthers, val: v, err: err}
+		return reply{ok: err == nil && v != scripts.ReplyNotOurs && v != scripts.ReplyOthers, val: v, err: err}
 	})
 	if err != nil {
 		return nil, false, err

@@ -1,6 +1,8 @@
 package redlock
 
 import (
+	"github.com/redlockgo/redlock/internal/scripts"
+
 	"errors"
 	"fmt"
 	"strings"
@@ -161,9 +163,9 @@ var (
 // refusalOf is the reason behind one node's refusal code.
 func refusalOf(code int64) error {
 	switch code {
-	case replyTaken:
+	case scripts.ReplyTaken:
 		return errTaken
-	case replyLate:
+	case scripts.ReplyLate:
 		return errExpLate
 	}
 	return errKeyGone
@@ -179,9 +181,9 @@ func refusalsIn(rs []reply) (taken, late int) {
 	for _, r := range rs {
 		switch {
 		case r.err != nil:
-		case r.code == replyTaken:
+		case r.code == scripts.ReplyTaken:
 			taken++
-		case r.code == replyLate:
+		case r.code == scripts.ReplyLate:
 			late++
 		}
 	}

@@ -1,6 +1,8 @@
 package redlock
 
 import (
+	"github.com/redlockgo/redlock/internal/scripts"
+
 	"context"
 	"errors"
 	"flag"
@@ -216,7 +218,7 @@ func waiting(t testing.TB, c *core, name string) {
 func writersQueued(t testing.TB, srv *redistest.Server, name string, n int64) {
 	t.Helper()
 	cl := srv.Client(t)
-	key := rlKey(name) + queueSuffix
+	key := rlKey(name) + scripts.QueueSuffix
 	if !eventually(5*time.Second, func() bool {
 		got, err := queuedWriters(cl, key)
 		return err == nil && got == n

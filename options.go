@@ -1,6 +1,8 @@
 package redlock
 
 import (
+	"github.com/redlockgo/redlock/internal/scripts"
+
 	"fmt"
 	"log/slog"
 	"math"
@@ -45,7 +47,7 @@ func defaultConfig() config {
 		driftFactor: 0.01,
 		prefix:      "redlock:",
 		fencing:     true,
-		retention:   defaultFenceRetention,
+		retention:   scripts.DefaultFenceRetention,
 		unanswered:  defaultUnansweredLimit,
 		retry:       ExponentialRetry(8*time.Millisecond, 512*time.Millisecond),
 		logger:      slog.New(slog.DiscardHandler),
@@ -134,10 +136,6 @@ func WithFencing(on bool) Option { return func(c *config) { c.fencing = on } }
 // client, and a Redlock's token write-back keep a counter for at least the
 // default (and never shorten one).
 func WithFenceRetention(d time.Duration) Option { return func(c *config) { c.retention = d } }
-
-// defaultFenceRetention is WithFenceRetention's default, written into the
-// scripts as well (newScript), for the callers that do not send it.
-const defaultFenceRetention = 24 * time.Hour
 
 // WithRetry sets the policy of a waiting Lock: how long it waits between
 // attempts on a contended lock and, with [LimitRetry], [MaxRetries] or
@@ -367,7 +365,7 @@ func (c *config) nodeTimeoutFor(ttl time.Duration) time.Duration {
 
 // defaultNodeTimeout is the node timeout for a lease of ttl without
 // WithNodeTimeout: a tenth of the TTL, within [100ms, 1s]. release.lua
-// derives the same from the lease it is given (scripts/release.lua). No cap
+// derives the same from the lease it is given (internal/scripts/release.lua). No cap
 // by the TTL: acquisitions and extensions also stop waiting at the
 // validity's end, and a tiny TTL must not leave a budget that a loaded
 // machine's scheduling alone can spend.

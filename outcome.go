@@ -1,6 +1,8 @@
 package redlock
 
 import (
+	"github.com/redlockgo/redlock/internal/scripts"
+
 	"slices"
 	"sync"
 	"time"
@@ -36,7 +38,7 @@ func (l *Lock) settle(idx int, o outcome) (release bool) {
 	l.outcome[idx] = o
 	if o == taken || o == unsent {
 		// Nothing of ours there: a deferred release is done.
-		l.rel.done(idx, reply{code: replyNotOurs, unsent: o == unsent})
+		l.rel.done(idx, reply{code: scripts.ReplyNotOurs, unsent: o == unsent})
 	}
 	if o == granted && l.state == stateReleased && !l.rel.sentOrDeferred(idx) {
 		// Unlock's release to this node is still to be sent: it reaches

@@ -1,6 +1,8 @@
 package redlock
 
 import (
+	"github.com/redlockgo/redlock/internal/scripts"
+
 	"context"
 	"fmt"
 	"net"
@@ -145,7 +147,7 @@ func TestTinyTTLFirstCall(t *testing.T) {
 		lk.Close()
 		cl.Close()
 	}
-	exists, err := srv.Client(t).ScriptExists(ctx, scriptAcquire.Hash(), scriptRelease.Hash()).Result()
+	exists, err := srv.Client(t).ScriptExists(ctx, scripts.Acquire.Hash(), scripts.Release.Hash()).Result()
 	require.NoError(t, err)
 	assert.Equal(t, []bool{true, true}, exists, "scripts not loaded by the warm-up")
 }

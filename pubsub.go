@@ -25,7 +25,7 @@ type pubsub struct {
 	logger *slog.Logger
 	sink   listener
 	// sharded: the nodes are Clusters, whose releases publish with SPUBLISH
-	// (scripts.go's sharded twins); waiters SSUBSCRIBE, one connection per
+	// (the sharded twins of internal/scripts); waiters SSUBSCRIBE, one connection per
 	// channel, and follow the channel's slot when it moves.
 	sharded bool
 

@@ -1,6 +1,8 @@
 package redlock
 
 import (
+	"github.com/redlockgo/redlock/internal/scripts"
+
 	"strings"
 	"sync"
 	"time"
@@ -136,7 +138,7 @@ const (
 var queueSuffixes = [...]string{"", queueReaders, queuePermits, queueMulti}
 
 // queueKey is the key of the queue of channel for waiters of one kind
-// (suffix "" for writers). Channels end with channelSuffix, so the key says
+// (suffix "" for writers). Channels end with scripts.ChannelSuffix, so the key says
 // which it is.
 func queueKey(channel, suffix string) string { return channel + suffix }
 
@@ -153,14 +155,14 @@ func (ws *waiters) queueOf(channel, suffix string) *waitQueue {
 
 // channelOf is the release channel of a queue key.
 func channelOf(qk string) string {
-	if strings.HasSuffix(qk, channelSuffix) {
+	if strings.HasSuffix(qk, scripts.ChannelSuffix) {
 		return qk
 	}
 	return qk[:len(qk)-len(queueReaders)]
 }
 
 // sharedQueue reports a queue whose head, once served, wakes the next.
-func sharedQueue(qk string) bool { return !strings.HasSuffix(qk, channelSuffix) }
+func sharedQueue(qk string) bool { return !strings.HasSuffix(qk, scripts.ChannelSuffix) }
 
 // otherQueues reports whether a queue of qk's channel other than qk exists,
 // which keeps the channel subscribed. Under ws.mu.

@@ -1,6 +1,10 @@
 package redlock
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/redlockgo/redlock/internal/scripts"
+)
 
 // What release messages do to the local queue: the waiters' side of the
 // listener interface (pubsub.go), which wakes the head of each queue or only
@@ -62,7 +66,7 @@ func (ws *waiters) connDown() { ws.wakeHeads() }
 func (ws *waiters) dispatch(channel, owner string) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	if id, ok := strings.CutPrefix(owner, passedPrefix); ok {
+	if id, ok := strings.CutPrefix(owner, scripts.PassedPrefix); ok {
 		// Only a holder's release passes the name on: whoever held it
 		// firmly is gone.
 		delete(ws.firm, channel)
@@ -130,7 +134,7 @@ func (ws *waiters) heldBy(channel, owner string) {
 // subscription, and a waiter that is not the head of its queue has no timer
 // to find out by; the name would stay reserved for nobody until it lapses.
 func (ws *waiters) reservedFor(channel, holder string) {
-	id, ok := strings.CutPrefix(holder, reservedPrefix)
+	id, ok := strings.CutPrefix(holder, scripts.ReservedPrefix)
 	if !ok {
 		return
 	}

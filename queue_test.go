@@ -1,6 +1,8 @@
 package redlock
 
 import (
+	"github.com/redlockgo/redlock/internal/scripts"
+
 	"context"
 	"errors"
 	"fmt"
@@ -284,7 +286,7 @@ func TestReservedWaiterWokenByHead(t *testing.T) {
 	}))
 	// Passed to the second waiter, whose message never came; the
 	// reservation outlasts both calls' deadlines.
-	require.NoError(t, cl.Set(ctx, key, reservedPrefix+second, 10*time.Second).Err())
+	require.NoError(t, cl.Set(ctx, key, scripts.ReservedPrefix+second, 10*time.Second).Err())
 	l := <-got
 	require.NotNil(t, l, "the reserved waiter took the name")
 	require.NoError(t, l.Unlock(ctx))
@@ -413,20 +415,20 @@ func TestWithdrawnWriterNotQueuedAgain(t *testing.T) {
 	holder, err := lk.TryLock(ctx, "ghost")
 	require.NoError(t, err)
 	tag := lockKey(lk.c.cfg.prefix, "ghost")
-	keys := []string{tag, tag + fenceSuffix, tag + queueSuffix, tag + waitSuffix}
+	keys := []string{tag, tag + scripts.FenceSuffix, tag + scripts.QueueSuffix, tag + scripts.WaitSuffix}
 	attempt := func() {
 		t.Helper()
-		res, err := scriptAcquire.Run(ctx, admin, keys, "ghost-attempt", "10000", "0", "w1").Slice()
+		res, err := scripts.Acquire.Run(ctx, admin, keys, "ghost-attempt", "10000", "0", "w1").Slice()
 		require.NoError(t, err)
-		require.EqualValues(t, int64(replyTaken), res[0], "the waiting writer's attempt is refused: %v", res)
+		require.EqualValues(t, int64(scripts.ReplyTaken), res[0], "the waiting writer's attempt is refused: %v", res)
 	}
 	attempt() // the writer waits: entered in the queue
-	n, err := queuedWriters(admin, tag+queueSuffix)
+	n, err := queuedWriters(admin, tag+scripts.QueueSuffix)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n, "writers queued after the first attempt")
 	unwait(ctx, lk.c.pool, withdrawal{tag: tag, id: "w1", channel: releaseChannel(tag), timeout: time.Second})
 	attempt() // its call gave up; this attempt was on its way
-	n, err = queuedWriters(admin, tag+queueSuffix)
+	n, err = queuedWriters(admin, tag+scripts.QueueSuffix)
 	require.NoError(t, err)
 	assert.Zero(t, n, "writers queued after the withdrawal and a late attempt")
 	require.NoError(t, holder.Unlock(ctx))

@@ -1,6 +1,8 @@
 package redlock
 
 import (
+	"github.com/redlockgo/redlock/internal/scripts"
+
 	"context"
 	"time"
 )
@@ -204,14 +206,14 @@ func (p *cleanup) releaseNode(ctx context.Context, n *node, l *Lock, ran bool) {
 // releaseArgv), or, for the kinds with no argv, their own script.
 func releaseCall(ctx context.Context, cl Client, l *Lock, argv []any) reply {
 	if retracts(l) {
-		v, err := sharded(scriptRetract, l.sharded).Run(ctx, cl, l.keys[:1], l.owner).Int64()
+		v, err := scripts.Sharded(scripts.Retract, l.sharded).Run(ctx, cl, l.keys[:1], l.owner).Int64()
 		return releaseReply(l, v, err)
 	}
 	if argv == nil {
 		v, err := runParts(ctx, cl, l, kinds[l.kind].release, 0, foldRelease)
 		return releaseReply(l, v, err)
 	}
-	v, err := runEval(ctx, cl, sharded(scriptRelease, l.sharded), argv).Int64()
+	v, err := runEval(ctx, cl, scripts.Sharded(scripts.Release, l.sharded), argv).Int64()
 	return releaseReply(l, v, err)
 }
 
@@ -226,8 +228,8 @@ func retracts(l *Lock) bool {
 // release whose wake-up message the server refused to publish: the release
 // itself stands, and waiters fall back to their timers.
 func releaseReply(l *Lock, v int64, err error) reply {
-	if err == nil && v == replyUnpublished {
+	if err == nil && v == scripts.ReplyUnpublished {
 		l.logger.Warn("redlock: released, but the server refused to publish the release message; waiters wake by their timers", "name", l.name)
 	}
-	return reply{ok: err == nil && v != replyNotOurs, code: v, err: err}
+	return reply{ok: err == nil && v != scripts.ReplyNotOurs, code: v, err: err}
 }

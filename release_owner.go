@@ -1,6 +1,8 @@
 package redlock
 
 import (
+	"github.com/redlockgo/redlock/internal/scripts"
+
 	"context"
 	"errors"
 	"fmt"
@@ -63,24 +65,24 @@ func releaseOwner(ctx context.Context, c *core, name, owner string) error {
 	// a lost reply, that it had released the lock itself. Written under the
 	// holder's marker key, it would make the holder's own Unlock report
 	// success for a lock an operator took away; so this call's marker has a
-	// key of its own, and lives 1ms (nothing reads it: see replyAlready below).
+	// key of its own, and lives 1ms (nothing reads it: see scripts.ReplyAlready below).
 	// The release is told to waiters whether or not one marked the name (the
 	// last argument): an operator's call is rare, and this keeps the marker
 	// to its 1ms (release.lua's quiet path would leave it for the lease).
-	keys := []string{key, key + operatorSuffix, key + queueSuffix, key + waitSuffix}
+	keys := []string{key, key + scripts.OperatorSuffix, key + scripts.QueueSuffix, key + scripts.WaitSuffix}
 	args := []any{owner, 1, 1, "1"}
 	timeout := c.cfg.timeout(c.cfg.ttl)
 	rs, interrupted, err := c.pool.round(detached(ctx), c.pool.nodes, timeout, timeout, func(ctx context.Context, n *node, cl Client) reply {
 		if err := c.pool.ids.identify(ctx, n); err != nil {
 			return reply{err: err}
 		}
-		v, err := sharded(scriptRelease, c.cfg.sharded).Run(ctx, cl, keys, args...).Int64()
-		if err == nil && v == replyUnpublished {
+		v, err := scripts.Sharded(scripts.Release, c.cfg.sharded).Run(ctx, cl, keys, args...).Int64()
+		if err == nil && v == scripts.ReplyUnpublished {
 			c.cfg.logger.Warn("redlock: released, but the server refused to publish the release message; waiters wake by their timers", "name", name)
 		}
-		// replyAlready would be a retried call of this one after a lost
+		// scripts.ReplyAlready would be a retried call of this one after a lost
 		// reply; it reads as "not held", like any owner that is gone.
-		return reply{ok: err == nil && (v == replyOK || v == replyUnpublished), code: v, err: err}
+		return reply{ok: err == nil && (v == scripts.ReplyOK || v == scripts.ReplyUnpublished), code: v, err: err}
 	}, time.Now().Add(timeout), ctx.Done(), c.pool.settled)
 	if err != nil {
 		return err
@@ -107,19 +109,19 @@ func releaseOwner(ctx context.Context, c *core, name, owner string) error {
 func releaseSetOwner(ctx context.Context, c *core, name, key, owner string, timeout time.Duration) error {
 	sets := []struct {
 		key, channel, reads string
-		third               string // zrelease.lua's KEYS[3]: the lock key (its readMark), or a permit count key
+		third               string // zrelease.lua's KEYS[3]: the lock key (its scripts.ReadMark), or a permit count key
 	}{
-		{key + readersSuffix, releaseChannel(key), "1", key}, // read holds publish on the lock's channel, when the last one leaves
-		{key + semSuffix, releaseChannel(key + semSuffix), "0", key + semSuffix + permitsSuffix},
+		{key + scripts.ReadersSuffix, releaseChannel(key), "1", key}, // read holds publish on the lock's channel, when the last one leaves
+		{key + scripts.SemSuffix, releaseChannel(key + scripts.SemSuffix), "0", key + scripts.SemSuffix + scripts.PermitsSuffix},
 	}
 	for _, set := range sets {
-		keys := []string{set.key, ownerKey(set.key, operatorSuffix, owner), set.third}
+		keys := []string{set.key, ownerKey(set.key, scripts.OperatorSuffix, owner), set.third}
 		rs, interrupted, err := c.pool.round(detached(ctx), c.pool.nodes, timeout, timeout, func(ctx context.Context, n *node, cl Client) reply {
-			v, err := sharded(scriptZRelease, c.cfg.sharded).Run(ctx, cl, keys, owner, set.channel, 1, set.reads).Int64()
-			if err == nil && v == replyUnpublished {
+			v, err := scripts.Sharded(scripts.ZRelease, c.cfg.sharded).Run(ctx, cl, keys, owner, set.channel, 1, set.reads).Int64()
+			if err == nil && v == scripts.ReplyUnpublished {
 				c.cfg.logger.Warn("redlock: released, but the server refused to publish the release message; waiters wake by their timers", "name", name)
 			}
-			return reply{ok: err == nil && (v == replyOK || v == replyUnpublished), code: v, err: err}
+			return reply{ok: err == nil && (v == scripts.ReplyOK || v == scripts.ReplyUnpublished), code: v, err: err}
 		}, time.Now().Add(timeout), ctx.Done(), never)
 		if err != nil {
 			return err

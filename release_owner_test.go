@@ -1,6 +1,8 @@
 package redlock
 
 import (
+	"github.com/redlockgo/redlock/internal/scripts"
+
 	"context"
 	"testing"
 	"time"
@@ -137,9 +139,11 @@ func TestReleaseReadHoldAndPermit(t *testing.T) {
 			}
 			got <- err
 		}()
-		require.Eventually(t, func() bool { return waiter.c.waits.busy(queueKey(releaseChannel(rlKey(name)+semSuffix), queuePermits)) },
+		require.Eventually(t, func() bool {
+			return waiter.c.waits.busy(queueKey(releaseChannel(rlKey(name)+scripts.SemSuffix), queuePermits))
+		},
 			10*time.Second, time.Millisecond, "permit waiter not queued")
-		waitSubscribers(t, srv, rlKey(name)+semSuffix+":rel", 1)
+		waitSubscribers(t, srv, rlKey(name)+scripts.SemSuffix+":rel", 1)
 		require.NoError(t, operator.Release(ctx, name, p.Owner()))
 		select {
 		case err := <-got:

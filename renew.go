@@ -1,6 +1,8 @@
 package redlock
 
 import (
+	"github.com/redlockgo/redlock/internal/scripts"
+
 	"context"
 	"time"
 
@@ -83,7 +85,7 @@ func (b *batchRound) run(ctx context.Context, locks []*Lock, ttls []time.Duratio
 			releaseLate(ctx, n, locks, codes)
 			if gone != nil {
 				for i, code := range codes {
-					if code == replyGone {
+					if code == scripts.ReplyGone {
 						gone(i, n)
 					}
 				}
@@ -258,9 +260,9 @@ func (b *batchRound) tallyBatch(res *batchResult, r reply, i int, withErr bool) 
 	default:
 		res.no++
 		switch r.codes[i] {
-		case replyTaken:
+		case scripts.ReplyTaken:
 			res.taken++
-		case replyLate:
+		case scripts.ReplyLate:
 			res.late++
 		}
 		if withErr {
@@ -270,7 +272,7 @@ func (b *batchRound) tallyBatch(res *batchResult, r reply, i int, withErr bool) 
 }
 
 // pipelineScript sends one script call per lock in one pipeline and returns
-// per lock 1 (yes), 0 (not ours), replyTaken, replyLate or -1 (error).
+// per lock 1 (yes), 0 (not ours), scripts.ReplyTaken, scripts.ReplyLate or -1 (error).
 // go-redis's EVALSHA-to-EVAL fallback does not apply inside pipelines, so
 // calls that failed with NOSCRIPT (after SCRIPT FLUSH, a restart, a
 // failover) are sent again with EVAL: a missing script must never read as
@@ -340,7 +342,7 @@ func (p *pipelined) send(ctx context.Context, cl Client) {
 		}
 		if p.renew() {
 			for _, k := range companions(l, p.ttls[i], nil) {
-				p.cmds = append(p.cmds, sentScript{cmd: scriptKeep.EvalSha(ctx, pipe, []string{k.key}, k.args...), lock: i, keep: &k})
+				p.cmds = append(p.cmds, sentScript{cmd: scripts.Keep.EvalSha(ctx, pipe, []string{k.key}, k.args...), lock: i, keep: &k})
 			}
 		}
 	}
@@ -357,7 +359,7 @@ func (p *pipelined) send(ctx context.Context, cl Client) {
 			pipe = cl.Pipeline()
 		}
 		if k := p.cmds[j].keep; k != nil {
-			p.cmds[j].cmd = scriptKeep.Eval(ctx, pipe, []string{k.key}, k.args...)
+			p.cmds[j].cmd = scripts.Keep.Eval(ctx, pipe, []string{k.key}, k.args...)
 			continue
 		}
 		s, keys, args := p.call(p.cmds[j].lock, p.cmds[j].part)
@@ -417,7 +419,7 @@ func (p *pipelined) code(l *Lock, v int64, retried bool) (int8, error) {
 		if r := releaseReply(l, v, nil); r.ok {
 			return 1, nil
 		}
-	case v == replyOK && l.replicas > 0:
+	case v == scripts.ReplyOK && l.replicas > 0:
 		// Extended on the master; a vote only with the replicas' acks,
 		// counted by the WAIT of the connection this script ran on.
 		w := p.wait
@@ -428,7 +430,7 @@ func (p *pipelined) code(l *Lock, v int64, retried bool) (int8, error) {
 			return -1, err
 		}
 		return 1, nil
-	case v == replyOK, v == replyTaken, v == replyLate:
+	case v == scripts.ReplyOK, v == scripts.ReplyTaken, v == scripts.ReplyLate:
 		return int8(v), nil
 	}
 	return 0, nil
@@ -464,7 +466,7 @@ func renewAcked(ctx context.Context, cl Client, locks []*Lock, ttls []time.Durat
 			s, keys, args := kinds[l.kind].extend(l, 0, ttls[i])
 			cmd, ackErr = scriptAcked(ctx, cl, s, keys, int(l.replicas), ackTimeout(l), args...)
 			v, err = cmd.Int64()
-			if err == nil && v == replyOK && ackErr != nil {
+			if err == nil && v == scripts.ReplyOK && ackErr != nil {
 				err = ackErr
 			}
 		} else {
@@ -479,15 +481,15 @@ func renewAcked(ctx context.Context, cl Client, locks []*Lock, ttls []time.Durat
 	return codes, firstErr
 }
 
-// extendCode is a renewal's per-lock code in a batch: 1 extended, replyTaken
-// another owner's, replyLate too near its end, 0 missing, -1 error.
+// extendCode is a renewal's per-lock code in a batch: 1 extended, scripts.ReplyTaken
+// another owner's, scripts.ReplyLate too near its end, 0 missing, -1 error.
 func extendCode(v int64, err error) int8 {
 	switch {
 	case err != nil:
 		return -1
-	case v == replyOK:
+	case v == scripts.ReplyOK:
 		return 1
-	case v == replyTaken, v == replyLate:
+	case v == scripts.ReplyTaken, v == scripts.ReplyLate:
 		return int8(v)
 	}
 	return 0

@@ -1,6 +1,8 @@
 package redlock
 
 import (
+	"github.com/redlockgo/redlock/internal/scripts"
+
 	"context"
 	"time"
 )
@@ -80,8 +82,8 @@ func (w *watchdog) repair(l *Lock, nodes []*node, leaseEnd time.Time) {
 		args = append(args, metaValue(l.owner, l.metadata))
 	}
 	_, _ = w.c.pool.spawn(context.Background(), nodes, l.timeout, l.timeout, func(ctx context.Context, n *node, cl Client) reply {
-		v, err := sharded(scriptRepair, l.sharded).Run(ctx, cl, keys, args...).Int64()
-		set := err == nil && v == replyOK
+		v, err := scripts.Sharded(scripts.Repair, l.sharded).Run(ctx, cl, keys, args...).Int64()
+		set := err == nil && v == scripts.ReplyOK
 		if (set || (err != nil && !isServerError(err))) && !l.is(stateHeld) {
 			// Released or lost while the repair was on the way: what it
 			// set (or may have set) must not keep the name.

@@ -1,6 +1,8 @@
 package redlock
 
 import (
+	"github.com/redlockgo/redlock/internal/scripts"
+
 	"context"
 	"errors"
 	"sync"
@@ -314,9 +316,9 @@ func TestRWLockHandle(t *testing.T) {
 	assert.True(t, ok)
 
 	cl := srv.Client(t)
-	v, err := scriptZRelease.Run(ctx, cl, l.keys[:2], l.owner, l.channel, 1000, "1").Int64()
+	v, err := scripts.ZRelease.Run(ctx, cl, l.keys[:2], l.owner, l.channel, 1000, "1").Int64()
 	require.NoError(t, err)
-	require.EqualValues(t, replyOK, v)
+	require.EqualValues(t, scripts.ReplyOK, v)
 	require.NoError(t, l.Unlock(ctx), "the release ran already: a retried call, not a loss")
 	require.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
 

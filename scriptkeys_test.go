@@ -1,6 +1,8 @@
 package redlock
 
 import (
+	"github.com/redlockgo/redlock/internal/scripts"
+
 	"fmt"
 	"io/fs"
 	"path"
@@ -23,8 +25,8 @@ import (
 // The checker is shown to fail on snippets that break the rule.
 func TestScriptKeysDeclared(t *testing.T) {
 	t.Parallel()
-	lib := string(embedded("_lib.lua"))
-	files, err := fs.Glob(scriptFS, "scripts/*.lua")
+	lib := string(scripts.Embedded("_lib.lua"))
+	files, err := fs.Glob(scripts.FS, "*.lua")
 	require.NoError(t, err)
 	checked := 0
 	for _, f := range files {
@@ -32,7 +34,7 @@ func TestScriptKeysDeclared(t *testing.T) {
 		if name == "_lib.lua" {
 			continue
 		}
-		body := string(embedded(name))
+		body := string(scripts.Embedded(name))
 		for _, v := range undeclaredKeys(lib, body) {
 			t.Errorf("%s: %s", name, v)
 		}

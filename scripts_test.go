@@ -1,6 +1,8 @@
 package redlock
 
 import (
+	"github.com/redlockgo/redlock/internal/scripts"
+
 	"context"
 	"fmt"
 	"io/fs"
@@ -18,12 +20,12 @@ import (
 	"github.com/redlockgo/redlock/internal/redistest"
 )
 
-// TestReplyCodes: each code of the table in scripts.go has one name, and
+// TestReplyCodes: each code of the table in internal/scripts has one name, and
 // the values keep the rules the table states.
 func TestReplyCodes(t *testing.T) {
 	t.Parallel()
 	byValue := make(map[int64]string)
-	for name, v := range replyCodes {
+	for name, v := range scripts.ReplyCodes {
 		if other, ok := byValue[v]; ok {
 			t.Errorf("%s and %s are both %d, want one meaning per code", name, other, v)
 		}
@@ -32,44 +34,44 @@ func TestReplyCodes(t *testing.T) {
 			t.Errorf("%s = %d, a value PTTL gives a lease", name, v)
 		}
 	}
-	if replyOK != 1 || replyGone != 0 {
-		t.Errorf("replyOK, replyGone = %d, %d, want 1, 0 (the watchdog's per-lock yes and no)", replyOK, replyGone)
+	if scripts.ReplyOK != 1 || scripts.ReplyGone != 0 {
+		t.Errorf("replyOK, replyGone = %d, %d, want 1, 0 (the watchdog's per-lock yes and no)", scripts.ReplyOK, scripts.ReplyGone)
 	}
-	for name, v := range map[string]int64{"replyTaken": replyTaken, "replyLate": replyLate} {
+	for name, v := range map[string]int64{"replyTaken": scripts.ReplyTaken, "replyLate": scripts.ReplyLate} {
 		if v <= 1 || v > math.MaxInt8 {
 			t.Errorf("%s = %d, want in [2, 127]: the watchdog's int8 codes carry it", name, v)
 		}
 	}
-	if replyNotOurs >= 0 {
-		t.Errorf("replyNotOurs = %d, want negative: the pttl family replies it instead of a lease", replyNotOurs)
+	if scripts.ReplyNotOurs >= 0 {
+		t.Errorf("replyNotOurs = %d, want negative: the pttl family replies it instead of a lease", scripts.ReplyNotOurs)
 	}
 
 	// Every name is used by some script, and only these names are.
 	used := make(map[string]bool)
-	files, err := fs.Glob(scriptFS, "scripts/*.lua")
+	files, err := fs.Glob(scripts.FS, "*.lua")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range files {
-		src, err := fs.ReadFile(scriptFS, f)
+		src, err := fs.ReadFile(scripts.FS, f)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, name := range luasrc.Constants(string(src)) {
-			_, code := replyCodes[name]
-			_, str := schemaStrings[name]
+			_, code := scripts.ReplyCodes[name]
+			_, str := scripts.SchemaStrings[name]
 			if !code && !str && name != "PUBLISH_COMMAND" { // assemble's, per twin
 				t.Errorf("%s names %s, which is neither in replyCodes nor in schemaStrings", f, name)
 			}
 			used[name] = true
 		}
 	}
-	for name := range replyCodes {
+	for name := range scripts.ReplyCodes {
 		if !used[name] {
 			t.Errorf("no script names %s", name)
 		}
 	}
-	for name := range schemaStrings {
+	for name := range scripts.SchemaStrings {
 		if !used[name] {
 			t.Errorf("no script names %s", name)
 		}
@@ -117,12 +119,12 @@ func TestScripts(t *testing.T) {
 	t.Cleanup(func() { nopub.Close() })
 
 	const maxFence = "9007199254740991"
-	scripts := []struct {
+	table := []struct {
 		file   string
 		script *redis.Script
 		cases  []scriptCase
 	}{
-		{"acquire.lua", scriptAcquire, []scriptCase{
+		{"acquire.lua", scripts.Acquire, []scriptCase{
 			{name: "free", keys: []string{"K", "K:fence"}, args: []any{"me", 10000, "1:5000"},
 				want: 5000},
 			{name: "free, server's time", keys: []string{"K", "K:fence"}, args: []any{"me", 10000, "1"},
@@ -135,265 +137,265 @@ func TestScripts(t *testing.T) {
 				keys: []string{"K", "K:fence"}, args: []any{"me", 10000, "1:5"}, want: 43},
 			{name: "held", setup: [][]any{{"SET", "K", "other", "PX", 10000}},
 				keys: []string{"K", "K:fence"}, args: []any{"me", 10000, "1:5000"},
-				want: []any{replyTaken, between{1, 10000}, "other"}},
+				want: []any{scripts.ReplyTaken, between{1, 10000}, "other"}},
 			{name: "held, waiting", setup: [][]any{{"SET", "K", "other", "PX", 10000}},
 				keys: []string{"K", "K:fence", "K:queue", "K:waiting"}, args: []any{"me", 10000, "1:5000"},
-				want: []any{replyTaken, between{1, 10000}, "other"}},
-			{name: "read holds", setup: [][]any{{"SET", "K", readMark, "PX", 10000}},
+				want: []any{scripts.ReplyTaken, between{1, 10000}, "other"}},
+			{name: "read holds", setup: [][]any{{"SET", "K", scripts.ReadMark, "PX", 10000}},
 				keys: []string{"K", "K:fence"}, args: []any{"me", 10000, "1:5000"},
-				want: []any{replyTaken, between{1, 10000}, ""}},
+				want: []any{scripts.ReplyTaken, between{1, 10000}, ""}},
 			{name: "reserved for this writer", setup: [][]any{{"SET", "K", "queued:w", "PX", 1000}},
 				keys: []string{"K", "K:fence", "K:queue", "K:waiting"}, args: []any{"me", 10000, "0", "w"},
 				want: 0},
 			{name: "reserved for another writer", setup: [][]any{{"SET", "K", "queued:w", "PX", 1000}},
 				keys: []string{"K", "K:fence", "K:queue", "K:waiting"}, args: []any{"me", 10000, "0", "me"},
-				want: []any{replyTaken, between{1, 1000}, "queued:w"}},
+				want: []any{scripts.ReplyTaken, between{1, 1000}, "queued:w"}},
 			{name: "counter exhausted", setup: [][]any{{"SET", "K:fence", maxFence}},
 				keys: []string{"K", "K:fence"}, args: []any{"me", 10000, "1:5000"},
-				want: []any{replyExhausted, 9007199254740991}},
+				want: []any{scripts.ReplyExhausted, 9007199254740991}},
 			{name: "counter not a number", setup: [][]any{{"SET", "K:fence", "nan"}},
 				keys: []string{"K", "K:fence"}, args: []any{"me", 10000, "1:5000"},
-				want: []any{replyBadFence, 0}},
+				want: []any{scripts.ReplyBadFence, 0}},
 			{name: "maxmemory", full: true, keys: []string{"K", "K:fence"}, args: []any{"me", 10000, "1:5000"},
 				err: "OOM"},
 		}},
-		{"multi_acquire.lua", scriptMultiAcquire, []scriptCase{
+		{"multi_acquire.lua", scripts.MultiAcquire, []scriptCase{
 			{name: "free", keys: []string{"K:a", "K:b", "K:a:fence", "K:b:fence", "K:a:waiting", "K:b:waiting"},
-				args: []any{"me", 10000, "1", "5000"}, want: []any{replyOK, 5000}},
+				args: []any{"me", 10000, "1", "5000"}, want: []any{scripts.ReplyOK, 5000}},
 			{name: "retry of this attempt", setup: [][]any{{"SET", "K:a", "me"}, {"SET", "K:a:fence", "9"}},
 				keys: []string{"K:a", "K:b", "K:a:fence", "K:b:fence", "K:a:waiting", "K:b:waiting"},
-				args: []any{"me", 10000, "1", ""}, want: []any{replyOK, 9}},
+				args: []any{"me", 10000, "1", ""}, want: []any{scripts.ReplyOK, 9}},
 			{name: "second held", setup: [][]any{{"SET", "K:b", "other", "PX", 10000}},
 				keys: []string{"K:a", "K:b", "K:a:fence", "K:b:fence", "K:a:waiting", "K:b:waiting"},
-				args: []any{"me", 10000, "1", ""}, want: []any{replyTaken, between{1, 10000}, "other", 2}},
-			{name: "read holds on first", setup: [][]any{{"SET", "K:a", readMark, "PX", 10000}},
+				args: []any{"me", 10000, "1", ""}, want: []any{scripts.ReplyTaken, between{1, 10000}, "other", 2}},
+			{name: "read holds on first", setup: [][]any{{"SET", "K:a", scripts.ReadMark, "PX", 10000}},
 				keys: []string{"K:a", "K:b", "K:a:fence", "K:b:fence", "K:a:waiting", "K:b:waiting"},
-				args: []any{"me", 10000, "1", ""}, want: []any{replyTaken, anyInt, "", 1}},
+				args: []any{"me", 10000, "1", ""}, want: []any{scripts.ReplyTaken, anyInt, "", 1}},
 			{name: "counter exhausted", setup: [][]any{{"SET", "K:b:fence", maxFence}},
 				keys: []string{"K:a", "K:b", "K:a:fence", "K:b:fence", "K:a:waiting", "K:b:waiting"},
-				args: []any{"me", 10000, "1", ""}, want: []any{replyExhausted, 9007199254740991}},
+				args: []any{"me", 10000, "1", ""}, want: []any{scripts.ReplyExhausted, 9007199254740991}},
 			{name: "counter not a number", setup: [][]any{{"SET", "K:a:fence", "x"}},
 				keys: []string{"K:a", "K:b", "K:a:fence", "K:b:fence", "K:a:waiting", "K:b:waiting"},
-				args: []any{"me", 10000, "1", ""}, want: []any{replyBadFence, 0}},
+				args: []any{"me", 10000, "1", ""}, want: []any{scripts.ReplyBadFence, 0}},
 		}},
-		{"rlock.lua", scriptRLock, []scriptCase{
+		{"rlock.lua", scripts.RLock, []scriptCase{
 			{name: "free", keys: []string{"K", "K:readers", "K:queue", "K:waiting"}, args: []any{"me", 10000},
-				want: []any{replyOK, 0}},
+				want: []any{scripts.ReplyOK, 0}},
 			{name: "retry of this attempt", setup: [][]any{{"ZADD", "K:readers", far, "me"}},
-				keys: []string{"K", "K:readers", "K:queue", "K:waiting"}, args: []any{"me", 10000}, want: []any{replyOK, 0}},
+				keys: []string{"K", "K:readers", "K:queue", "K:waiting"}, args: []any{"me", 10000}, want: []any{scripts.ReplyOK, 0}},
 			{name: "writer holds", setup: [][]any{{"SET", "K", "other", "PX", 10000}},
 				keys: []string{"K", "K:readers", "K:queue", "K:waiting"}, args: []any{"me", 10000},
-				want: []any{replyTaken, between{1, 10000}, "other"}},
+				want: []any{scripts.ReplyTaken, between{1, 10000}, "other"}},
 			{name: "writer waits", setup: [][]any{queuedW},
 				keys: []string{"K", "K:readers", "K:queue", "K:waiting"}, args: []any{"me", 10000},
-				want: []any{replyTaken, between{1, 5000}, ""}},
+				want: []any{scripts.ReplyTaken, between{1, 5000}, ""}},
 		}},
-		{"sem_acquire.lua", scriptSemAcquire, []scriptCase{
+		{"sem_acquire.lua", scripts.SemAcquire, []scriptCase{
 			{name: "free", keys: []string{"K:sem", "K:sem:fence", "K:sem:permits"}, args: []any{"me", 10000, "0", 2},
-				want: []any{replyOK, 0}},
+				want: []any{scripts.ReplyOK, 0}},
 			{name: "free, fenced", keys: []string{"K:sem", "K:sem:fence", "K:sem:permits"}, args: []any{"me", 10000, "1", 2},
-				want: []any{replyOK, between{1, math.MaxInt64}}},
+				want: []any{scripts.ReplyOK, between{1, math.MaxInt64}}},
 			{name: "retry of this attempt", setup: [][]any{{"ZADD", "K:sem", far, "me"}, {"SET", "K:sem:fence", "12"}},
 				keys: []string{"K:sem", "K:sem:fence", "K:sem:permits"}, args: []any{"me", 10000, "1", 2},
-				want: []any{replyOK, 12}},
+				want: []any{scripts.ReplyOK, 12}},
 			{name: "all held", setup: [][]any{{"ZADD", "K:sem", far, "other"}},
 				keys: []string{"K:sem", "K:sem:fence", "K:sem:permits"}, args: []any{"me", 10000, "1", 1},
-				want: []any{replyTaken, anyInt, "other"}},
+				want: []any{scripts.ReplyTaken, anyInt, "other"}},
 			{name: "other permit count", setup: [][]any{{"SET", "K:sem:permits", "3"}},
 				keys: []string{"K:sem", "K:sem:fence", "K:sem:permits"}, args: []any{"me", 10000, "1", 2},
-				want: []any{replyPermits, 3}},
+				want: []any{scripts.ReplyPermits, 3}},
 			{name: "counter exhausted", setup: [][]any{{"SET", "K:sem:fence", maxFence}},
 				keys: []string{"K:sem", "K:sem:fence", "K:sem:permits"}, args: []any{"me", 10000, "1", 2},
-				want: []any{replyExhausted, 9007199254740991}},
+				want: []any{scripts.ReplyExhausted, 9007199254740991}},
 			{name: "counter not a number", setup: [][]any{{"SET", "K:sem:fence", "inf"}},
 				keys: []string{"K:sem", "K:sem:fence", "K:sem:permits"}, args: []any{"me", 10000, "1", 2},
-				want: []any{replyBadFence, 0}},
+				want: []any{scripts.ReplyBadFence, 0}},
 		}},
-		{"handoff.lua", scriptHandOff, []scriptCase{
+		{"handoff.lua", scripts.HandOff, []scriptCase{
 			{name: "passed", setup: [][]any{{"SET", "K", "me", "PX", 10000}},
 				keys: []string{"K", "K:fence", "K:released", "K:queue"}, args: []any{"me", "next", 10000, "0", 10000, ""},
-				want: []any{replyOK, 0}},
+				want: []any{scripts.ReplyOK, 0}},
 			{name: "passed, fenced", setup: [][]any{{"SET", "K", "me", "PX", 10000}},
 				keys: []string{"K", "K:fence", "K:released", "K:queue"}, args: []any{"me", "next", 10000, "1", 10000, ""},
-				want: []any{replyOK, between{1, math.MaxInt64}}},
+				want: []any{scripts.ReplyOK, between{1, math.MaxInt64}}},
 			{name: "passed to its queued writer", setup: [][]any{{"SET", "K", "me", "PX", 10000},
 				queuedW},
 				keys: []string{"K", "K:fence", "K:released", "K:queue"}, args: []any{"me", "next", 10000, "0", 10000, "w"},
-				want: []any{replyOK, 0}},
+				want: []any{scripts.ReplyOK, 0}},
 			{name: "retry of this hand-off", setup: [][]any{{"SET", "K", "next", "PX", 10000}, {"SET", "K:fence", "77"}},
 				keys: []string{"K", "K:fence", "K:released", "K:queue"}, args: []any{"me", "next", 10000, "1", 10000, ""},
-				want: []any{replyOK, 77}},
+				want: []any{scripts.ReplyOK, 77}},
 			{name: "writer of another process first", setup: [][]any{{"SET", "K", "me", "PX", 10000},
 				queuedW},
 				keys: []string{"K", "K:fence", "K:released", "K:queue"}, args: []any{"me", "next", 10000, "0", 10000, ""},
-				want: []any{replyWriterFirst, 0}},
+				want: []any{scripts.ReplyWriterFirst, 0}},
 			{name: "already released", setup: [][]any{{"SET", "K:released", "me", "PX", 10000}},
 				keys: []string{"K", "K:fence", "K:released", "K:queue"}, args: []any{"me", "next", 10000, "0", 10000, ""},
-				want: []any{replyAlready, 0}},
+				want: []any{scripts.ReplyAlready, 0}},
 			{name: "gone", keys: []string{"K", "K:fence", "K:released", "K:queue"}, args: []any{"me", "next", 10000, "0", 10000, ""},
-				want: []any{replyNotOurs, 0}},
+				want: []any{scripts.ReplyNotOurs, 0}},
 			{name: "another owner's", setup: [][]any{{"SET", "K", "other", "PX", 10000}},
 				keys: []string{"K", "K:fence", "K:released", "K:queue"}, args: []any{"me", "next", 10000, "0", 10000, ""},
-				want: []any{replyNotOurs, 0}},
+				want: []any{scripts.ReplyNotOurs, 0}},
 			{name: "counter exhausted", setup: [][]any{{"SET", "K", "me", "PX", 10000}, {"SET", "K:fence", maxFence}},
 				keys: []string{"K", "K:fence", "K:released", "K:queue"}, args: []any{"me", "next", 10000, "1", 10000, ""},
-				want: []any{replyExhausted, 9007199254740991}},
+				want: []any{scripts.ReplyExhausted, 9007199254740991}},
 			{name: "counter not a number", setup: [][]any{{"SET", "K", "me", "PX", 10000}, {"SET", "K:fence", "x"}},
 				keys: []string{"K", "K:fence", "K:released", "K:queue"}, args: []any{"me", "next", 10000, "1", 10000, ""},
-				want: []any{replyBadFence, 0}},
+				want: []any{scripts.ReplyBadFence, 0}},
 			{name: "maxmemory", setup: [][]any{{"SET", "K", "me", "PX", 10000}}, full: true,
 				keys: []string{"K", "K:fence", "K:released", "K:queue"}, args: []any{"me", "next", 10000, "0", 10000, ""},
-				want: []any{replyOOM, 0}},
+				want: []any{scripts.ReplyOOM, 0}},
 		}},
-		{"release.lua", scriptRelease, []scriptCase{
+		{"release.lua", scripts.Release, []scriptCase{
 			{name: "ours", setup: [][]any{{"SET", "K", "me", "PX", 10000}},
-				keys: []string{"K", "K:released", "K:queue", "K:waiting"}, args: []any{"me", 10000, 1000}, want: replyOK},
+				keys: []string{"K", "K:released", "K:queue", "K:waiting"}, args: []any{"me", 10000, 1000}, want: scripts.ReplyOK},
 			{name: "ours, waited for", setup: [][]any{{"SET", "K", "me", "PX", 10000}, {"SET", "K:waiting", "1"}},
-				keys: []string{"K", "K:released", "K:queue", "K:waiting"}, args: []any{"me", 10000, 1000}, want: replyOK},
+				keys: []string{"K", "K:released", "K:queue", "K:waiting"}, args: []any{"me", 10000, 1000}, want: scripts.ReplyOK},
 			{name: "ours, announced", setup: [][]any{{"SET", "K", "me", "PX", 10000}}, noPub: true,
-				keys: []string{"K", "K:released", "K:queue", "K:waiting"}, args: []any{"me", 10000, 1000, "1"}, want: replyUnpublished},
+				keys: []string{"K", "K:released", "K:queue", "K:waiting"}, args: []any{"me", 10000, 1000, "1"}, want: scripts.ReplyUnpublished},
 			{name: "ours, PUBLISH refused", setup: [][]any{{"SET", "K", "me", "PX", 10000}, {"SET", "K:waiting", "1"}}, noPub: true,
-				keys: []string{"K", "K:released", "K:queue", "K:waiting"}, args: []any{"me", 10000, 1000}, want: replyUnpublished},
+				keys: []string{"K", "K:released", "K:queue", "K:waiting"}, args: []any{"me", 10000, 1000}, want: scripts.ReplyUnpublished},
 			{name: "ours, nobody waits, PUBLISH refused", setup: [][]any{{"SET", "K", "me", "PX", 10000}}, noPub: true,
-				keys: []string{"K", "K:released", "K:queue", "K:waiting"}, args: []any{"me", 10000, 1000}, want: replyOK},
+				keys: []string{"K", "K:released", "K:queue", "K:waiting"}, args: []any{"me", 10000, 1000}, want: scripts.ReplyOK},
 			{name: "already released", setup: [][]any{{"SET", "K:released", "me", "PX", 10000}},
-				keys: []string{"K", "K:released", "K:queue", "K:waiting"}, args: []any{"me", 10000, 1000}, want: replyAlready},
-			{name: "gone", keys: []string{"K", "K:released", "K:queue", "K:waiting"}, args: []any{"me", 10000, 1000}, want: replyNotOurs},
+				keys: []string{"K", "K:released", "K:queue", "K:waiting"}, args: []any{"me", 10000, 1000}, want: scripts.ReplyAlready},
+			{name: "gone", keys: []string{"K", "K:released", "K:queue", "K:waiting"}, args: []any{"me", 10000, 1000}, want: scripts.ReplyNotOurs},
 			{name: "another owner's", setup: [][]any{{"SET", "K", "other", "PX", 10000}},
-				keys: []string{"K", "K:released", "K:queue", "K:waiting"}, args: []any{"me", 10000, 1000}, want: replyNotOurs},
+				keys: []string{"K", "K:released", "K:queue", "K:waiting"}, args: []any{"me", 10000, 1000}, want: scripts.ReplyNotOurs},
 			{name: "maxmemory", setup: [][]any{{"SET", "K", "me", "PX", 10000}}, full: true,
-				keys: []string{"K", "K:released", "K:queue", "K:waiting"}, args: []any{"me", 10000, 1000}, want: replyOK},
+				keys: []string{"K", "K:released", "K:queue", "K:waiting"}, args: []any{"me", 10000, 1000}, want: scripts.ReplyOK},
 			{name: "maxmemory, waited for", setup: [][]any{{"SET", "K", "me", "PX", 10000}, {"SET", "K:waiting", "1"}}, full: true,
-				keys: []string{"K", "K:released", "K:queue", "K:waiting"}, args: []any{"me", 10000, 1000}, want: replyOK},
+				keys: []string{"K", "K:released", "K:queue", "K:waiting"}, args: []any{"me", 10000, 1000}, want: scripts.ReplyOK},
 		}},
-		{"retract.lua", scriptRetract, []scriptCase{
+		{"retract.lua", scripts.Retract, []scriptCase{
 			{name: "ours", setup: [][]any{{"SET", "K", "me", "PX", 10000}},
-				keys: []string{"K"}, args: []any{"me"}, want: replyOK},
+				keys: []string{"K"}, args: []any{"me"}, want: scripts.ReplyOK},
 			{name: "ours, PUBLISH refused", setup: [][]any{{"SET", "K", "me", "PX", 10000}}, noPub: true,
-				keys: []string{"K"}, args: []any{"me"}, want: replyUnpublished},
-			{name: "gone", keys: []string{"K"}, args: []any{"me"}, want: replyNotOurs},
+				keys: []string{"K"}, args: []any{"me"}, want: scripts.ReplyUnpublished},
+			{name: "gone", keys: []string{"K"}, args: []any{"me"}, want: scripts.ReplyNotOurs},
 			{name: "another owner's", setup: [][]any{{"SET", "K", "other", "PX", 10000}},
-				keys: []string{"K"}, args: []any{"me"}, want: replyNotOurs},
+				keys: []string{"K"}, args: []any{"me"}, want: scripts.ReplyNotOurs},
 			{name: "maxmemory", setup: [][]any{{"SET", "K", "me", "PX", 10000}}, full: true,
-				keys: []string{"K"}, args: []any{"me"}, want: replyOK},
+				keys: []string{"K"}, args: []any{"me"}, want: scripts.ReplyOK},
 		}},
-		{"repair.lua", scriptRepair, []scriptCase{
-			{name: "free", keys: []string{"K", "K:fence"}, args: []any{"me", 10000, "0", 0}, want: replyOK},
+		{"repair.lua", scripts.Repair, []scriptCase{
+			{name: "free", keys: []string{"K", "K:fence"}, args: []any{"me", 10000, "0", 0}, want: scripts.ReplyOK},
 			{name: "free, counter raised", setup: [][]any{{"SET", "K:fence", "5"}},
-				keys: []string{"K", "K:fence"}, args: []any{"me", 10000, "7", 60000}, want: replyOK},
+				keys: []string{"K", "K:fence"}, args: []any{"me", 10000, "7", 60000}, want: scripts.ReplyOK},
 			{name: "free, counter not a number", setup: [][]any{{"SET", "K:fence", "x"}},
-				keys: []string{"K", "K:fence"}, args: []any{"me", 10000, "7", 60000}, want: replyOK},
-			{name: "free, with metadata", keys: []string{"K", "K:fence", "K:meta"}, args: []any{"me", 10000, "0", 0, "me\nm"}, want: replyOK},
+				keys: []string{"K", "K:fence"}, args: []any{"me", 10000, "7", 60000}, want: scripts.ReplyOK},
+			{name: "free, with metadata", keys: []string{"K", "K:fence", "K:meta"}, args: []any{"me", 10000, "0", 0, "me\nm"}, want: scripts.ReplyOK},
 			{name: "another owner's", setup: [][]any{{"SET", "K", "other", "PX", 10000}},
-				keys: []string{"K", "K:fence"}, args: []any{"me", 10000, "7", 60000}, want: replyTaken},
+				keys: []string{"K", "K:fence"}, args: []any{"me", 10000, "7", 60000}, want: scripts.ReplyTaken},
 			{name: "ours already", setup: [][]any{{"SET", "K", "me", "PX", 10000}},
-				keys: []string{"K", "K:fence"}, args: []any{"me", 10000, "7", 60000}, want: replyTaken},
+				keys: []string{"K", "K:fence"}, args: []any{"me", 10000, "7", 60000}, want: scripts.ReplyTaken},
 			{name: "maxmemory", full: true, keys: []string{"K", "K:fence"}, args: []any{"me", 10000, "7", 60000}, err: "OOM"},
 		}},
-		{"multi_release.lua", scriptMultiRelease, []scriptCase{
+		{"multi_release.lua", scripts.MultiRelease, []scriptCase{
 			{name: "ours", setup: [][]any{{"SET", "K:a", "me"}, {"SET", "K:b", "me"}},
 				keys: []string{"K:a", "K:b", "K:a:released", "K:b:released", "K:a:queue", "K:b:queue"}, args: []any{"me", ":rel", 10000, 1000},
-				want: replyOK},
+				want: scripts.ReplyOK},
 			{name: "ours, PUBLISH refused", setup: [][]any{{"SET", "K:a", "me"}, {"SET", "K:b", "me"}}, noPub: true,
 				keys: []string{"K:a", "K:b", "K:a:released", "K:b:released", "K:a:queue", "K:b:queue"}, args: []any{"me", ":rel", 10000, 1000},
-				want: replyUnpublished},
+				want: scripts.ReplyUnpublished},
 			{name: "already released", setup: [][]any{{"SET", "K:a:released", "me"}, {"SET", "K:b:released", "me"}},
 				keys: []string{"K:a", "K:b", "K:a:released", "K:b:released", "K:a:queue", "K:b:queue"}, args: []any{"me", ":rel", 10000, 1000},
-				want: replyAlready},
+				want: scripts.ReplyAlready},
 			{name: "one another owner's", setup: [][]any{{"SET", "K:a", "me"}, {"SET", "K:b", "other"}},
 				keys: []string{"K:a", "K:b", "K:a:released", "K:b:released", "K:a:queue", "K:b:queue"}, args: []any{"me", ":rel", 10000, 1000},
-				want: replyNotOurs},
+				want: scripts.ReplyNotOurs},
 		}},
-		{"zrelease.lua", scriptZRelease, []scriptCase{
+		{"zrelease.lua", scripts.ZRelease, []scriptCase{
 			{name: "ours", setup: [][]any{{"ZADD", "K:readers", far, "me"}},
-				keys: []string{"K:readers", "K:readers:released:me"}, args: []any{"me", "K:rel", 10000, "1"}, want: replyOK},
+				keys: []string{"K:readers", "K:readers:released:me"}, args: []any{"me", "K:rel", 10000, "1"}, want: scripts.ReplyOK},
 			{name: "ours, PUBLISH refused", setup: [][]any{{"ZADD", "K:sem", far, "me"}}, noPub: true,
 				keys: []string{"K:sem", "K:sem:released:me", "K:sem:permits"}, args: []any{"me", "K:sem:rel", 10000, "0"},
-				want: replyUnpublished},
+				want: scripts.ReplyUnpublished},
 			{name: "already released", setup: [][]any{{"SET", "K:readers:released:me", "1"}},
-				keys: []string{"K:readers", "K:readers:released:me"}, args: []any{"me", "K:rel", 10000, "1"}, want: replyAlready},
+				keys: []string{"K:readers", "K:readers:released:me"}, args: []any{"me", "K:rel", 10000, "1"}, want: scripts.ReplyAlready},
 			{name: "gone", keys: []string{"K:readers", "K:readers:released:me"}, args: []any{"me", "K:rel", 10000, "1"},
-				want: replyNotOurs},
+				want: scripts.ReplyNotOurs},
 			{name: "lease ended", setup: [][]any{{"ZADD", "K:readers", 1, "me"}},
-				keys: []string{"K:readers", "K:readers:released:me"}, args: []any{"me", "K:rel", 10000, "1"}, want: replyNotOurs},
+				keys: []string{"K:readers", "K:readers:released:me"}, args: []any{"me", "K:rel", 10000, "1"}, want: scripts.ReplyNotOurs},
 		}},
-		{"extend.lua", scriptExtend, []scriptCase{
+		{"extend.lua", scripts.Extend, []scriptCase{
 			{name: "ours", setup: [][]any{{"SET", "K", "me", "PX", 10000}},
-				keys: []string{"K"}, args: []any{"me", 20000, 100}, want: replyOK},
-			{name: "gone", keys: []string{"K"}, args: []any{"me", 20000, 100}, want: replyGone},
+				keys: []string{"K"}, args: []any{"me", 20000, 100}, want: scripts.ReplyOK},
+			{name: "gone", keys: []string{"K"}, args: []any{"me", 20000, 100}, want: scripts.ReplyGone},
 			{name: "another owner's", setup: [][]any{{"SET", "K", "other", "PX", 10000}},
-				keys: []string{"K"}, args: []any{"me", 20000, 100}, want: replyTaken},
+				keys: []string{"K"}, args: []any{"me", 20000, 100}, want: scripts.ReplyTaken},
 			{name: "too near its end", setup: [][]any{{"SET", "K", "me", "PX", 10000}},
-				keys: []string{"K"}, args: []any{"me", 20000, 60000}, want: replyLate},
+				keys: []string{"K"}, args: []any{"me", 20000, 60000}, want: scripts.ReplyLate},
 			{name: "another owner's, near its end", setup: [][]any{{"SET", "K", "other", "PX", 10000}},
-				keys: []string{"K"}, args: []any{"me", 20000, 60000}, want: replyTaken},
+				keys: []string{"K"}, args: []any{"me", 20000, 60000}, want: scripts.ReplyTaken},
 			{name: "ours, no expiry", setup: [][]any{{"SET", "K", "me"}},
-				keys: []string{"K"}, args: []any{"me", 20000, 100}, want: replyLate},
+				keys: []string{"K"}, args: []any{"me", 20000, 100}, want: scripts.ReplyLate},
 			{name: "another type", setup: [][]any{{"ZADD", "K", 1, "me"}, {"PEXPIRE", "K", 10000}},
 				keys: []string{"K"}, args: []any{"me", 20000, 100}, err: "WRONGTYPE"},
 		}},
-		{"multi_extend.lua", scriptMultiExtend, []scriptCase{
+		{"multi_extend.lua", scripts.MultiExtend, []scriptCase{
 			{name: "ours", setup: [][]any{{"SET", "K:a", "me", "PX", 10000}, {"SET", "K:b", "me", "PX", 10000}},
-				keys: []string{"K:a", "K:b"}, args: []any{"me", 20000, 100}, want: replyOK},
+				keys: []string{"K:a", "K:b"}, args: []any{"me", 20000, 100}, want: scripts.ReplyOK},
 			{name: "one gone", setup: [][]any{{"SET", "K:a", "me", "PX", 10000}},
-				keys: []string{"K:a", "K:b"}, args: []any{"me", 20000, 100}, want: replyGone},
+				keys: []string{"K:a", "K:b"}, args: []any{"me", 20000, 100}, want: scripts.ReplyGone},
 			{name: "one another owner's", setup: [][]any{{"SET", "K:a", "me", "PX", 10000}, {"SET", "K:b", "other"}},
-				keys: []string{"K:a", "K:b"}, args: []any{"me", 20000, 100}, want: replyTaken},
+				keys: []string{"K:a", "K:b"}, args: []any{"me", 20000, 100}, want: scripts.ReplyTaken},
 			{name: "one too near its end", setup: [][]any{{"SET", "K:a", "me", "PX", 100000}, {"SET", "K:b", "me", "PX", 10000}},
-				keys: []string{"K:a", "K:b"}, args: []any{"me", 20000, 60000}, want: replyLate},
+				keys: []string{"K:a", "K:b"}, args: []any{"me", 20000, 60000}, want: scripts.ReplyLate},
 			{name: "one another owner's, live", setup: [][]any{{"SET", "K:a", "me", "PX", 10000}, {"SET", "K:b", "other", "PX", 10000}},
-				keys: []string{"K:a", "K:b"}, args: []any{"me", 20000, 100}, want: replyTaken},
+				keys: []string{"K:a", "K:b"}, args: []any{"me", 20000, 100}, want: scripts.ReplyTaken},
 			{name: "first another owner's, second gone", setup: [][]any{{"SET", "K:a", "other", "PX", 10000}},
-				keys: []string{"K:a", "K:b"}, args: []any{"me", 20000, 100}, want: replyTaken},
+				keys: []string{"K:a", "K:b"}, args: []any{"me", 20000, 100}, want: scripts.ReplyTaken},
 			{name: "first gone, second another owner's", setup: [][]any{{"SET", "K:b", "other", "PX", 10000}},
-				keys: []string{"K:a", "K:b"}, args: []any{"me", 20000, 100}, want: replyGone},
+				keys: []string{"K:a", "K:b"}, args: []any{"me", 20000, 100}, want: scripts.ReplyGone},
 			{name: "ours, one without expiry", setup: [][]any{{"SET", "K:a", "me", "PX", 10000}, {"SET", "K:b", "me"}},
-				keys: []string{"K:a", "K:b"}, args: []any{"me", 20000, 100}, want: replyLate},
+				keys: []string{"K:a", "K:b"}, args: []any{"me", 20000, 100}, want: scripts.ReplyLate},
 			{name: "one another type", setup: [][]any{{"SET", "K:a", "me", "PX", 10000}, {"ZADD", "K:b", 1, "me"}, {"PEXPIRE", "K:b", 10000}},
 				keys: []string{"K:a", "K:b"}, args: []any{"me", 20000, 100}, err: "WRONGTYPE"},
 		}},
-		{"zextend.lua", scriptZExtend, []scriptCase{
+		{"zextend.lua", scripts.ZExtend, []scriptCase{
 			{name: "ours", setup: [][]any{{"ZADD", "K:readers", far, "me"}},
-				keys: []string{"K:readers"}, args: []any{"me", 20000, 100}, want: replyOK},
-			{name: "gone", keys: []string{"K:readers"}, args: []any{"me", 20000, 100}, want: replyGone},
+				keys: []string{"K:readers"}, args: []any{"me", 20000, 100}, want: scripts.ReplyOK},
+			{name: "gone", keys: []string{"K:readers"}, args: []any{"me", 20000, 100}, want: scripts.ReplyGone},
 			{name: "lease ended", setup: [][]any{{"ZADD", "K:readers", 1, "me"}},
-				keys: []string{"K:readers"}, args: []any{"me", 20000, 100}, want: replyGone},
+				keys: []string{"K:readers"}, args: []any{"me", 20000, 100}, want: scripts.ReplyGone},
 			{name: "too near its end", setup: [][]any{{"ZADD", "K:readers", far, "me"}},
-				keys: []string{"K:readers"}, args: []any{"me", 20000, int64(far) * 10}, want: replyLate},
+				keys: []string{"K:readers"}, args: []any{"me", 20000, int64(far) * 10}, want: scripts.ReplyLate},
 		}},
-		{"pttl.lua", scriptPTTL, []scriptCase{
+		{"pttl.lua", scripts.PTTL, []scriptCase{
 			{name: "ours", setup: [][]any{{"SET", "K", "me", "PX", 10000}}, keys: []string{"K"}, args: []any{"me"},
 				want: between{1, 10000}},
 			{name: "ours without expiry", setup: [][]any{{"SET", "K", "me"}}, keys: []string{"K"}, args: []any{"me"},
 				want: -1},
-			{name: "gone", keys: []string{"K"}, args: []any{"me"}, want: replyNotOurs},
+			{name: "gone", keys: []string{"K"}, args: []any{"me"}, want: scripts.ReplyNotOurs},
 			{name: "another owner's", setup: [][]any{{"SET", "K", "other"}}, keys: []string{"K"}, args: []any{"me"},
-				want: replyOthers},
+				want: scripts.ReplyOthers},
 		}},
-		{"multi_pttl.lua", scriptMultiPTTL, []scriptCase{
+		{"multi_pttl.lua", scripts.MultiPTTL, []scriptCase{
 			{name: "ours: the shortest", setup: [][]any{{"SET", "K:a", "me", "PX", 100000}, {"SET", "K:b", "me", "PX", 10000}},
 				keys: []string{"K:a", "K:b"}, args: []any{"me"}, want: between{1, 10000}},
 			{name: "ours without expiry", setup: [][]any{{"SET", "K:a", "me"}, {"SET", "K:b", "me"}},
 				keys: []string{"K:a", "K:b"}, args: []any{"me"}, want: -1},
 			{name: "one gone", setup: [][]any{{"SET", "K:a", "me"}},
-				keys: []string{"K:a", "K:b"}, args: []any{"me"}, want: replyNotOurs},
+				keys: []string{"K:a", "K:b"}, args: []any{"me"}, want: scripts.ReplyNotOurs},
 			{name: "one another owner's", setup: [][]any{{"SET", "K:a", "me"}, {"SET", "K:b", "other"}},
-				keys: []string{"K:a", "K:b"}, args: []any{"me"}, want: replyOthers},
+				keys: []string{"K:a", "K:b"}, args: []any{"me"}, want: scripts.ReplyOthers},
 		}},
-		{"zpttl.lua", scriptZPTTL, []scriptCase{
+		{"zpttl.lua", scripts.ZPTTL, []scriptCase{
 			{name: "ours", setup: [][]any{{"ZADD", "K:readers", far, "me"}}, keys: []string{"K:readers"}, args: []any{"me"},
 				want: between{1, far}},
-			{name: "gone", keys: []string{"K:readers"}, args: []any{"me"}, want: replyNotOurs},
+			{name: "gone", keys: []string{"K:readers"}, args: []any{"me"}, want: scripts.ReplyNotOurs},
 			{name: "lease ended", setup: [][]any{{"ZADD", "K:readers", 1, "me"}}, keys: []string{"K:readers"},
-				args: []any{"me"}, want: replyNotOurs},
+				args: []any{"me"}, want: scripts.ReplyNotOurs},
 		}},
-		{"unwait.lua", scriptUnwait, []scriptCase{
+		{"unwait.lua", scripts.Unwait, []scriptCase{
 			{name: "queued", setup: [][]any{queuedW},
-				keys: []string{"K:queue", "K"}, args: []any{"w", "K:rel", 1000}, want: replyOK},
+				keys: []string{"K:queue", "K"}, args: []any{"w", "K:rel", 1000}, want: scripts.ReplyOK},
 			{name: "reserved for it", setup: [][]any{{"SET", "K", "queued:w", "PX", 1000}},
-				keys: []string{"K:queue", "K"}, args: []any{"w", "K:rel", 1000}, want: replyOK},
+				keys: []string{"K:queue", "K"}, args: []any{"w", "K:rel", 1000}, want: scripts.ReplyOK},
 		}},
-		{"keep.lua", scriptKeep, []scriptCase{
+		{"keep.lua", scripts.Keep, []scriptCase{
 			{name: "shorter", setup: [][]any{{"SET", "K:fence", "5", "PX", 1000}}, keys: []string{"K:fence"}, args: []any{20000},
 				want: 1},
 			{name: "longer", setup: [][]any{{"SET", "K:fence", "5", "PX", 60000}}, keys: []string{"K:fence"}, args: []any{20000},
@@ -405,14 +407,14 @@ func TestScripts(t *testing.T) {
 			{name: "another owner's metadata", setup: [][]any{{"SET", "K:meta", "other\nm", "PX", 1000}}, keys: []string{"K:meta"},
 				args: []any{20000, "me"}, want: 0},
 		}},
-		{"raise.lua", scriptRaise, []scriptCase{
+		{"raise.lua", scripts.Raise, []scriptCase{
 			{name: "no counter", keys: []string{"K:fence"}, args: []any{"7"}, want: 7},
 			{name: "lower counter", setup: [][]any{{"SET", "K:fence", "5"}}, keys: []string{"K:fence"}, args: []any{"7"},
 				want: 7},
 			{name: "higher counter", setup: [][]any{{"SET", "K:fence", "10"}}, keys: []string{"K:fence"}, args: []any{"7"},
 				want: 10},
 		}},
-		{"inspect.lua", scriptInspect, []scriptCase{
+		{"inspect.lua", scripts.Inspect, []scriptCase{
 			{name: "free", keys: []string{"K", "K:fence", "K:meta", "K:readers"},
 				want: []any{"", -2, "", "", 0, 0}},
 			{name: "held", setup: [][]any{{"SET", "K", "me", "PX", 10000}, {"SET", "K:fence", "5"}, {"SET", "K:meta", "me\nhost a"}},
@@ -422,60 +424,60 @@ func TestScripts(t *testing.T) {
 				keys: []string{"K", "K:fence", "K:meta", "K:readers"},
 				want: []any{"", -2, "", "", 2, between{1, far}}},
 		}},
-		{"proclaim.lua", scriptProclaim, []scriptCase{
+		{"proclaim.lua", scripts.Proclaim, []scriptCase{
 			{name: "ours", setup: [][]any{{"SET", "K", "me", "PX", 10000}, {"SET", "K:meta", "me\nold", "PX", 10000}},
-				keys: []string{"K", "K:meta"}, args: []any{"me", "1", "new", "K:elect", "5\nnew"}, want: replyOK},
+				keys: []string{"K", "K:meta"}, args: []any{"me", "1", "new", "K:elect", "5\nnew"}, want: scripts.ReplyOK},
 			{name: "ours, no metadata", setup: [][]any{{"SET", "K", "me", "PX", 10000}},
-				keys: []string{"K", "K:meta"}, args: []any{"me", "0", "", "K:elect", "5\n"}, want: replyOK},
+				keys: []string{"K", "K:meta"}, args: []any{"me", "0", "", "K:elect", "5\n"}, want: scripts.ReplyOK},
 			{name: "ours, PUBLISH refused", setup: [][]any{{"SET", "K", "me", "PX", 10000}}, noPub: true,
-				keys: []string{"K", "K:meta"}, args: []any{"me", "1", "new", "K:elect", "5\nnew"}, want: replyUnpublished},
+				keys: []string{"K", "K:meta"}, args: []any{"me", "1", "new", "K:elect", "5\nnew"}, want: scripts.ReplyUnpublished},
 			{name: "another owner's", setup: [][]any{{"SET", "K", "other", "PX", 10000}},
-				keys: []string{"K", "K:meta"}, args: []any{"me", "1", "new", "K:elect", "5\nnew"}, want: replyNotOurs},
-			{name: "gone", keys: []string{"K", "K:meta"}, args: []any{"me", "1", "new", "K:elect", "5\nnew"}, want: replyNotOurs},
+				keys: []string{"K", "K:meta"}, args: []any{"me", "1", "new", "K:elect", "5\nnew"}, want: scripts.ReplyNotOurs},
+			{name: "gone", keys: []string{"K", "K:meta"}, args: []any{"me", "1", "new", "K:elect", "5\nnew"}, want: scripts.ReplyNotOurs},
 		}},
 		{"fence_admit.lua", fenceAdmitScript, []scriptCase{
-			{name: "first", keys: []string{"K:mark"}, args: []any{"5"}, want: []any{replyOK}},
+			{name: "first", keys: []string{"K:mark"}, args: []any{"5"}, want: []any{scripts.ReplyOK}},
 			{name: "equal", setup: [][]any{{"SET", "K:mark", "5"}}, keys: []string{"K:mark"}, args: []any{"5"},
-				want: []any{replyOK}},
+				want: []any{scripts.ReplyOK}},
 			{name: "higher", setup: [][]any{{"SET", "K:mark", "5"}}, keys: []string{"K:mark"}, args: []any{"6"},
-				want: []any{replyOK}},
+				want: []any{scripts.ReplyOK}},
 			{name: "stale", setup: [][]any{{"SET", "K:mark", "5"}}, keys: []string{"K:mark"}, args: []any{"4"},
-				want: []any{replyStale, "5"}},
+				want: []any{scripts.ReplyStale, "5"}},
 			{name: "invalid token", keys: []string{"K:mark"}, args: []any{"0"}, err: "invalid token"},
 			{name: "corrupt mark", setup: [][]any{{"SET", "K:mark", "x"}}, keys: []string{"K:mark"}, args: []any{"5"},
 				err: "does not hold an integer"},
 		}},
 		{"fence_set.lua", fenceSetScript, []scriptCase{
 			{name: "admitted", setup: [][]any{{"SET", "K:mark", "5"}}, keys: []string{"K:mark", "K"}, args: []any{"5", "v", 0},
-				want: []any{replyOK}},
+				want: []any{scripts.ReplyOK}},
 			{name: "stale", setup: [][]any{{"SET", "K:mark", "5"}}, keys: []string{"K:mark", "K"}, args: []any{"4", "v", 0},
-				want: []any{replyStale, "5"}},
+				want: []any{scripts.ReplyStale, "5"}},
 			{name: "invalid token", keys: []string{"K:mark", "K"}, args: []any{"x", "v", 0}, err: "invalid token"},
 		}},
 		{"fence_del.lua", fenceDelScript, []scriptCase{
 			{name: "admitted", setup: [][]any{{"SET", "K", "v"}}, keys: []string{"K:mark", "K"}, args: []any{"5"},
-				want: []any{replyOK}},
+				want: []any{scripts.ReplyOK}},
 			{name: "stale", setup: [][]any{{"SET", "K:mark", "5"}}, keys: []string{"K:mark", "K"}, args: []any{"4"},
-				want: []any{replyStale, "5"}},
+				want: []any{scripts.ReplyStale, "5"}},
 			{name: "corrupt mark", setup: [][]any{{"SET", "K:mark", "x"}}, keys: []string{"K:mark", "K"}, args: []any{"5"},
 				err: "does not hold an integer"},
 		}},
 		{"fence_hset.lua", fenceHSetScript, []scriptCase{
-			{name: "admitted", keys: []string{"K:mark", "K"}, args: []any{"5", "f", "v"}, want: []any{replyOK}},
+			{name: "admitted", keys: []string{"K:mark", "K"}, args: []any{"5", "f", "v"}, want: []any{scripts.ReplyOK}},
 			{name: "stale", setup: [][]any{{"SET", "K:mark", "5"}}, keys: []string{"K:mark", "K"}, args: []any{"4", "f", "v"},
-				want: []any{replyStale, "5"}},
+				want: []any{scripts.ReplyStale, "5"}},
 			{name: "not a hash", setup: [][]any{{"SET", "K", "v"}}, keys: []string{"K:mark", "K"}, args: []any{"5", "f", "v"},
 				err: "WRONGTYPE"},
 		}},
 	}
 
 	// Every script file has its cases.
-	files, err := fs.Glob(scriptFS, "scripts/*.lua")
+	files, err := fs.Glob(scripts.FS, "*.lua")
 	if err != nil {
 		t.Fatal(err)
 	}
 	tested := make(map[string]bool)
-	for _, s := range scripts {
+	for _, s := range table {
 		tested[s.file] = true
 	}
 	for _, f := range files {
@@ -484,7 +486,7 @@ func TestScripts(t *testing.T) {
 		}
 	}
 
-	for _, s := range scripts {
+	for _, s := range table {
 		t.Run(s.file, func(t *testing.T) {
 			for i, tc := range s.cases {
 				t.Run(tc.name, func(t *testing.T) {
@@ -624,9 +626,9 @@ func TestExtendScriptTracking(t *testing.T) {
 	require.NoError(t, conn.Get(ctx, "K").Err())
 	require.NoError(t, conn.Get(ctx, "M").Err())
 	for range 3 {
-		code, err := scriptExtend.Run(ctx, conn, []string{"K"}, "me", 20000, 100).Int()
+		code, err := scripts.Extend.Run(ctx, conn, []string{"K"}, "me", 20000, 100).Int()
 		require.NoError(t, err)
-		require.Equal(t, int(replyOK), code)
+		require.Equal(t, int(scripts.ReplyOK), code)
 	}
 	require.NoError(t, out.Set(ctx, "M", "y", time.Minute).Err())
 	assert.Equal(t, []string{"M"}, next(), "the renewals were told to the listener")
@@ -642,12 +644,12 @@ func TestExtendScriptTracking(t *testing.T) {
 		}
 		before, err := out.Do(ctx, "PEXPIRETIME", key).Int64()
 		require.NoError(t, err)
-		code, err := scriptExtend.Run(ctx, out, []string{key}, "me", 60000, 100).Int()
+		code, err := scripts.Extend.Run(ctx, out, []string{key}, "me", 60000, 100).Int()
 		if key == "zset" {
 			require.ErrorContains(t, err, "WRONGTYPE")
 		} else {
 			require.NoError(t, err)
-			assert.Equal(t, int(replyTaken), code)
+			assert.Equal(t, int(scripts.ReplyTaken), code)
 		}
 		after, err := out.Do(ctx, "PEXPIRETIME", key).Int64()
 		require.NoError(t, err)
@@ -671,9 +673,9 @@ func TestExtendScriptTracking(t *testing.T) {
 		require.NoError(t, out.Set(ctx, k, "me", time.Minute).Err())
 		require.NoError(t, conn.Get(ctx, k).Err())
 	}
-	code, err := scriptMultiExtend.Run(ctx, conn, []string{"A", "B"}, "me", 20000, 100).Int()
+	code, err := scripts.MultiExtend.Run(ctx, conn, []string{"A", "B"}, "me", 20000, 100).Int()
 	require.NoError(t, err)
-	require.Equal(t, int(replyOK), code)
+	require.Equal(t, int(scripts.ReplyOK), code)
 	for _, k := range []string{"A", "B"} {
 		require.NoError(t, out.Set(ctx, k, "someone-else", time.Minute).Err())
 		assert.Equal(t, []string{k}, next(), "the multi renewal was told, or %s is not armed", k)
@@ -683,9 +685,9 @@ func TestExtendScriptTracking(t *testing.T) {
 	require.NoError(t, out.Set(ctx, "C", "someone-else", time.Minute).Err())
 	assert.Equal(t, []string{"C"}, next())
 	before := map[string]int64{"A": pexpiretime("A"), "B": pexpiretime("B"), "C": pexpiretime("C")}
-	code, err = scriptMultiExtend.Run(ctx, conn, []string{"A", "B", "C"}, "me", 60000, 100).Int()
+	code, err = scripts.MultiExtend.Run(ctx, conn, []string{"A", "B", "C"}, "me", 60000, 100).Int()
 	require.NoError(t, err)
-	assert.Equal(t, int(replyTaken), code)
+	assert.Equal(t, int(scripts.ReplyTaken), code)
 	for k, was := range before {
 		assert.GreaterOrEqual(t, pexpiretime(k), was, "%s moved earlier", k)
 		assert.LessOrEqual(t, pexpiretime(k), was+1000, "%s not moved back", k)
@@ -702,15 +704,15 @@ func TestExtendScriptTracking(t *testing.T) {
 	far := time.Now().UnixMilli() + 2e17
 	require.NoError(t, out.Set(ctx, "far", "someone-else", 0).Err())
 	require.NoError(t, out.Do(ctx, "PEXPIREAT", "far", far).Err())
-	code, err = scriptExtend.Run(ctx, out, []string{"far"}, "me", 60000, 100).Int()
+	code, err = scripts.Extend.Run(ctx, out, []string{"far"}, "me", 60000, 100).Int()
 	require.NoError(t, err)
-	assert.Equal(t, int(replyTaken), code)
+	assert.Equal(t, int(scripts.ReplyTaken), code)
 	assert.Equal(t, far, pexpiretime("far"), "a far expiry moved")
 	require.NoError(t, out.Set(ctx, "near", "me", time.Minute).Err())
 	nearWas := pexpiretime("near")
-	code, err = scriptMultiExtend.Run(ctx, out, []string{"near", "far"}, "me", 60000, 100).Int()
+	code, err = scripts.MultiExtend.Run(ctx, out, []string{"near", "far"}, "me", 60000, 100).Int()
 	require.NoError(t, err)
-	assert.Equal(t, int(replyTaken), code)
+	assert.Equal(t, int(scripts.ReplyTaken), code)
 	assert.Equal(t, far, pexpiretime("far"), "a far expiry moved by multi_extend.lua")
 	assert.Equal(t, nearWas, pexpiretime("near"), "our key moved though another was far")
 
@@ -721,15 +723,15 @@ func TestExtendScriptTracking(t *testing.T) {
 	require.NoError(t, out.Set(ctx, "ours2", "me", time.Minute).Err())
 	theirs, ours, ours2 := pexpiretime("theirs"), pexpiretime("ours"), pexpiretime("ours2")
 	require.NoError(t, out.ConfigSet(ctx, "min-replicas-to-write", "1").Err())
-	code, err = scriptExtend.Run(ctx, out, []string{"theirs"}, "me", 60000, 100).Int()
+	code, err = scripts.Extend.Run(ctx, out, []string{"theirs"}, "me", 60000, 100).Int()
 	require.NoError(t, err)
-	assert.Equal(t, int(replyTaken), code)
-	_, err = scriptExtend.Run(ctx, out, []string{"ours"}, "me", 60000, 100).Int()
+	assert.Equal(t, int(scripts.ReplyTaken), code)
+	_, err = scripts.Extend.Run(ctx, out, []string{"ours"}, "me", 60000, 100).Int()
 	assert.ErrorContains(t, err, "NOREPLICAS")
-	code, err = scriptMultiExtend.Run(ctx, out, []string{"ours", "theirs"}, "me", 60000, 100).Int()
+	code, err = scripts.MultiExtend.Run(ctx, out, []string{"ours", "theirs"}, "me", 60000, 100).Int()
 	require.NoError(t, err)
-	assert.Equal(t, int(replyTaken), code)
-	_, err = scriptMultiExtend.Run(ctx, out, []string{"ours", "ours2"}, "me", 60000, 100).Int()
+	assert.Equal(t, int(scripts.ReplyTaken), code)
+	_, err = scripts.MultiExtend.Run(ctx, out, []string{"ours", "ours2"}, "me", 60000, 100).Int()
 	assert.ErrorContains(t, err, "NOREPLICAS")
 	require.NoError(t, out.ConfigSet(ctx, "min-replicas-to-write", "0").Err())
 	assert.Equal(t, theirs, pexpiretime("theirs"), "their expiry moved while writes were refused")

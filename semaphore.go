@@ -1,6 +1,8 @@
 package redlock
 
 import (
+	"github.com/redlockgo/redlock/internal/scripts"
+
 	"context"
 	"errors"
 	"fmt"
@@ -91,7 +93,7 @@ func (s *Semaphore) acquire(ctx context.Context, opts []Option, wait bool) (*Loc
 	if err != nil {
 		return nil, err
 	}
-	set := lockKey(cfg.prefix, s.name) + semSuffix
+	set := lockKey(cfg.prefix, s.name) + scripts.SemSuffix
 	channel := releaseChannel(set)
 	a := acquisition{kind: kindPermit, name: s.name, tag: set, channel: channel, cfg: cfg, permits: s.permits, queue: queueKey(channel, queuePermits)}
 	return c.obtain(ctx, &a, wait)

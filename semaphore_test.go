@@ -1,6 +1,8 @@
 package redlock
 
 import (
+	"github.com/redlockgo/redlock/internal/scripts"
+
 	"context"
 	"errors"
 	"sync"
@@ -96,7 +98,7 @@ func TestSemaphoreAllHeldAndWake(t *testing.T) {
 	// between would go unheard, and the waiter would sleep past its ctx
 	// (on a busy machine that gap is long enough to hit). So wait for the
 	// server to count the subscription too.
-	channel := releaseChannel("{redlock:sem-wake}" + semSuffix)
+	channel := releaseChannel("{redlock:sem-wake}" + scripts.SemSuffix)
 	require.True(t, eventually(5*time.Second, func() bool {
 		return lks[1].c.waits.busy(queueKey(channel, queuePermits))
 	}))

@@ -1,6 +1,8 @@
 package redlock
 
 import (
+	"github.com/redlockgo/redlock/internal/scripts"
+
 	"cmp"
 	"context"
 	"time"
@@ -119,7 +121,7 @@ func (v *verifier) read(locks []*Lock, via []Client, timeout time.Duration) (rs 
 func (v *verifier) lose(l *Lock, rs []reply, t tally) {
 	taken := 0
 	for _, r := range rs {
-		if r.err == nil && r.val == replyOthers {
+		if r.err == nil && r.val == scripts.ReplyOthers {
 			taken++
 		}
 	}
@@ -145,7 +147,7 @@ func readLeases(ctx context.Context, cl Client, locks []*Lock) ([]reply, error) 
 		}
 		v, err := s.cmd.Int64()
 		if redis.HasErrorPrefix(err, "WRONGTYPE") {
-			v, err = replyOthers, nil // a value of another type where the set of holds was
+			v, err = scripts.ReplyOthers, nil // a value of another type where the set of holds was
 		}
 		if err != nil {
 			errs[s.lock] = err
@@ -162,7 +164,7 @@ func readLeases(ctx context.Context, cl Client, locks []*Lock) ([]reply, error) 
 		}
 		answered = true
 		v := vals[i]
-		out[i] = reply{ok: v != replyNotOurs && v != replyOthers, val: v}
+		out[i] = reply{ok: v != scripts.ReplyNotOurs && v != scripts.ReplyOthers, val: v}
 	}
 	if answered {
 		perr = nil

@@ -1,6 +1,8 @@
 package redlock
 
 import (
+	"github.com/redlockgo/redlock/internal/scripts"
+
 	"context"
 	"sync"
 	"sync/atomic"
@@ -20,10 +22,10 @@ import (
 // caller's goroutine (as releaseOn does): a closed Locker's waiters must not
 // leave entries that a release would reserve the name for.
 func unwait(ctx context.Context, p *pool, w withdrawal) {
-	keys := []string{w.tag + queueSuffix, w.tag}
+	keys := []string{w.tag + scripts.QueueSuffix, w.tag}
 	timeout := w.timeout
 	call := func(ctx context.Context, n *node, cl Client) reply {
-		return reply{err: sharded(scriptUnwait, w.sharded).Run(ctx, cl, keys, w.id, w.channel, ttlMillis(timeout)).Err()}
+		return reply{err: scripts.Sharded(scripts.Unwait, w.sharded).Run(ctx, cl, keys, w.id, w.channel, ttlMillis(timeout)).Err()}
 	}
 	if _, _, err := p.round(detached(ctx), p.nodes, timeout, timeout, call, time.Now().Add(timeout), nil, never); err != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)

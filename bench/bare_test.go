@@ -16,8 +16,8 @@ import (
 	"github.com/redlockgo/redlock/internal/luasrc"
 )
 
-// bareScripts are our acquire and release scripts, read from ../scripts (the
-// library's own files, assembled as the library's newScript does, by
+// bareScripts are our acquire and release scripts, read from
+// ../internal/scripts (the library's own files, assembled as its NewScript does, by
 // internal/luasrc: the functions of _lib.lua they call in front, the default
 // fence retention, the reply codes and the key schema's strings written in),
 // to be called straight from go-redis: the library's server-side work with
@@ -34,10 +34,12 @@ func loadBareScripts(tb testing.TB) bareScripts {
 		return string(src)
 	}
 	// The reply codes by the names the scripts use, and the default
-	// retention, from the library's own Go source (scripts.go, options.go).
-	goSrc := read("scripts.go")
+	// retention, and the key schema's strings, from the library's own Go
+	// source (internal/scripts/scripts.go), read rather than imported so
+	// that the bench still builds against a REDLOCK_REF of another layout.
+	goSrc := read("internal/scripts/scripts.go")
 	values := map[string]string{}
-	for _, m := range regexp.MustCompile(`(?m)^\s*(reply\w+)\s*=\s*(-?\d+)`).FindAllStringSubmatch(goSrc, -1) {
+	for _, m := range regexp.MustCompile(`(?m)^\s*(Reply\w+)\s*=\s*(-?\d+)`).FindAllStringSubmatch(goSrc, -1) {
 		values[m[1]] = m[2]
 	}
 	codes := map[string]string{}
@@ -45,23 +47,23 @@ func loadBareScripts(tb testing.TB) bareScripts {
 		codes[m[1]] = values[m[2]]
 	}
 	// The schema's key suffixes and value prefixes, by the names the
-	// scripts use (scripts.go's schemaStrings), from keys.go's constants.
+	// scripts use (SchemaStrings), from the schema's constants.
 	strs := map[string]string{}
-	for _, m := range regexp.MustCompile(`(?m)^\s*(\w+(?:Suffix|Prefix|Mark))\s*=\s*("[^"]*")`).FindAllStringSubmatch(read("keys.go"), -1) {
+	for _, m := range regexp.MustCompile(`(?m)^\s*(\w+(?:Suffix|Prefix|Mark))\s*=\s*("[^"]*")`).FindAllStringSubmatch(goSrc, -1) {
 		strs[m[1]] = m[2]
 	}
 	for _, m := range regexp.MustCompile(`"((?:SUFFIX|PREFIX|VALUE)_\w+)":\s*(\w+)`).FindAllStringSubmatch(goSrc, -1) {
 		codes[m[1]] = strs[m[2]]
 	}
-	hours := regexp.MustCompile(`defaultFenceRetention = (\d+) \* time\.Hour`).FindStringSubmatch(read("options.go"))
+	hours := regexp.MustCompile(`DefaultFenceRetention = (\d+) \* time\.Hour`).FindStringSubmatch(goSrc)
 	if len(codes) == 0 || hours == nil {
 		tb.Fatal("bench: cannot read the reply codes or the default fence retention from the library's source")
 	}
 	h, _ := strconv.Atoi(hours[1])
-	lib := strings.ReplaceAll(read("scripts/_lib.lua"), "DEFAULT_FENCE_RETENTION_MS", strconv.Itoa(h*3600*1000))
+	lib := strings.ReplaceAll(read("internal/scripts/_lib.lua"), "DEFAULT_FENCE_RETENTION_MS", strconv.Itoa(h*3600*1000))
 	assemble := func(name string) *redis.Script {
-		src, err := luasrc.Assemble(lib, read("scripts/"+name), func(c string) (string, bool) {
-			if c == "PUBLISH_COMMAND" { // scripts.go's assemble: PUBLISH off a Cluster
+		src, err := luasrc.Assemble(lib, read("internal/scripts/"+name), func(c string) (string, bool) {
+			if c == "PUBLISH_COMMAND" { // the library's assemble: PUBLISH off a Cluster
 				return `"PUBLISH"`, true
 			}
 			v, ok := codes[c]

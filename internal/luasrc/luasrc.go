@@ -1,6 +1,6 @@
 // Package luasrc assembles the library's Lua scripts: a script's body with
-// the functions of the shared library (scripts/_lib.lua) it calls in front,
-// and the named constants written in. The library (scripts.go) and the
+// the functions of the shared library (internal/scripts/_lib.lua) it calls in front,
+// and the named constants written in. The library (internal/scripts) and the
 // bench's bare-scripts row (the server's share of a lock, measured without
 // the library's client code) both use it, so they run the same text.
 package luasrc
