@@ -1,8 +1,6 @@
 package redlock
 
 import (
-	"github.com/redlockgo/redlock/internal/scripts"
-
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redlockgo/redlock/internal/scripts"
 )
 
 // One acquire attempt on every node: Redlock's steps 1 to 5, for every kind

@@ -1,8 +1,6 @@
 package redlock
 
 import (
-	"github.com/redlockgo/redlock/internal/scripts"
-
 	"context"
 	"maps"
 	"net"
@@ -14,6 +12,8 @@ import (
 	"weak"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redlockgo/redlock/internal/scripts"
 )
 
 // Client is the part of a go-redis client the library uses: scripts,

@@ -1,8 +1,6 @@
 package redlock
 
 import (
-	"github.com/redlockgo/redlock/internal/scripts"
-
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +15,7 @@ import (
 
 	"github.com/redlockgo/redlock/internal/history"
 	"github.com/redlockgo/redlock/internal/redistest"
+	"github.com/redlockgo/redlock/internal/scripts"
 )
 
 // handOffs passes name back and forth between two Lockers n times: each

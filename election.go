@@ -1,8 +1,6 @@
 package redlock
 
 import (
-	"github.com/redlockgo/redlock/internal/scripts"
-
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redlockgo/redlock/internal/scripts"
 )
 
 // Leader election on the lock: a campaign is a Lock call on the election's

@@ -4,8 +4,6 @@ package redlock
 // refusals by ACL, failovers under a waiting Locker.
 
 import (
-	"github.com/redlockgo/redlock/internal/scripts"
-
 	"bytes"
 	"context"
 	"fmt"
@@ -19,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlockgo/redlock/internal/redistest"
+	"github.com/redlockgo/redlock/internal/scripts"
 )
 
 // lossyClient is a client through a proxy that can drop replies, with

@@ -1,12 +1,12 @@
 package redlock
 
 import (
-	"github.com/redlockgo/redlock/internal/scripts"
-
 	"context"
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/redlockgo/redlock/internal/scripts"
 )
 
 // handOff passes a lock that an Unlock of this core has just released

@@ -1,14 +1,14 @@
 package redlock
 
 import (
-	"github.com/redlockgo/redlock/internal/scripts"
-
 	"context"
 	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/redlockgo/redlock/internal/scripts"
 )
 
 // idents tells apart the servers behind the nodes: a Redlock node's vote

@@ -1,8 +1,6 @@
 package redlock
 
 import (
-	"github.com/redlockgo/redlock/internal/scripts"
-
 	"cmp"
 	"context"
 	"errors"
@@ -11,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/redlockgo/redlock/internal/scripts"
 )
 
 // Holder is what [Locker.Inspect] and [Redlock.Inspect] found about a lock

@@ -1,11 +1,11 @@
 package redlock
 
 import (
-	"github.com/redlockgo/redlock/internal/scripts"
-
 	"crypto/rand"
 	"encoding/hex"
 	"strings"
+
+	"github.com/redlockgo/redlock/internal/scripts"
 )
 
 func lockKey(prefix, name string) string { return "{" + prefix + name + "}" }

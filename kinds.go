@@ -1,14 +1,14 @@
 package redlock
 
 import (
-	"github.com/redlockgo/redlock/internal/scripts"
-
 	"context"
 	"fmt"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redlockgo/redlock/internal/scripts"
 )
 
 // This file is the kinds of lock, and for each kind its keys (of the schema

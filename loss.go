@@ -1,12 +1,12 @@
 package redlock
 
 import (
-	"github.com/redlockgo/redlock/internal/scripts"
-
 	"errors"
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/redlockgo/redlock/internal/scripts"
 )
 
 // LossReason says why a held lock stopped being held without an Unlock. It

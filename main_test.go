@@ -1,8 +1,6 @@
 package redlock
 
 import (
-	"github.com/redlockgo/redlock/internal/scripts"
-
 	"context"
 	"errors"
 	"flag"
@@ -24,6 +22,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/redlockgo/redlock/internal/redistest"
+	"github.com/redlockgo/redlock/internal/scripts"
 )
 
 // TestMain fails the run if any goroutine outlives the tests: every Locker

@@ -1,13 +1,13 @@
 package redlock
 
 import (
-	"github.com/redlockgo/redlock/internal/scripts"
-
 	"fmt"
 	"log/slog"
 	"math"
 	"strings"
 	"time"
+
+	"github.com/redlockgo/redlock/internal/scripts"
 )
 
 // Option configures a Locker or Redlock. Given to the constructor it sets the

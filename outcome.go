@@ -1,11 +1,11 @@
 package redlock
 
 import (
-	"github.com/redlockgo/redlock/internal/scripts"
-
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/redlockgo/redlock/internal/scripts"
 )
 
 // outcome is how one node answered a lock's acquire call. A Lock keeps one

@@ -1,8 +1,6 @@
 package redlock
 
 import (
-	"github.com/redlockgo/redlock/internal/scripts"
-
 	"context"
 	"fmt"
 	"net"
@@ -16,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlockgo/redlock/internal/redistest"
+	"github.com/redlockgo/redlock/internal/scripts"
 )
 
 func TestValidUntil(t *testing.T) {

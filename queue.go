@@ -1,11 +1,11 @@
 package redlock
 
 import (
-	"github.com/redlockgo/redlock/internal/scripts"
-
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/redlockgo/redlock/internal/scripts"
 )
 
 // Waiting for a contended lock.

@@ -1,10 +1,10 @@
 package redlock
 
 import (
-	"github.com/redlockgo/redlock/internal/scripts"
-
 	"context"
 	"time"
+
+	"github.com/redlockgo/redlock/internal/scripts"
 )
 
 // released is the verdict of an Unlock's release round: nil once a quorum

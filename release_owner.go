@@ -1,12 +1,12 @@
 package redlock
 
 import (
-	"github.com/redlockgo/redlock/internal/scripts"
-
 	"context"
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/redlockgo/redlock/internal/scripts"
 )
 
 // Release releases the lock name if, and only if, owner holds it: for an

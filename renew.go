@@ -1,12 +1,12 @@
 package redlock
 
 import (
-	"github.com/redlockgo/redlock/internal/scripts"
-
 	"context"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redlockgo/redlock/internal/scripts"
 )
 
 // One round of renewals (or of releases, for Close) for many locks at once:

@@ -1,10 +1,10 @@
 package redlock
 
 import (
-	"github.com/redlockgo/redlock/internal/scripts"
-
 	"context"
 	"time"
+
+	"github.com/redlockgo/redlock/internal/scripts"
 )
 
 // Lease repair, a Redlock's alone (beyond the Redlock spec). A lock granted

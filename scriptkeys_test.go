@@ -1,8 +1,6 @@
 package redlock
 
 import (
-	"github.com/redlockgo/redlock/internal/scripts"
-
 	"fmt"
 	"io/fs"
 	"path"
@@ -15,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlockgo/redlock/internal/luasrc"
+	"github.com/redlockgo/redlock/internal/scripts"
 )
 
 // TestScriptKeysDeclared: every key a script reads or writes comes from

@@ -1,8 +1,6 @@
 package redlock
 
 import (
-	"github.com/redlockgo/redlock/internal/scripts"
-
 	"context"
 	"fmt"
 	"io/fs"
@@ -18,6 +16,7 @@ import (
 
 	"github.com/redlockgo/redlock/internal/luasrc"
 	"github.com/redlockgo/redlock/internal/redistest"
+	"github.com/redlockgo/redlock/internal/scripts"
 )
 
 // TestReplyCodes: each code of the table in internal/scripts has one name, and

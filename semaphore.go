@@ -1,11 +1,11 @@
 package redlock
 
 import (
-	"github.com/redlockgo/redlock/internal/scripts"
-
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/redlockgo/redlock/internal/scripts"
 )
 
 // Semaphore is a counting semaphore on one name: at most Permits holders at

@@ -1,13 +1,13 @@
 package redlock
 
 import (
-	"github.com/redlockgo/redlock/internal/scripts"
-
 	"cmp"
 	"context"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redlockgo/redlock/internal/scripts"
 )
 
 // verifier reads, for the tracker, the leases of locks it heard changed from

@@ -1,12 +1,12 @@
 package redlock
 
 import (
-	"github.com/redlockgo/redlock/internal/scripts"
-
 	"context"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redlockgo/redlock/internal/scripts"
 )
 
 // unwait takes a writer that gave up waiting out of its name's queue of
