@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redlockgo/redlock/internal/node"
 )
 
 // WAIT counts the replicas that acknowledged the last write of the
@@ -83,7 +85,7 @@ func scriptAcked(ctx context.Context, cl Client, script *redis.Script, keys []st
 		return cmd, wait
 	}
 	cmd, wait := run(script.EvalSha)
-	if isNoScript(cmd.Err()) {
+	if node.IsNoScript(cmd.Err()) {
 		cmd, wait = run(script.Eval)
 	}
 	if cmd.Err() != nil {

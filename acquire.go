@@ -11,16 +11,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redlockgo/redlock/internal/node"
 	"github.com/redlockgo/redlock/internal/scripts"
 )
 
 // One acquire attempt on every node: Redlock's steps 1 to 5, for every kind
 // of lock. What a kind sends is in kinds.go; the wait between attempts is
 // obtain.go; making the granted lock held is the core's (core.attempt).
-
-// errTokenSpace: a name's fencing counter is where a Lua double can no longer
-// count up by one, so the next token would repeat the last.
-var errTokenSpace = errors.New("fencing counter exhausted: tokens would stop increasing at 2^53-1")
 
 // attempt is one acquire attempt of l on the nodes of p. It lives on the
 // caller's stack; the calls to the nodes share its script arguments.
@@ -69,7 +66,7 @@ func (at *attempt) command(ttl any, wait string) (script *redis.Script, keys []s
 	}
 	script, keys, args = kinds[l.kind].acquire(l, ttl, fence, floor, wait)
 	if parts(l) == 1 && cfg.replicas == 0 {
-		argv = evalArgs(script, keys, args)
+		argv = node.EvalArgs(script, keys, args)
 		if l.kind == kindExclusive {
 			// exclusiveAcquire's ARGV starts with the owner and the lease.
 			l.boxed = boxedArgs{key: argv[3], owner: args[0], lease: args[1]}
@@ -94,16 +91,16 @@ func (at *attempt) run(ctx context.Context, ttl any, wait string) (bool, error) 
 	// attempt expires no earlier than T1+TTL on its server.
 	t1 := time.Now()
 	at.until = validUntil(t1, cfg.ttl, cfg.driftFactor)
-	call := func(ctx context.Context, n *node, cl Client) reply {
+	call := func(ctx context.Context, n *node.Node, cl Client) reply {
 		if !p.send(n) {
 			// A master that did not answer its last call gets no more
 			// than a probe now and then (node.admit): the others' answers
 			// decide this round anyway.
-			l.settle(n.idx, unsent)
-			return reply{err: n.timedOut(), unsent: true}
+			l.settle(n.Idx, unsent)
+			return reply{err: n.TimedOut(), unsent: true}
 		}
 		r, o := acquireOn(ctx, p, n, cl, l, cfg, script, keys, args, argv)
-		if l.settle(n.idx, o) {
+		if l.settle(n.Idx, o) {
 			// The reply arrived after the attempt was given up or the lock
 			// released or lost: nobody else will delete this key, so we do.
 			// A grant is known to have run: one release. An error leaves
@@ -160,7 +157,7 @@ func (at *attempt) holders(rs []reply, ok int) (firm string, contested bool) {
 		owners++
 		n := 0
 		for _, o := range rs[i:] {
-			if o.err == nil && !o.ok && o.holder == r.holder && !p.nodes[o.node].isDup() {
+			if o.err == nil && !o.ok && o.holder == r.holder && !p.nodes[o.node].IsDup() {
 				n++
 			}
 		}
@@ -179,7 +176,7 @@ func (at *attempt) refusals(rs []reply) time.Duration {
 	for _, r := range rs {
 		if r.err == nil && !r.ok {
 			// Quiet: the TakenError below names the holder.
-			at.t.errs = append(at.t.errs, quietError{at.p.nodeErr(r.node, errTaken)})
+			at.t.errs = append(at.t.errs, quietError{at.p.nodeErr(r.node, node.ErrTaken)})
 			if d := time.Duration(r.val) * time.Millisecond; r.val >= 0 && (hint < 0 || d < hint) {
 				hint = d
 			}
@@ -219,13 +216,13 @@ func (at *attempt) settleToken(ctx context.Context, rs []reply, fence any) (int6
 	}
 	var token int64
 	for _, r := range rs {
-		if r.err == nil && r.ok && !p.nodes[r.node].isDup() {
+		if r.err == nil && r.ok && !p.nodes[r.node].IsDup() {
 			token = max(token, r.val)
 		}
 	}
-	atTok := func(n *node) bool {
-		r, ok := replyOf(rs, n.idx)
-		return ok && r.err == nil && r.ok && r.val == token && !n.isDup()
+	atTok := func(n *node.Node) bool {
+		r, ok := replyOf(rs, n.Idx)
+		return ok && r.err == nil && r.ok && r.val == token && !n.IsDup()
 	}
 	atToken := 0
 	for _, n := range p.nodes {
@@ -236,7 +233,7 @@ func (at *attempt) settleToken(ctx context.Context, rs []reply, fence any) (int6
 	if atToken >= p.quorum || atToken == len(p.nodes) {
 		return token, nil // the usual case: no list of the nodes behind to build
 	}
-	var behind []*node
+	var behind []*node.Node
 	for _, n := range p.nodes {
 		if !atTok(n) {
 			behind = append(behind, n)
@@ -244,7 +241,7 @@ func (at *attempt) settleToken(ctx context.Context, rs []reply, fence any) (int6
 	}
 	arg, counter, timeout := strconv.FormatInt(token, 10), fenceKeys(l), at.timeout
 	need := p.quorum - atToken
-	got, _, err := p.round(detached(ctx), behind, timeout, timeout, func(ctx context.Context, n *node, cl Client) reply {
+	got, _, err := p.round(detached(ctx), behind, timeout, timeout, func(ctx context.Context, n *node.Node, cl Client) reply {
 		v, err := scripts.Raise.Run(ctx, cl, counter, arg, fence).Int64()
 		return reply{ok: err == nil && v >= token, val: v, err: err}
 	}, earliest(time.Now().Add(timeout), at.until), ctx.Done(), func(rs []reply) bool {
@@ -260,7 +257,7 @@ func (at *attempt) settleToken(ctx context.Context, rs []reply, fence any) (int6
 }
 
 // acquireOn runs acquire.lua on one node and says how it answered.
-func acquireOn(ctx context.Context, p *pool, n *node, cl Client, l *Lock, cfg *config, script *redis.Script, keys []string, args, argv []any) (reply, outcome) {
+func acquireOn(ctx context.Context, p *pool, n *node.Node, cl Client, l *Lock, cfg *config, script *redis.Script, keys []string, args, argv []any) (reply, outcome) {
 	if err := p.ids.identify(ctx, n); err != nil {
 		return reply{err: err}, taken // nothing was sent: nothing of ours there
 	}
@@ -272,7 +269,7 @@ func acquireOn(ctx context.Context, p *pool, n *node, cl Client, l *Lock, cfg *c
 	if cfg.replicas > 0 {
 		cmd, ackErr = scriptAcked(ctx, cl, script, keys, cfg.replicas, cfg.ackTimeout, args...)
 	} else {
-		cmd = runEval(ctx, cl, script, argv)
+		cmd = node.RunEval(ctx, cl, script, argv)
 	}
 	res, holder, err := acquireReply(cmd)
 	refusing := res[2] - 1 // multi_acquire.lua: the name that refused; -1 for the others
@@ -288,13 +285,13 @@ func acquireOn(ctx context.Context, p *pool, n *node, cl Client, l *Lock, cfg *c
 	case res[0] == scripts.ReplyTaken:
 		return reply{val: res[1], holder: holder, code: refusing}, taken
 	case res[0] == scripts.ReplyExhausted:
-		return reply{err: fmt.Errorf("%w (counter %s at %d)", errTokenSpace, fenceKey(l), res[1])}, taken
+		return reply{err: fmt.Errorf("%w (counter %s at %d)", node.ErrTokenSpace, fenceKey(l), res[1])}, taken
 	case res[0] == scripts.ReplyPermits:
-		return reply{err: fmt.Errorf("%w: the semaphore %q is held under %d permits, this Semaphore has %d", errPermits, l.name, res[1], l.permits)}, taken
+		return reply{err: fmt.Errorf("%w: the semaphore %q is held under %d permits, this Semaphore has %d", node.ErrPermits, l.name, res[1], l.permits)}, taken
 	case res[0] == scripts.ReplyBadFence:
-		return reply{err: fmt.Errorf("%w: fence key %s does not hold a number", errTokenSpace, fenceKey(l))}, taken
+		return reply{err: fmt.Errorf("%w: fence key %s does not hold a number", node.ErrTokenSpace, fenceKey(l))}, taken
 	}
-	return reply{err: fmt.Errorf("%w: %v", errBadReply, res)}, failed
+	return reply{err: fmt.Errorf("%w: %v", node.ErrBadReply, res)}, failed
 }
 
 // multiAcquireOn takes a multi-name lock spread over shards, one part at a
@@ -325,7 +322,7 @@ func multiAcquireOn(ctx context.Context, cl Client, l *Lock, cfg *config) (reply
 		case res[0] == scripts.ReplyTaken:
 			return reply{val: res[1], holder: holder, code: int64(p)}, before
 		case res[0] != scripts.ReplyOK:
-			return reply{err: fmt.Errorf("%w (counter of %q)", errTokenSpace, l.multi.names[p])}, before
+			return reply{err: fmt.Errorf("%w (counter of %q)", node.ErrTokenSpace, l.multi.names[p])}, before
 		}
 		tokens = append(tokens, res[1])
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlockgo/redlock/internal/node"
 	"github.com/redlockgo/redlock/internal/redistest"
 )
 
@@ -31,10 +32,10 @@ func TestFenceCounterExhausted(t *testing.T) {
 
 	_, err = lk.TryLock(ctx, "top")
 	require.ErrorIs(t, err, ErrNotObtained)
-	assert.ErrorIs(t, err, errTokenSpace)
+	assert.ErrorIs(t, err, node.ErrTokenSpace)
 	assert.Zero(t, admin.Exists(ctx, "{redlock:top}").Val(), "lock key set although no token could be minted")
 	_, err = lk.Lock(ctx, "top")
-	assert.ErrorIs(t, err, errTokenSpace, "Lock() gives up at once: waiting cannot help")
+	assert.ErrorIs(t, err, node.ErrTokenSpace, "Lock() gives up at once: waiting cannot help")
 
 	// Lua's tonumber reads "nan", "inf" and "1e400" as numbers: none is a
 	// counter (a NaN counter would hand every owner the same token).
@@ -64,7 +65,7 @@ func TestReadOnlyReplicaSaysSo(t *testing.T) {
 		_, err := lk.TryLock(ctx, "ro")
 		require.ErrorIs(t, err, ErrNotObtained)
 		assert.True(t, redis.IsReadOnlyError(err), "TryLock() on a replica = %v, want READONLY", err)
-		assert.NotErrorIs(t, err, errNodeTimeout)
+		assert.NotErrorIs(t, err, node.ErrTimeout)
 	}
 	// The text says what READONLY means, without the script's SHA and
 	// line; the server's own text ends the chain.

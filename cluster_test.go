@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlockgo/redlock/internal/history"
+	"github.com/redlockgo/redlock/internal/node"
 	"github.com/redlockgo/redlock/internal/redistest"
 	"github.com/redlockgo/redlock/internal/scripts"
 )
@@ -142,7 +143,7 @@ func TestClusterLockHeldThroughMigration(t *testing.T) {
 
 			l, err := holder.Lock(ctx, name, WithMetadata("holder"))
 			require.NoError(t, err)
-			tried := triedAgain.Load()
+			tried := node.TriedAgain.Load()
 			m := c.BeginMigration(t, slot, from, to)
 			heldThrough(t, "migrating, nothing moved", l, contender, name, window)
 			m.Move(t, tc.first(name)...)
@@ -171,7 +172,7 @@ func TestClusterLockHeldThroughMigration(t *testing.T) {
 			assert.Greater(t, next.Token(), l.Token(), "the next holder's token")
 			require.NoError(t, next.Unlock(ctx))
 			t.Logf("%s: held through %v of migration; free name taken %v after the hand-over; TRYAGAIN retries (all tests so far) %d",
-				tc.name, 4*window, took, triedAgain.Load()-tried)
+				tc.name, 4*window, took, node.TriedAgain.Load()-tried)
 			assert.Less(t, took, time.Second, "a free name of the migrated slot taken after the hand-over")
 		})
 	}

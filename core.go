@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/redlockgo/redlock/internal/node"
 )
 
 // core is the engine shared by Locker (one node) and Redlock (N nodes): the
@@ -69,14 +71,14 @@ func newCore(clients []Client, opts []Option) (*core, error) {
 	c.cfg.sharded = allClusters(clients)
 	c.names = &heldNames{n: make(map[string]int)}
 	for i, cl := range clients {
-		if isNil(cl) {
+		if node.IsNil(cl) {
 			return nil, fmt.Errorf("redlock: client %d is nil", i)
 		}
-		n := newNode(i, cl)
-		n.gated = len(clients) > 1
+		n := node.New(i, cl)
+		n.Gated = len(clients) > 1
 		for _, prev := range p.nodes {
-			if samePointer(prev.client, cl) || (serverKey(cl) != "" && serverKey(prev.client) == serverKey(cl)) {
-				return nil, fmt.Errorf("redlock: clients %d and %d are the same node (%s); Redlock needs independent masters", prev.idx, i, n.addr)
+			if node.SamePointer(prev.Client, cl) || (node.ServerKey(cl) != "" && node.ServerKey(prev.Client) == node.ServerKey(cl)) {
+				return nil, fmt.Errorf("redlock: clients %d and %d are the same node (%s); Redlock needs independent masters", prev.Idx, i, n.Addr)
 			}
 		}
 		p.nodes = append(p.nodes, n)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redlockgo/redlock/internal/node"
 )
 
 // scriptPing answers 1 on a writable master only: Redis 7 refuses a script
@@ -25,16 +27,16 @@ const diagnoseLimit = 2 * time.Second
 // with a longer bound on each node whose cause is unknown, and returns errs
 // with those nodes' timeouts naming what it heard.
 func (p *pool) diagnose(errs []error) []error {
-	var silent []*node
+	var silent []*node.Node
 	for _, e := range errs {
-		if ne, ok := e.(*NodeError); ok && errors.Is(ne.Err, errNodeTimeout) && p.nodes[ne.Node].lastErr.Load() == nil {
+		if ne, ok := e.(*NodeError); ok && errors.Is(ne.Err, node.ErrTimeout) && p.nodes[ne.Node].LastErr.Load() == nil {
 			silent = append(silent, p.nodes[ne.Node])
 		}
 	}
 	if len(silent) == 0 {
 		return errs
 	}
-	ch, err := p.fanOut(context.Background(), silent, diagnoseLimit, diagnoseLimit, func(ctx context.Context, n *node, cl Client) reply {
+	ch, err := p.fanOut(context.Background(), silent, diagnoseLimit, diagnoseLimit, func(ctx context.Context, n *node.Node, cl Client) reply {
 		return reply{err: scriptPing.Run(ctx, cl, nil).Err()} // noted by fanOut
 	})
 	if err != nil {
@@ -44,8 +46,8 @@ func (p *pool) diagnose(errs []error) []error {
 	out := make([]error, len(errs))
 	for i, e := range errs {
 		out[i] = e
-		if ne, ok := e.(*NodeError); ok && errors.Is(ne.Err, errNodeTimeout) {
-			out[i] = p.nodeErr(ne.Node, p.nodes[ne.Node].timedOut())
+		if ne, ok := e.(*NodeError); ok && errors.Is(ne.Err, node.ErrTimeout) {
+			out[i] = p.nodeErr(ne.Node, p.nodes[ne.Node].TimedOut())
 		}
 	}
 	return out
@@ -59,7 +61,7 @@ func ping(ctx context.Context, c *core) error {
 		return errNoCore
 	}
 	p, timeout := c.pool, c.cfg.timeout(c.cfg.ttl)
-	call := func(ctx context.Context, n *node, cl Client) reply {
+	call := func(ctx context.Context, n *node.Node, cl Client) reply {
 		if err := p.ids.identify(ctx, n); err != nil {
 			return reply{err: err}
 		}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redlockgo/redlock/internal/node"
 	"github.com/redlockgo/redlock/internal/scripts"
 )
 
@@ -188,7 +189,7 @@ func (e *Election) announce(ctx context.Context, l *Lock, value string, write bo
 	p := e.c.pool
 	// Detached, as every call of the core: gather stops waiting when ctx
 	// ends, and the call left behind is bounded by the node timeout.
-	rs, interrupted, err := p.round(detached(ctx), p.nodes, e.timeout, e.timeout, func(ctx context.Context, n *node, cl Client) reply {
+	rs, interrupted, err := p.round(detached(ctx), p.nodes, e.timeout, e.timeout, func(ctx context.Context, n *node.Node, cl Client) reply {
 		v, err := scripts.Proclaim.Run(ctx, cl, keys, args...).Int64()
 		if err != nil {
 			return reply{err: err}
@@ -251,7 +252,7 @@ func (e *Election) read(ctx context.Context) (Leader, error) {
 func termOf(p *pool, rs []reply, owner string) int64 {
 	var term int64
 	for _, r := range rs {
-		if r.err == nil && r.inspected != nil && r.inspected.owner == owner && !p.nodes[r.node].isDup() {
+		if r.err == nil && r.inspected != nil && r.inspected.owner == owner && !p.nodes[r.node].IsDup() {
 			term = max(term, r.inspected.token)
 		}
 	}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redlockgo/redlock/internal/node"
 )
 
 // Observing an election: pushed by the server, never polled while all is
@@ -366,21 +368,21 @@ func parseAnnouncement(s string) (l Leader, n int64, ok bool) {
 // receive reads node n's pub/sub connection, subscribed to the election
 // and release channels, and hands what it hears to run, until run stops.
 // go-redis re-dials and re-subscribes after an error on the next Receive.
-func (o *observer) receive(n *node) {
+func (o *observer) receive(n *node.Node) {
 	defer o.e.c.life.wg.Done()
 	// The SUBSCRIBE is only written here (its confirmation comes through
 	// Receive), but a new connection's handshake is read: bound it.
 	sctx, cancel := context.WithTimeout(context.Background(), subTimeout)
-	ps := n.client.Subscribe(sctx, o.e.elect, o.e.rel)
+	ps := n.Client.Subscribe(sctx, o.e.elect, o.e.rel)
 	cancel()
-	if !o.keep(n.idx, ps) {
+	if !o.keep(n.Idx, ps) {
 		_ = ps.Close()
 		return
 	}
 	for {
 		msg, err := ps.Receive(context.Background())
 		if err != nil {
-			if !o.post(observeEvent{kind: eventDown, node: n.idx}) {
+			if !o.post(observeEvent{kind: eventDown, node: n.Idx}) {
 				return
 			}
 			// Pause before go-redis dials again, so that a node refusing
@@ -402,9 +404,9 @@ func (o *observer) receive(n *node) {
 			if m.Kind != "subscribe" || m.Channel != o.e.rel {
 				continue
 			}
-			ev = observeEvent{kind: eventUp, node: n.idx}
+			ev = observeEvent{kind: eventUp, node: n.Idx}
 		case *redis.Message:
-			ev = observeEvent{kind: eventMessage, node: n.idx, channel: m.Channel, payload: m.Payload}
+			ev = observeEvent{kind: eventMessage, node: n.Idx, channel: m.Channel, payload: m.Payload}
 		default:
 			continue
 		}

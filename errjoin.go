@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/redlockgo/redlock/internal/node"
 )
 
 // The one error of a call. Every error the library returns prints on one
@@ -19,7 +21,7 @@ func observeNodes(obs Observer, name, op string, errs ...error) {
 	}
 	for _, err := range errs {
 		eachNodeError(err, func(ne *NodeError) {
-			if !errors.Is(ne.Err, errTaken) {
+			if !errors.Is(ne.Err, node.ErrTaken) {
 				obs.OnNodeError(NodeErrorEvent{Name: name, Op: op, Err: ne})
 			}
 		})

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlockgo/redlock/internal/node"
 	"github.com/redlockgo/redlock/internal/redistest"
 )
 
@@ -137,12 +138,12 @@ func TestErrorsOneLine(t *testing.T) {
 func TestJoinOneLine(t *testing.T) {
 	t.Parallel()
 	a := errors.New("redlock: node 0: boom")
-	err := join(notObtained("n"), a, join(errors.New("redlock: node 0: boom"), context.Canceled), nil, quietError{errTaken})
+	err := join(notObtained("n"), a, join(errors.New("redlock: node 0: boom"), context.Canceled), nil, quietError{node.ErrTaken})
 	assert.Equal(t, `redlock: lock "n" not obtained: node 0: boom; context canceled`, err.Error())
 	assert.ErrorIs(t, err, ErrNotObtained)
 	assert.ErrorIs(t, err, a)
 	assert.ErrorIs(t, err, context.Canceled)
-	assert.ErrorIs(t, err, errTaken)
+	assert.ErrorIs(t, err, node.ErrTaken)
 	assert.Nil(t, join(nil, nil))
 
 	// Nodes that failed alike read as one clause, also at the head.

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redlockgo/redlock/internal/node"
 )
 
 // follower keeps a core's go-redis Sentinel clients (redis.NewFailoverClient)
@@ -47,12 +49,12 @@ const followIdle = 10 * time.Second
 // client. every is the interval between checks: a quarter of a second, or
 // half the node timeout when that is shorter, so that a core follows a
 // failover within the node timeout.
-func newFollower(nodes []*node, life *lifecycle, nodeTimeout time.Duration, busy func() bool) *follower {
+func newFollower(nodes []*node.Node, life *lifecycle, nodeTimeout time.Duration, busy func() bool) *follower {
 	var dials []func(context.Context)
 	for _, n := range nodes {
-		if d := sentinelDialer(n.client); d != nil {
+		if d := node.SentinelDialer(n.Client); d != nil {
 			dials = append(dials, func(ctx context.Context) {
-				if cn, err := d(ctx, "tcp", failoverAddr); err == nil {
+				if cn, err := d(ctx, "tcp", node.FailoverAddr); err == nil {
 					_ = cn.Close()
 				}
 			})
@@ -63,10 +65,6 @@ func newFollower(nodes []*node, life *lifecycle, nodeTimeout time.Duration, busy
 	}
 	return &follower{life: life, dials: dials, every: max(min(followEvery, nodeTimeout/2), 10*time.Millisecond), busy: busy}
 }
-
-// failoverAddr is the placeholder address in the options of a client made
-// by redis.NewFailoverClient.
-const failoverAddr = "FailoverClient"
 
 // acquiring records an acquisition about to be sent. When the follower is
 // idle it checks now, bounded by timeout, and starts following again: the

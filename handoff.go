@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/redlockgo/redlock/internal/node"
 	"github.com/redlockgo/redlock/internal/scripts"
 )
 
@@ -79,17 +80,17 @@ func (h handOff) call(ctx context.Context, nl *Lock) (reply, time.Time, error) {
 	keys, args := handOffArgs(l, nl, w.cfg, w.wid)
 	t1 := time.Now()
 	until := validUntil(t1, w.cfg.ttl, w.cfg.driftFactor)
-	ch, err := p.fanOut(context.WithoutCancel(ctx), p.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node, cl Client) reply {
-		var again tryingAgain
+	ch, err := p.fanOut(context.WithoutCancel(ctx), p.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node.Node, cl Client) reply {
+		var again node.TryingAgain
 		res, err := scripts.HandOff.Run(ctx, cl, keys, args...).Int64Slice()
-		for again.retry(ctx, err) {
+		for again.Retry(ctx, err) {
 			res, err = scripts.HandOff.Run(ctx, cl, keys, args...).Int64Slice()
 		}
 		switch {
 		case err != nil:
 			return reply{err: err}
 		case len(res) != 2:
-			return reply{err: fmt.Errorf("%w: %v", errBadReply, res)}
+			return reply{err: fmt.Errorf("%w: %v", node.ErrBadReply, res)}
 		}
 		return reply{ok: res[0] == scripts.ReplyOK, code: res[0], val: res[1]}
 	})

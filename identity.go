@@ -4,153 +4,42 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/redlockgo/redlock/internal/scripts"
+	"github.com/redlockgo/redlock/internal/node"
 )
 
 // idents tells apart the servers behind the nodes: a Redlock node's vote
 // counts only once its server's run_id is known, and never when another
 // node of the pool reaches the same server.
 type idents struct {
-	mu    sync.Mutex // serialises the duplicate checks
-	nodes []*node    // the pool's
-}
-
-// warmUp dials the node and loads the scripts, so that a first call is not
-// judged by a budget that a dial and a NOSCRIPT round trip already spent.
-// With identify it also reads the server's run_id, and reports whether it
-// learnt it. It reads the maxmemory-policy for the constructor's warning.
-// Errors are ignored: a node that is down now is dialled again by
-// the first call that needs it.
-func (n *node) warmUp(ctx context.Context, identify bool) (identified bool) {
-	if identify {
-		if id, err := fetchRunID(ctx, n.client); err == nil {
-			n.setIdentity(id)
-			identified = true
-		}
-	}
-	for _, s := range scripts.All {
-		err := s.Load(ctx, n.client).Err()
-		n.note(err) // a refused dial is what the first call's timeout will name
-		if err != nil {
-			break
-		}
-	}
-	n.evict.probe(ctx, n.client)
-	return identified
-}
-
-// fetchRunID reads who the server is through a one-call pipeline (the
-// Client interface asks for no more than that): INFO server's run_id, and
-// INFO replication's role and master_replid.
-func fetchRunID(ctx context.Context, cl Client) (serverID, error) {
-	pipe := cl.Pipeline()
-	srv := pipe.Info(ctx, "server")
-	repl := pipe.Info(ctx, "replication")
-	if _, err := pipe.Exec(ctx); err != nil {
-		if isServerError(err) {
-			// The server will not say who it is (an ACL user without
-			// +info, a server that does not implement INFO server): it
-			// cannot be told apart from the others, so it is taken as
-			// distinct rather than never allowed to vote.
-			return serverID{runID: unidentified}, nil
-		}
-		return serverID{}, err
-	}
-	var id serverID
-	for line := range strings.Lines(srv.Val() + repl.Val()) {
-		line = strings.TrimSpace(line)
-		if v, ok := strings.CutPrefix(line, "run_id:"); ok {
-			id.runID = v
-		} else if v, ok := strings.CutPrefix(line, "master_replid:"); ok {
-			id.replID = v
-		} else if v, ok := strings.CutPrefix(line, "role:"); ok {
-			id.replica = v != "master"
-		}
-	}
-	if id.runID == "" {
-		return serverID{}, fmt.Errorf("%w: INFO server without run_id", errBadReply)
-	}
-	return id, nil
-}
-
-// serverID is what fetchRunID learns.
-type serverID struct {
-	runID, replID string
-	replica       bool
-}
-
-// unidentified stands for the run_id of a server that refuses INFO.
-const unidentified = "?"
-
-func (n *node) setIdentity(id serverID) {
-	n.idMu.Lock()
-	n.runID, n.replID, n.replica = id.runID, id.replID, id.replica
-	n.idMu.Unlock()
-}
-
-// sameDataset reports whether n and o are one server, or a master and its
-// replica (one replication ID), and which of them must not vote: the
-// replica, else the later in the client list. why says which, for the error.
-func sameDataset(n, o *node) (same bool, second *node, why string) {
-	n.idMu.Lock()
-	nid, nrepl, nreplica := n.runID, n.replID, n.replica
-	n.idMu.Unlock()
-	o.idMu.Lock()
-	oid, orepl, oreplica := o.runID, o.replID, o.replica
-	o.idMu.Unlock()
-	if nid == "" || nid == unidentified || oid == "" || oid == unidentified {
-		return false, nil, ""
-	}
-	if nid != oid && (nrepl == "" || nrepl != orepl) {
-		return false, nil, ""
-	}
-	why = "reach one server (run_id " + nid + ")"
-	if nid != oid {
-		why = "share one dataset: one is a replica of the other (replication ID " + nrepl + ")"
-	}
-	switch {
-	case nreplica && !oreplica:
-		return true, n, why
-	case oreplica && !nreplica:
-		return true, o, why
-	case n.idx > o.idx:
-		return true, n, why
-	}
-	return true, o, why
-}
-
-func (n *node) identity() (runID string, dup int) {
-	n.idMu.Lock()
-	defer n.idMu.Unlock()
-	return n.runID, int(n.dup.Load())
+	mu    sync.Mutex   // serialises the duplicate checks
+	nodes []*node.Node // the pool's
 }
 
 // identify makes sure a Redlock node's server is known before its vote
 // counts, reading its run_id on first contact when the warm-up could not.
-func (ids *idents) identify(ctx context.Context, n *node) error {
-	if len(ids.nodes) < 2 || !identifiable(n.client) {
+func (ids *idents) identify(ctx context.Context, n *node.Node) error {
+	if len(ids.nodes) < 2 || !node.Identifiable(n.Client) {
 		return nil
 	}
-	id, dup := n.identity()
+	id, dup := n.Identity()
 	if dup >= 0 {
-		return fmt.Errorf("%w (node %d)", errDuplicate, dup)
+		return fmt.Errorf("%w (node %d)", node.ErrDuplicate, dup)
 	}
 	if id != "" {
 		return nil
 	}
-	sid, err := fetchRunID(ctx, n.client)
+	sid, err := node.FetchRunID(ctx, n.Client)
 	if err != nil {
 		return err
 	}
-	n.setIdentity(sid)
+	n.SetIdentity(sid)
 	ids.mu.Lock()
 	err = ids.checkDuplicate(n)
 	ids.mu.Unlock()
-	if n.isDup() {
+	if n.IsDup() {
 		return err
 	}
 	return nil
@@ -161,12 +50,12 @@ func (ids *idents) identify(ctx context.Context, n *node) error {
 // the replica, else the later in the client list, is marked a duplicate of
 // the other: its votes never count. Call it under ids.mu, so two nodes identified at once see each
 // other.
-func (ids *idents) checkDuplicate(n *node) error {
+func (ids *idents) checkDuplicate(n *node.Node) error {
 	for _, o := range ids.nodes {
 		if o == n {
 			continue
 		}
-		same, second, why := sameDataset(n, o)
+		same, second, why := node.SameDataset(n, o)
 		if !same {
 			continue
 		}
@@ -174,8 +63,8 @@ func (ids *idents) checkDuplicate(n *node) error {
 		if second == n {
 			first = o
 		}
-		second.dup.Store(int32(first.idx))
-		return fmt.Errorf("%w: clients %d (%s) and %d (%s) %s", errDuplicate, first.idx, first.addr, second.idx, second.addr, why)
+		second.Dup.Store(int32(first.Idx))
+		return fmt.Errorf("%w: clients %d (%s) and %d (%s) %s", node.ErrDuplicate, first.Idx, first.Addr, second.Idx, second.Addr, why)
 	}
 	return nil
 }
@@ -186,7 +75,7 @@ func (ids *idents) duplicates() error {
 	defer ids.mu.Unlock()
 	var errs []error
 	for _, n := range ids.nodes {
-		if n.isDup() {
+		if n.IsDup() {
 			continue
 		}
 		if err := ids.checkDuplicate(n); err != nil {
@@ -214,7 +103,7 @@ func (ids *idents) warmUp(life *lifecycle, timeout time.Duration) error {
 		go func() {
 			defer life.wg.Done()
 			defer func() { done <- struct{}{} }()
-			if n.warmUp(ctx, identify && identifiable(n.client)) {
+			if n.WarmUp(ctx, identify && node.Identifiable(n.Client)) {
 				// Also when this answer comes after the constructor stopped
 				// waiting: the node's votes stop counting from then on.
 				ids.mu.Lock()

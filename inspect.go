@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/redlockgo/redlock/internal/node"
 	"github.com/redlockgo/redlock/internal/scripts"
 )
 
@@ -111,7 +112,7 @@ func inspectKey(ctx context.Context, c *core, op, name, key string, timeout time
 	keys := []string{key, key + scripts.FenceSuffix, key + scripts.MetaSuffix, key + scripts.ReadersSuffix}
 	// Detached, as every call of the core: gather stops waiting when ctx
 	// ends, and the read left behind is bounded by the node timeout.
-	rs, interrupted, err := c.pool.round(detached(ctx), c.pool.nodes, timeout, timeout, func(ctx context.Context, n *node, cl Client) reply {
+	rs, interrupted, err := c.pool.round(detached(ctx), c.pool.nodes, timeout, timeout, func(ctx context.Context, n *node.Node, cl Client) reply {
 		if err := c.pool.ids.identify(ctx, n); err != nil {
 			return reply{err: err}
 		}
@@ -137,7 +138,7 @@ func inspectOn(ctx context.Context, cl Client, keys []string) reply {
 		return reply{err: err}
 	}
 	if len(res) != 6 {
-		return reply{err: fmt.Errorf("%w: %v", errBadReply, res)}
+		return reply{err: fmt.Errorf("%w: %v", node.ErrBadReply, res)}
 	}
 	owner, ok1 := res[0].(string)
 	pttl, ok2 := res[1].(int64)
@@ -146,7 +147,7 @@ func inspectOn(ctx context.Context, cl Client, keys []string) reply {
 	readers, ok5 := res[4].(int64)
 	rpttl, ok6 := res[5].(int64)
 	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 {
-		return reply{err: fmt.Errorf("%w: %v", errBadReply, res)}
+		return reply{err: fmt.Errorf("%w: %v", node.ErrBadReply, res)}
 	}
 	h := &nodeHolder{owner: owner, pttl: pttl, metadata: meta, readers: int(readers), rpttl: rpttl}
 	if counter != "" {
@@ -167,7 +168,7 @@ func judge(p *pool, rs []reply) (Holder, bool) {
 		votes    = make(map[string]int)
 	)
 	for _, r := range rs {
-		if r.err != nil || r.inspected == nil || p.nodes[r.node].isDup() {
+		if r.err != nil || r.inspected == nil || p.nodes[r.node].IsDup() {
 			continue
 		}
 		answered = append(answered, r.inspected)

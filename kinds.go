@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redlockgo/redlock/internal/node"
 	"github.com/redlockgo/redlock/internal/scripts"
 )
 
@@ -124,7 +125,7 @@ func singlePTTL(l *Lock, _ int, _ time.Duration) (*redis.Script, []string, []any
 }
 
 // releaseArgv is release.lua's EVALSHA command for an exclusive lock (see
-// evalArgs), nil for the other kinds. It reuses the lock key, owner and
+// node.EvalArgs), nil for the other kinds. It reuses the lock key, owner and
 // lease its acquire command boxed (Lock.boxed).
 func releaseArgv(l *Lock) []any {
 	if l.kind != kindExclusive {
@@ -132,7 +133,7 @@ func releaseArgv(l *Lock) []any {
 	}
 	b := l.boxed
 	if b.key == nil {
-		return evalArgs(scripts.Sharded(scripts.Release, l.sharded), releaseKeys(l), releaseArgs(l))
+		return node.EvalArgs(scripts.Sharded(scripts.Release, l.sharded), releaseKeys(l), releaseArgs(l))
 	}
 	ttl := l.leaseTTL()
 	lease := b.lease
@@ -318,14 +319,14 @@ func parts(l *Lock) int {
 
 // runParts runs call for each part of l on cl, in the parts' order, and
 // folds the replies: the first error ends it. TRYAGAIN is retried
-// (tryingAgain).
+// (node.TryingAgain).
 func runParts(ctx context.Context, cl Client, l *Lock, call scriptCall, ttl time.Duration, fold func(acc, v int64, first bool) int64) (int64, error) {
 	var acc int64
 	for p := range parts(l) {
 		s, keys, args := call(l, p, ttl)
-		var again tryingAgain
+		var again node.TryingAgain
 		v, err := s.Run(ctx, cl, keys, args...).Int64()
-		for again.retry(ctx, err) {
+		for again.Retry(ctx, err) {
 			v, err = s.Run(ctx, cl, keys, args...).Int64()
 		}
 		if err != nil {
@@ -477,12 +478,12 @@ func acquireReply(cmd *redis.Cmd) (res [3]int64, holder string, err error) {
 		return res, "", err
 	}
 	if len(vals) < 2 || len(vals) > 4 {
-		return res, "", fmt.Errorf("%w: %v", errBadReply, vals)
+		return res, "", fmt.Errorf("%w: %v", node.ErrBadReply, vals)
 	}
 	for i := range 2 {
 		v, ok := vals[i].(int64)
 		if !ok {
-			return res, "", fmt.Errorf("%w: %v", errBadReply, vals)
+			return res, "", fmt.Errorf("%w: %v", node.ErrBadReply, vals)
 		}
 		res[i] = v
 	}
@@ -493,7 +494,7 @@ func acquireReply(cmd *redis.Cmd) (res [3]int64, holder string, err error) {
 		// multi_acquire.lua: which of the names refused.
 		i, ok := vals[3].(int64)
 		if !ok {
-			return res, "", fmt.Errorf("%w: %v", errBadReply, vals)
+			return res, "", fmt.Errorf("%w: %v", node.ErrBadReply, vals)
 		}
 		res[2] = i
 	}

@@ -24,15 +24,15 @@ var layers = []struct {
 	files []string
 }{
 	{"api", []string{"locker.go", "redlock.go", "semaphore.go", "rwlock.go", "multilock.go",
-		"election.go", "election_observe.go", "fencing.go", "inspect.go", "release_owner.go", "doc.go"}},
+		"election.go", "election_observe.go", "fencing.go", "inspect.go", "release_owner.go", "doc.go", "client.go"}},
 	{"calls", []string{"obtain.go"}},
 	{"engine", []string{"core.go", "acquire.go", "handoff.go", "verify.go", "track*.go", "follow.go",
 		"watchdog.go", "repair.go", "renew.go", "expiry.go", "timeheap.go"}},
 	{"waiting", []string{"queue*.go", "pubsub*.go", "withdraw.go"}},
 	{"round", []string{"quorum.go", "release.go", "lease.go", "kinds.go", "fencearg.go", "acks.go", "diagnose.go"}},
-	{"node", []string{"node.go", "identity.go", "client.go", "evict.go"}},
+	{"node", []string{"identity.go"}},
 	{"values", []string{"lock.go", "outcome.go", "state.go", "validity.go", "keys.go", "names.go", "lifecycle.go",
-		"timers.go", "options.go", "retry.go", "observe.go", "errors.go", "errjoin.go", "errclass.go", "loss.go"}},
+		"options.go", "retry.go", "observe.go", "errors.go", "errjoin.go", "loss.go"}},
 }
 
 func layerOf(file string) int {

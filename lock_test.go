@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlockgo/redlock/internal/node"
 	"github.com/redlockgo/redlock/internal/redistest"
 )
 
@@ -141,7 +142,7 @@ func testLockerBasics(t *testing.T, cl *redis.Client) {
 		t.Errorf("TryLock(held) = %v, want ErrNotObtained", err)
 	}
 	var ne *NodeError
-	if _, err := lk.TryLock(ctx, "basics"); !errors.As(err, &ne) || !errors.Is(ne, errTaken) {
+	if _, err := lk.TryLock(ctx, "basics"); !errors.As(err, &ne) || !errors.Is(ne, node.ErrTaken) {
 		t.Errorf("TryLock(held) = %v, want a NodeError saying held by another owner", err)
 	}
 
@@ -494,7 +495,7 @@ func testPausedServer(t *testing.T, srv *redistest.Server, cl *redis.Client, opt
 	start := time.Now()
 	_, err := lk.TryLock(ctx, "paused")
 	took := time.Since(start)
-	if !errors.Is(err, ErrNotObtained) || !errors.Is(err, errNodeTimeout) {
+	if !errors.Is(err, ErrNotObtained) || !errors.Is(err, node.ErrTimeout) {
 		t.Errorf("TryLock(paused) = %v, want ErrNotObtained with a node timeout", err)
 	}
 	// Bound: the node timeout plus scheduling slack (a loaded machine's);
@@ -601,7 +602,7 @@ func TestUnlockServerPaused(t *testing.T) {
 	err = l.Unlock(ctx)
 	took := time.Since(start)
 	srv.Resume(t)
-	if err == nil || errors.Is(err, ErrNotHeld) || !errors.Is(err, errNodeTimeout) {
+	if err == nil || errors.Is(err, ErrNotHeld) || !errors.Is(err, node.ErrTimeout) {
 		t.Errorf("Unlock(paused) = %v, want a node-timeout error, not nil or ErrNotHeld", err)
 	}
 	if took > nodeTimeout+100*time.Millisecond {

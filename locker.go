@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/redlockgo/redlock/internal/node"
 )
 
 // Locker hands out locks on one Redis deployment: a standalone server, a
@@ -43,15 +45,15 @@ type Locker struct{ c *core }
 // waiting for at the deadline. Either way the client's hooks see every
 // command.
 func NewLocker(client Client, opts ...Option) (*Locker, error) {
-	if isNil(client) {
+	if node.IsNil(client) {
 		return nil, errors.New("redlock: nil client")
 	}
 	c, err := newCore([]Client{client}, opts)
 	if err != nil {
 		return nil, err
 	}
-	warnEviction(c.pool.nodes, c.cfg.logger)
-	warnSentinel(c.pool.nodes, c.cfg.logger)
+	node.WarnEviction(c.pool.nodes, c.cfg.logger)
+	node.WarnSentinel(c.pool.nodes, c.cfg.logger)
 	return &Locker{c: c}, nil
 }
 

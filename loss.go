@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redlockgo/redlock/internal/node"
 	"github.com/redlockgo/redlock/internal/scripts"
 )
 
@@ -111,7 +112,7 @@ func (e *LostError) clause() string {
 		parts = []error{e.Err}
 	}
 	for _, p := range parts {
-		if e.Reason != LossQuorum && (errors.Is(p, errKeyGone) || errors.Is(p, errTaken) || errors.Is(p, errExpLate)) {
+		if e.Reason != LossQuorum && (errors.Is(p, errKeyGone) || errors.Is(p, node.ErrTaken) || errors.Is(p, errExpLate)) {
 			continue
 		}
 		if d := strings.TrimPrefix(clauseOf(p), "redlock: "); d != "" && !strings.Contains(s, d) {
@@ -164,7 +165,7 @@ var (
 func refusalOf(code int64) error {
 	switch code {
 	case scripts.ReplyTaken:
-		return errTaken
+		return node.ErrTaken
 	case scripts.ReplyLate:
 		return errExpLate
 	}

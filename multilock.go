@@ -72,7 +72,7 @@ func (lk *Locker) lockAll(ctx context.Context, names []string, opts []Option, wa
 	sorted := slices.Clone(names)
 	slices.Sort(sorted)
 	sorted = slices.Compact(sorted)
-	sharded := keyRouted(c.pool.nodes[0].client)
+	sharded := keyRouted(c.pool.nodes[0].Client)
 	if sharded && cfg.replicas > 0 && len(sorted) > 1 {
 		return nil, errors.New("redlock: LockAll: WithReplicaAcks is not supported across the shards of a Cluster or Ring client")
 	}

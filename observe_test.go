@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlockgo/redlock/internal/node"
 	"github.com/redlockgo/redlock/internal/redistest"
 )
 
@@ -231,7 +232,7 @@ func TestObserverMaxHold(t *testing.T) {
 func TestObserverUnsetAllocatesNothing(t *testing.T) {
 	cfg := defaultConfig()
 	ctx := context.Background()
-	err := errors.Join(ErrNotObtained, &NodeError{Err: errNodeTimeout})
+	err := errors.Join(ErrNotObtained, &NodeError{Err: node.ErrTimeout})
 	l := &Lock{name: "x"}
 	allocs := testing.AllocsPerRun(100, func() {
 		tr := newAcquireTrace(ctx, &cfg, "x", true)

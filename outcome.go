@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redlockgo/redlock/internal/node"
 	"github.com/redlockgo/redlock/internal/scripts"
 )
 
@@ -72,12 +73,12 @@ func (l *Lock) release() (changed, wasLost bool) {
 // fail ends an attempt that did not get the lock, and reports on which of
 // nodes its acquire call granted, and where the outcome is unknown (the
 // call failed or has not answered).
-func (l *Lock) fail(nodes []*node) (grantedOn, unknownOn []*node) {
+func (l *Lock) fail(nodes []*node.Node) (grantedOn, unknownOn []*node.Node) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.transition(stateFailed, "")
 	for _, n := range nodes {
-		switch l.outcome[n.idx] {
+		switch l.outcome[n.Idx] {
 		case granted:
 			grantedOn = append(grantedOn, n)
 		case failed, pending:
@@ -127,7 +128,7 @@ func (l *Lock) noteGone(idx int, until time.Time) (now bool) {
 // (see outcomes.releaseTo), followed by those deferred to their acquire
 // call: Unlock's round waits for the release that call makes
 // (releases.await), and counts it.
-func (l *Lock) releaseTo(nodes []*node) []*node {
+func (l *Lock) releaseTo(nodes []*node.Node) []*node.Node {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.rel.mu.Lock()
@@ -161,18 +162,18 @@ type outcomes []outcome
 // a lost reply, and would have to be sent again. Not those the call was not
 // sent to (a silent master, node.admit) or that said another owner holds
 // the name: nothing of ours is there. nodes itself when that is all of them.
-func (os outcomes) releaseTo(nodes []*node, deferred *uint64) []*node {
-	now := func(n *node) bool { o := os[n.idx]; return o != pending && o != unsent && o != taken }
-	if !slices.ContainsFunc(nodes, func(n *node) bool { return !now(n) }) {
+func (os outcomes) releaseTo(nodes []*node.Node, deferred *uint64) []*node.Node {
+	now := func(n *node.Node) bool { o := os[n.Idx]; return o != pending && o != unsent && o != taken }
+	if !slices.ContainsFunc(nodes, func(n *node.Node) bool { return !now(n) }) {
 		return nodes
 	}
-	out := make([]*node, 0, len(nodes))
+	out := make([]*node.Node, 0, len(nodes))
 	for _, n := range nodes {
 		switch {
-		case now(n), os[n.idx] == pending && n.idx >= 64: // beyond the mask: sent now
+		case now(n), os[n.Idx] == pending && n.Idx >= 64: // beyond the mask: sent now
 			out = append(out, n)
-		case os[n.idx] == pending:
-			*deferred |= 1 << n.idx
+		case os[n.Idx] == pending:
+			*deferred |= 1 << n.Idx
 		}
 	}
 	return out
@@ -211,14 +212,14 @@ func (r *releases) sentOrDeferred(idx int) bool {
 
 // deferred makes a channel for each node of nodes whose release was deferred
 // (under mu), and returns now with those nodes after it.
-func (r *releases) deferred(nodes, now []*node) []*node {
+func (r *releases) deferred(nodes, now []*node.Node) []*node.Node {
 	if r.deferredTo == 0 {
 		return now
 	}
 	r.wait = make([]chan reply, len(nodes))
 	for _, n := range nodes {
-		if n.idx < 64 && r.deferredTo&(1<<n.idx) != 0 {
-			r.wait[n.idx] = make(chan reply, 1)
+		if n.Idx < 64 && r.deferredTo&(1<<n.Idx) != 0 {
+			r.wait[n.Idx] = make(chan reply, 1)
 			now = append(now, n)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlockgo/redlock/internal/node"
 	"github.com/redlockgo/redlock/internal/redistest"
 	"github.com/redlockgo/redlock/internal/scripts"
 )
@@ -67,7 +68,7 @@ func TestQuorumEveryOutcome(t *testing.T) {
 	for n := 1; n <= 7; n++ {
 		c := &pool{quorum: n/2 + 1}
 		for i := range n {
-			c.nodes = append(c.nodes, newNode(i, nil))
+			c.nodes = append(c.nodes, node.New(i, nil))
 		}
 		outcomes := 1
 		for range n {
@@ -85,7 +86,7 @@ func TestQuorumEveryOutcome(t *testing.T) {
 					rs = append(rs, reply{node: i})
 					refused++
 				case failed:
-					rs = append(rs, reply{node: i, err: errNodeTimeout})
+					rs = append(rs, reply{node: i, err: node.ErrTimeout})
 					errs++
 				}
 			}

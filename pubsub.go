@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redlockgo/redlock/internal/node"
 )
 
 // The pub/sub transport that wakes waiting Lock calls: one connection per
@@ -19,7 +21,7 @@ import (
 
 // pubsub is a core's pub/sub connections.
 type pubsub struct {
-	nodes  []*node
+	nodes  []*node.Node
 	quorum int
 	life   *lifecycle
 	logger *slog.Logger
@@ -54,7 +56,7 @@ type listener interface {
 	moved(channel string)             // channel is subscribed again after its slot moved
 }
 
-func newPubsub(nodes []*node, quorum int, life *lifecycle, logger *slog.Logger, sink listener, sharded bool) *pubsub {
+func newPubsub(nodes []*node.Node, quorum int, life *lifecycle, logger *slog.Logger, sink listener, sharded bool) *pubsub {
 	return &pubsub{nodes: nodes, quorum: quorum, life: life, logger: logger, sink: sink, sharded: sharded, heard: make(map[string]int)}
 }
 

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redlockgo/redlock/internal/node"
 )
 
 // shardSubscriber is what a client needs for sharded pub/sub
@@ -37,7 +39,7 @@ const subTimeout = 5 * time.Second
 // ps.mu, nor Close may wait for that.
 type nodeSubs struct {
 	ps   *pubsub
-	n    *node
+	n    *node.Node
 	mu   sync.Mutex
 	ops  []subOp
 	kick chan struct{} // buffered 1: ops were added
@@ -131,7 +133,7 @@ func (s *nodeSubs) do(op subOp) {
 // sharded, else on the node's one connection, opened with the first.
 func (s *nodeSubs) subscribe(ctx context.Context, channel string) {
 	s.channels[channel] = true
-	if s.n.ring || s.ps.sharded {
+	if s.n.Ring || s.ps.sharded {
 		if s.perChan[channel] == nil {
 			s.perChan[channel] = s.open(ctx, channel)
 		}
@@ -166,7 +168,7 @@ func (s *nodeSubs) rehome(ctx context.Context, channel string) {
 		return
 	}
 	s.rehomed = time.Now()
-	s.ps.logger.Info("redlock: a release went unheard; re-opening pub/sub", "node", s.n.idx, "channel", channel)
+	s.ps.logger.Info("redlock: a release went unheard; re-opening pub/sub", "node", s.n.Idx, "channel", channel)
 	if s.main != nil {
 		s.retire(s.main)
 		s.main = nil
@@ -190,7 +192,7 @@ func (s *nodeSubs) reopen(ctx context.Context, channel string, legacy bool) {
 	}
 	if legacy && !s.legacy {
 		s.legacy = true
-		s.ps.logger.Info("redlock: the server has no sharded pub/sub (SSUBSCRIBE); waiters use SUBSCRIBE", "node", s.n.idx)
+		s.ps.logger.Info("redlock: the server has no sharded pub/sub (SSUBSCRIBE); waiters use SUBSCRIBE", "node", s.n.Idx)
 	}
 	s.retire(sc)
 	// Retired: Close must not retire it again if it comes during the
@@ -204,7 +206,7 @@ func (s *nodeSubs) reopen(ctx context.Context, channel string, legacy bool) {
 		return
 	case <-t.C:
 	}
-	if r, ok := s.n.client.(stateReloader); ok {
+	if r, ok := s.n.Client.(stateReloader); ok {
 		r.ReloadState(ctx)
 	}
 	s.perChan[channel] = s.openMoved(ctx, channel)
@@ -225,14 +227,14 @@ func (s *nodeSubs) opened(ctx context.Context, sc *subConn, channels []string) *
 	if !s.ps.life.goCount(1) {
 		return nil
 	}
-	if len(channels) == 1 && (s.n.ring || s.ps.sharded) {
+	if len(channels) == 1 && (s.n.Ring || s.ps.sharded) {
 		sc.channel = channels[0]
 	}
-	if ss, ok := s.n.client.(shardSubscriber); ok && s.ps.sharded && !s.legacy {
+	if ss, ok := s.n.Client.(shardSubscriber); ok && s.ps.sharded && !s.legacy {
 		sc.sharded = true
 		sc.ps = ss.SSubscribe(ctx, channels...)
 	} else {
-		sc.ps = s.n.client.Subscribe(ctx, channels...)
+		sc.ps = s.n.Client.Subscribe(ctx, channels...)
 	}
 	s.ps.down.Add(1) // until its first confirmed read
 	go s.ps.receive(sc)

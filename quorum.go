@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redlockgo/redlock/internal/node"
 )
 
 // pool is the nodes of a core and the one quorum round that every
@@ -20,7 +22,7 @@ import (
 // identity.go (which server is behind a node), release.go and lease.go.
 type pool struct {
 	cleanup // its life: the goroutines of the core
-	nodes   []*node
+	nodes   []*node.Node
 	quorum  int
 	ids     idents
 }
@@ -30,11 +32,11 @@ type pool struct {
 // not, the round needs n's vote and waits for it anyway (up to the node
 // timeout), so its call goes: it cannot pile up behind rounds that end
 // without it.
-func (p *pool) spare(n *node) bool {
+func (p *pool) spare(n *node.Node) bool {
 	now := time.Now().UnixNano()
 	others := 0
 	for _, o := range p.nodes {
-		if o != n && !o.isDup() && !o.quiet(now) {
+		if o != n && !o.IsDup() && !o.Quiet(now) {
 			others++
 		}
 	}
@@ -43,7 +45,7 @@ func (p *pool) spare(n *node) bool {
 
 // send reports whether a round's call of an acquisition or release goes to
 // n (admit), or is left out, the round doing without it (spare).
-func (p *pool) send(n *node) bool { return n.admit() || !p.spare(n) }
+func (p *pool) send(n *node.Node) bool { return n.Admit() || !p.spare(n) }
 
 // reply is one node's answer to one script call.
 type reply struct {
@@ -71,11 +73,11 @@ type reply struct {
 // cancellation, so a cancellable caller needs the goroutine path for gather
 // to stop waiting at once: a Lock whose ctx ends returns then, and the
 // grant that arrives later is released by its own call (Lock.settle).
-func inline(ctx context.Context, done <-chan struct{}, nodes []*node, timeout time.Duration) (withDeadline, ok bool) {
+func inline(ctx context.Context, done <-chan struct{}, nodes []*node.Node, timeout time.Duration) (withDeadline, ok bool) {
 	if len(nodes) != 1 || ctx.Done() != nil || done != nil {
 		return false, false
 	}
-	return nodes[0].bounded(timeout)
+	return nodes[0].Bounded(timeout)
 }
 
 // fan is one round of fanOut's goroutines: one per node, all sharing ctx.
@@ -83,27 +85,27 @@ type fan struct {
 	life    *lifecycle
 	ctx     context.Context
 	cancel  context.CancelFunc
-	nodes   []*node
-	call    func(context.Context, *node, Client) reply
+	nodes   []*node.Node
+	call    func(context.Context, *node.Node, Client) reply
 	ch      chan reply
-	timeout time.Duration // the node timeout, when the calls are bounded by it (see callClient); else 0
+	timeout time.Duration // the node timeout, when the calls are bounded by it (see node.CallClient); else 0
 	next    atomic.Int32  // index in nodes of the next goroutine's node
 	left    atomic.Int32  // calls not finished yet
 }
 
-func (f *fan) client(n *node) Client { return callClient(n, f.timeout) }
+func (f *fan) client(n *node.Node) Client { return node.CallClient(n, f.timeout) }
 
 func (f *fan) run() {
 	defer f.life.wg.Done()
 	n := f.nodes[f.next.Add(1)-1]
-	n.begin()
+	n.Begin()
 	r := f.call(f.ctx, n, f.client(n))
-	n.end(r.err)
-	r.err = n.outcome(r.err)
+	n.End(r.err)
+	r.err = n.Outcome(r.err)
 	if f.left.Add(-1) == 0 {
 		f.cancel()
 	}
-	r.node = n.idx
+	r.node = n.Idx
 	f.ch <- r
 }
 
@@ -119,8 +121,8 @@ func detached(ctx context.Context) context.Context {
 
 // gather reads replies from ch until stop says enough, every node answered,
 // the deadline passed, or done closed. Nodes that did not answer get an
-// errNodeTimeout reply. It reports whether done ended the wait.
-func gather(ch <-chan reply, nodes []*node, deadline time.Time, done <-chan struct{}, stop func([]reply) bool) (got []reply, interrupted bool) {
+// node.ErrTimeout reply. It reports whether done ended the wait.
+func gather(ch <-chan reply, nodes []*node.Node, deadline time.Time, done <-chan struct{}, stop func([]reply) bool) (got []reply, interrupted bool) {
 	got = make([]reply, 0, len(nodes))
 	// Replies already there (an inline call) need no timer.
 	for len(got) < len(nodes) && len(ch) > 0 && !stop(got) {
@@ -130,8 +132,8 @@ func gather(ch <-chan reply, nodes []*node, deadline time.Time, done <-chan stru
 		return got, false
 	}
 	start := time.Now()
-	t := getTimer(time.Until(deadline))
-	defer putTimer(t)
+	t := node.GetTimer(time.Until(deadline))
+	defer node.PutTimer(t)
 	var grace <-chan time.Time // see silentGrace
 	for len(got) < len(nodes) && !stop(got) {
 		if grace == nil && len(got) > 0 && onlySilentLeft(got, nodes) {
@@ -155,13 +157,13 @@ func gather(ch <-chan reply, nodes []*node, deadline time.Time, done <-chan stru
 
 // timedOutRest adds to got a timed-out reply for every node it lacks,
 // marking those nodes silent when silence is set.
-func timedOutRest(got []reply, nodes []*node, silence bool) []reply {
+func timedOutRest(got []reply, nodes []*node.Node, silence bool) []reply {
 	for _, n := range nodes {
-		if _, ok := replyOf(got, n.idx); !ok {
+		if _, ok := replyOf(got, n.Idx); !ok {
 			if silence {
-				n.silence()
+				n.Silence()
 			}
-			got = append(got, reply{node: n.idx, err: n.timedOut()})
+			got = append(got, reply{node: n.Idx, err: n.TimedOut()})
 		}
 	}
 	return got
@@ -169,9 +171,9 @@ func timedOutRest(got []reply, nodes []*node, silence bool) []reply {
 
 // onlySilentLeft reports that every node without a reply in got did not
 // answer its last call either (node.silent).
-func onlySilentLeft(got []reply, nodes []*node) bool {
+func onlySilentLeft(got []reply, nodes []*node.Node) bool {
 	for _, n := range nodes {
-		if _, ok := replyOf(got, n.idx); !ok && !n.silent.Load() {
+		if _, ok := replyOf(got, n.Idx); !ok && !n.Silent.Load() {
 			return false
 		}
 	}
@@ -242,13 +244,13 @@ func latest(a, b time.Time) time.Time {
 // callLimit bounds the call itself in the goroutine, when longer than timeout:
 // a renewal pipeline may take until its locks' validity. Such a call runs on
 // the client itself; a call bounded by timeout runs on the client's clone
-// whose socket timeouts are timeout (callClient): a release that a node did
+// whose socket timeouts are timeout (node.CallClient): a release that a node did
 // not answer in time is sent again by releaseNode rather than waited for,
 // and the pool keeps its connections. A single node whose client bounds the call
 // itself (see node.bounded) is called inline, when nothing can cancel ctx
 // (a caller that gathers until its own ctx ends uses round): no goroutine,
 // no timer.
-func (p *pool) fanOut(ctx context.Context, nodes []*node, timeout, callLimit time.Duration, call func(context.Context, *node, Client) reply) (<-chan reply, error) {
+func (p *pool) fanOut(ctx context.Context, nodes []*node.Node, timeout, callLimit time.Duration, call func(context.Context, *node.Node, Client) reply) (<-chan reply, error) {
 	if withDeadline, ok := inline(ctx, nil, nodes, timeout); ok {
 		ch := make(chan reply, 1)
 		ch <- p.callInline(ctx, nodes[0], withDeadline, timeout, call)
@@ -258,13 +260,13 @@ func (p *pool) fanOut(ctx context.Context, nodes []*node, timeout, callLimit tim
 }
 
 // spawn is fanOut's goroutine path: a goroutine per node.
-func (p *pool) spawn(ctx context.Context, nodes []*node, timeout, callLimit time.Duration, call func(context.Context, *node, Client) reply) (<-chan reply, error) {
+func (p *pool) spawn(ctx context.Context, nodes []*node.Node, timeout, callLimit time.Duration, call func(context.Context, *node.Node, Client) reply) (<-chan reply, error) {
 	ch := make(chan reply, len(nodes))
 	if !p.life.goCount(len(nodes)) {
 		return nil, ErrClosed
 	}
 	limit := max(timeout, callLimit)
-	var bound time.Duration // see callClient
+	var bound time.Duration // see node.CallClient
 	if callLimit <= timeout {
 		// A little past the round's deadline, so that its timer, not the
 		// calls' own errors coming in one by one, says which nodes did not
@@ -279,12 +281,12 @@ func (p *pool) spawn(ctx context.Context, nodes []*node, timeout, callLimit time
 		go func() {
 			defer p.life.wg.Done()
 			cctx, cancel := context.WithTimeout(ctx, limit)
-			n.begin()
-			r := call(cctx, n, callClient(n, bound))
-			n.end(r.err)
+			n.Begin()
+			r := call(cctx, n, node.CallClient(n, bound))
+			n.End(r.err)
 			cancel()
-			r.err = n.outcome(r.err)
-			r.node = n.idx
+			r.err = n.Outcome(r.err)
+			r.node = n.Idx
 			ch <- r
 		}()
 		return ch, nil
@@ -306,7 +308,7 @@ func (p *pool) spawn(ctx context.Context, nodes []*node, timeout, callLimit time
 
 // round is fanOut then gather, for the hot paths: a reply made inline goes
 // straight into the result, with no channel to allocate for it.
-func (p *pool) round(ctx context.Context, nodes []*node, timeout, callLimit time.Duration, call func(context.Context, *node, Client) reply,
+func (p *pool) round(ctx context.Context, nodes []*node.Node, timeout, callLimit time.Duration, call func(context.Context, *node.Node, Client) reply,
 	deadline time.Time, done <-chan struct{}, stop func([]reply) bool) (rs []reply, interrupted bool, err error) {
 	if withDeadline, ok := inline(ctx, done, nodes, timeout); ok {
 		return []reply{p.callInline(ctx, nodes[0], withDeadline, timeout, call)}, false, nil
@@ -321,20 +323,20 @@ func (p *pool) round(ctx context.Context, nodes []*node, timeout, callLimit time
 
 // callInline runs call on a node whose client bounds the call itself (by
 // its socket timeouts, or by the ctx deadline set here when withDeadline).
-func (p *pool) callInline(ctx context.Context, n *node, withDeadline bool, timeout time.Duration, call func(context.Context, *node, Client) reply) reply {
+func (p *pool) callInline(ctx context.Context, n *node.Node, withDeadline bool, timeout time.Duration, call func(context.Context, *node.Node, Client) reply) reply {
 	start := time.Now()
 	if withDeadline {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	r := call(ctx, n, n.clientFor(timeout))
-	r.err = n.outcome(r.err)
-	if r.err != nil && time.Since(start) >= timeout && !isServerError(r.err) && !errors.Is(r.err, errNodeTimeout) {
+	r := call(ctx, n, n.ClientFor(timeout))
+	r.err = n.Outcome(r.err)
+	if r.err != nil && time.Since(start) >= timeout && !node.IsServerError(r.err) && !errors.Is(r.err, node.ErrTimeout) {
 		// The socket deadline fired: same error as the goroutine path.
-		r.err = fmt.Errorf("%w (%w)", errNodeTimeout, r.err)
+		r.err = fmt.Errorf("%w (%w)", node.ErrTimeout, r.err)
 	}
-	r.node = n.idx
+	r.node = n.Idx
 	return r
 }
 
@@ -344,13 +346,13 @@ func (p *pool) count(rs []reply) tally {
 	var t tally
 	for _, r := range rs {
 		err := r.err
-		if err == nil && p.nodes[r.node].isDup() {
-			err = errDuplicate
+		if err == nil && p.nodes[r.node].IsDup() {
+			err = node.ErrDuplicate
 		}
 		switch {
 		case err != nil:
 			t.failed++
-			if isPermanent(err) || (p.nodes[r.node].fixed && redis.IsReadOnlyError(err)) {
+			if node.IsPermanent(err) || (p.nodes[r.node].Fixed && redis.IsReadOnlyError(err)) {
 				t.permanent++
 			}
 			t.errs = append(t.errs, p.nodeErr(r.node, err))
@@ -414,5 +416,5 @@ func (p *pool) settled(rs []reply) bool {
 func (p *pool) impossible(no int) bool { return no > len(p.nodes)-p.quorum }
 
 func (p *pool) nodeErr(i int, err error) error {
-	return &NodeError{Node: i, Addr: p.nodes[i].addr, Err: err}
+	return &NodeError{Node: i, Addr: p.nodes[i].Addr, Err: err}
 }

@@ -1,6 +1,10 @@
 package redlock
 
-import "context"
+import (
+	"context"
+
+	"github.com/redlockgo/redlock/internal/node"
+)
 
 // Redlock hands out locks over N independent Redis masters with the Redlock
 // algorithm: an acquisition must be granted by a quorum of N/2+1 masters
@@ -76,8 +80,8 @@ func NewRedlock(clients []Client, opts ...Option) (*Redlock, error) {
 	if err != nil {
 		return nil, err
 	}
-	warnEviction(c.pool.nodes, c.cfg.logger)
-	warnSentinel(c.pool.nodes, c.cfg.logger)
+	node.WarnEviction(c.pool.nodes, c.cfg.logger)
+	node.WarnSentinel(c.pool.nodes, c.cfg.logger)
 	return &Redlock{c: c}, nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlockgo/redlock/internal/node"
 	"github.com/redlockgo/redlock/internal/redistest"
 )
 
@@ -281,12 +282,12 @@ func TestRedlockQuorumTable(t *testing.T) {
 	}
 }
 
-// timedOut returns the nodes among idx that err reports as giving no reply
+// TimedOut returns the nodes among idx that err reports as giving no reply
 // within the node timeout.
 func timedOut(err error, idx []int) []int {
 	var out []int
 	for i, ne := range nodeErrors(err) {
-		if slices.Contains(idx, i) && errors.Is(ne, errNodeTimeout) {
+		if slices.Contains(idx, i) && errors.Is(ne, node.ErrTimeout) {
 			out = append(out, i)
 		}
 	}
@@ -803,7 +804,7 @@ func TestNewRedlockSameServerTwice(t *testing.T) {
 		defer srvs[0].Resume(t)
 		_, err = r.TryLock(ctx, "alias")
 		assert.ErrorIs(t, err, ErrNotObtained, "TryLock() with only the aliased server up must not get a quorum from it")
-		assert.ErrorIs(t, err, errDuplicate)
+		assert.ErrorIs(t, err, node.ErrDuplicate)
 	})
 }
 
@@ -825,7 +826,7 @@ func TestNewRedlockReplicaOfMaster(t *testing.T) {
 		{rcl, srvs[0].Client(t), srvs[1].Client(t)},
 	} {
 		_, err := NewRedlock([]Client{order[0], order[1], order[2]})
-		require.ErrorIs(t, err, errDuplicate)
+		require.ErrorIs(t, err, node.ErrDuplicate)
 		assert.Contains(t, err.Error(), "is a replica of the other")
 		requireOneLine(t, err)
 	}

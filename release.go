@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/redlockgo/redlock/internal/node"
 	"github.com/redlockgo/redlock/internal/scripts"
 )
 
@@ -30,19 +31,19 @@ func (p *pool) released(l *Lock, rs []reply) error {
 // may start no goroutine, it releases node by node from the caller's
 // goroutine: a grant that nobody will own must not hold the name for a
 // whole lease.
-func (p *pool) releaseOn(ctx context.Context, l *Lock, nodes []*node, timeout time.Duration, stop func([]reply) bool) []reply {
+func (p *pool) releaseOn(ctx context.Context, l *Lock, nodes []*node.Node, timeout time.Duration, stop func([]reply) bool) []reply {
 	if len(nodes) == 0 {
 		return nil
 	}
 	argv := releaseArgv(l) // one command for every node: go-redis only reads it
-	call := func(ctx context.Context, n *node, cl Client) reply {
-		if ch := l.rel.await(n.idx); ch != nil {
+	call := func(ctx context.Context, n *node.Node, cl Client) reply {
+		if ch := l.rel.await(n.Idx); ch != nil {
 			return awaitRelease(ctx, n, ch)
 		}
 		if !p.send(n) {
-			return reply{err: n.timedOut(), unsent: true} // released in the background (releaseNode)
+			return reply{err: n.TimedOut(), unsent: true} // released in the background (releaseNode)
 		}
-		l.rel.sent(n.idx)
+		l.rel.sent(n.Idx)
 		return releaseCall(ctx, cl, l, argv)
 	}
 	rs, _, err := p.round(detached(ctx), nodes, timeout, timeout, call, time.Now().Add(timeout), nil, stop)
@@ -55,9 +56,9 @@ func (p *pool) releaseOn(ctx context.Context, l *Lock, nodes []*node, timeout ti
 	rs = make([]reply, 0, len(nodes))
 	for _, n := range nodes {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-		r := call(cctx, n, n.clientFor(timeout))
+		r := call(cctx, n, n.ClientFor(timeout))
 		cancel()
-		r.node = n.idx
+		r.node = n.Idx
 		rs = append(rs, r)
 	}
 	return rs
@@ -65,11 +66,11 @@ func (p *pool) releaseOn(ctx context.Context, l *Lock, nodes []*node, timeout ti
 
 // awaitRelease waits for the release of a node deferred to its acquire
 // call (Lock.releaseTo) and returns its answer, as if releaseOn had sent it.
-func awaitRelease(ctx context.Context, n *node, ch <-chan reply) reply {
+func awaitRelease(ctx context.Context, n *node.Node, ch <-chan reply) reply {
 	select {
 	case r := <-ch:
 		if r.unsent {
-			r.err = n.timedOut()
+			r.err = n.TimedOut()
 		}
 		return r
 	case <-ctx.Done():
@@ -83,10 +84,10 @@ func awaitRelease(ctx context.Context, n *node, ch <-chan reply) reply {
 // one the round stopped waiting for once a quorum had decided: its call
 // goes on, bounded by the lease, and a healthy Redlock's slowest master is
 // not released twice.
-func (p *pool) unanswered(rs []reply) []*node {
-	var out []*node
+func (p *pool) unanswered(rs []reply) []*node.Node {
+	var out []*node.Node
 	for _, r := range rs {
-		if r.err != nil && !isServerError(r.err) {
+		if r.err != nil && !node.IsServerError(r.err) {
 			out = append(out, p.nodes[r.node])
 		}
 	}
@@ -104,7 +105,7 @@ type cleanup struct{ life *lifecycle }
 // unknown (the nodes failed or did not answer), and they will not answer
 // the release any sooner. A goroutine per node, so that a hung node does not
 // keep the others' keys.
-func (p *cleanup) releaseInBackground(ctx context.Context, nodes []*node, locks ...*Lock) {
+func (p *cleanup) releaseInBackground(ctx context.Context, nodes []*node.Node, locks ...*Lock) {
 	if len(nodes) == 0 || len(locks) == 0 || !p.life.goCount(len(nodes)) {
 		return
 	}
@@ -121,7 +122,7 @@ func (p *cleanup) releaseInBackground(ctx context.Context, nodes []*node, locks 
 // releaseLater is releaseNode from a goroutine of its own, for a call that
 // found it has something to release: the call ends now, so that it is not
 // counted on the wire (node.begin) while the release waits for the node.
-func (p *cleanup) releaseLater(ctx context.Context, n *node, l *Lock, ran bool) {
+func (p *cleanup) releaseLater(ctx context.Context, n *node.Node, l *Lock, ran bool) {
 	if !p.life.goCount(1) {
 		// Close has ended its I/O: this goroutine, which Close waits for,
 		// releases it itself.
@@ -144,38 +145,38 @@ func (p *cleanup) releaseLater(ctx context.Context, n *node, l *Lock, ran bool) 
 // one more release: by then the server has run every command that was
 // waiting when it answered, and a grant among them is ours to delete. Each
 // call is bounded by the node timeout, so a link that heals is used within
-// that much (see clientFor). It gives up after releaseRetryFor (three
+// that much (see ClientFor). It gives up after releaseRetryFor (three
 // leases, if longer); once Close has begun, when the lease it releases
 // would have ended (it outlives Close by that much at most), or at once on
 // a node that refuses connections (a server that is not running holds no
 // command of ours in a socket), or when the client is closed.
-func (p *cleanup) releaseNode(ctx context.Context, n *node, l *Lock, ran bool) {
+func (p *cleanup) releaseNode(ctx context.Context, n *node.Node, l *Lock, ran bool) {
 	ctx = context.WithoutCancel(ctx)
 	begun := time.Now()
 	end := begun.Add(max(3*l.leaseTTL(), releaseRetryFor))
 	leaseEnd := begun.Add(l.leaseTTL())
-	cl := n.clientFor(l.timeout)
+	cl := n.ClientFor(l.timeout)
 	answered := ran
 	for time.Now().Before(end) {
 		start := time.Now()
-		if !n.admit() {
+		if !n.Admit() {
 			// Other calls probe the node: ask again shortly, sending
 			// nothing that would hold a connection in the meantime.
 			if p.life.isClosing() {
 				end = earliest(end, leaseEnd)
 			}
-			t := getTimer(probeEvery)
+			t := node.GetTimer(node.ProbeEvery)
 			<-t.C
-			putTimer(t)
+			node.PutTimer(t)
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, l.timeout)
-		n.begin()
-		l.rel.sent(n.idx)
+		n.Begin()
+		l.rel.sent(n.Idx)
 		r := releaseCall(cctx, cl, l, releaseArgv(l))
-		l.rel.done(n.idx, r)
-		n.end(r.err)
-		n.note(r.err)
+		l.rel.done(n.Idx, r)
+		n.End(r.err)
+		n.Note(r.err)
 		cancel()
 		switch {
 		case r.err == nil && (r.ok || answered):
@@ -183,22 +184,22 @@ func (p *cleanup) releaseNode(ctx context.Context, n *node, l *Lock, ran bool) {
 		case r.err == nil:
 			answered = true
 			continue
-		case isPermanent(r.err):
+		case node.IsPermanent(r.err):
 			return
 		}
 		closing := p.life.closing // the wait ends there, to take up the bound below
 		if p.life.isClosing() {
-			if isDialError(r.err) {
+			if node.IsDialError(r.err) {
 				return
 			}
 			end, closing = earliest(end, leaseEnd), nil
 		}
-		t := getTimer(l.timeout - time.Since(start))
+		t := node.GetTimer(l.timeout - time.Since(start))
 		select {
 		case <-t.C:
 		case <-closing:
 		}
-		putTimer(t)
+		node.PutTimer(t)
 	}
 }
 
@@ -213,7 +214,7 @@ func releaseCall(ctx context.Context, cl Client, l *Lock, argv []any) reply {
 		v, err := runParts(ctx, cl, l, kinds[l.kind].release, 0, foldRelease)
 		return releaseReply(l, v, err)
 	}
-	v, err := runEval(ctx, cl, scripts.Sharded(scripts.Release, l.sharded), argv).Int64()
+	v, err := node.RunEval(ctx, cl, scripts.Sharded(scripts.Release, l.sharded), argv).Int64()
 	return releaseReply(l, v, err)
 }
 

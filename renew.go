@@ -6,6 +6,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redlockgo/redlock/internal/node"
 	"github.com/redlockgo/redlock/internal/scripts"
 )
 
@@ -41,23 +42,23 @@ type batchResult struct {
 // not nil, names per node a client to renew on instead of the node's (a
 // tracking data connection, track.go): its renewals read their keys again
 // after moving them, so that they stay tracked.
-func (p *pool) batch(ctx context.Context, locks []*Lock, ttls []time.Duration, deadline time.Time, quit <-chan struct{}, settle func(int, batchResult), moveOn chan struct{}, gone func(int, *node), via *dataRoutes) []batchResult {
+func (p *pool) batch(ctx context.Context, locks []*Lock, ttls []time.Duration, deadline time.Time, quit <-chan struct{}, settle func(int, batchResult), moveOn chan struct{}, gone func(int, *node.Node), via *dataRoutes) []batchResult {
 	b := &batchRound{p: p, out: make([]batchResult, len(locks)), done: make([]bool, len(locks)), left: len(locks), settle: settle, moveOn: moveOn}
 	return b.run(ctx, locks, ttls, deadline, quit, gone, via)
 }
 
 // run is batch's round.
-func (b *batchRound) run(ctx context.Context, locks []*Lock, ttls []time.Duration, deadline time.Time, quit <-chan struct{}, gone func(int, *node), via *dataRoutes) []batchResult {
+func (b *batchRound) run(ctx context.Context, locks []*Lock, ttls []time.Duration, deadline time.Time, quit <-chan struct{}, gone func(int, *node.Node), via *dataRoutes) []batchResult {
 	p := b.p
 	defer b.letGo()
 	if len(locks) == 0 {
 		return b.out
 	}
 	renew := ttls != nil
-	nodes := make([]*node, 0, len(p.nodes))
+	nodes := make([]*node.Node, 0, len(p.nodes))
 	for _, n := range p.nodes {
-		if renew && !n.renewing.CompareAndSwap(false, true) {
-			b.rs = append(b.rs, reply{node: n.idx, err: errNodeBusy})
+		if renew && !n.Renewing.CompareAndSwap(false, true) {
+			b.rs = append(b.rs, reply{node: n.Idx, err: node.ErrBusy})
 			continue
 		}
 		nodes = append(nodes, n)
@@ -67,15 +68,15 @@ func (b *batchRound) run(ctx context.Context, locks []*Lock, ttls []time.Duratio
 		b.decide(true, false)
 		return b.out
 	}
-	ch, err := p.fanOut(ctx, nodes, b.timeout, time.Until(deadline), func(ctx context.Context, n *node, cl Client) reply {
+	ch, err := p.fanOut(ctx, nodes, b.timeout, time.Until(deadline), func(ctx context.Context, n *node.Node, cl Client) reply {
 		if renew {
-			defer n.renewing.Store(false)
+			defer n.Renewing.Store(false)
 		} else { // Close's release: see releasesSent
-			releasesSent(locks, n.idx)
+			releasesSent(locks, n.Idx)
 		}
-		rearm := renew && via.on(n.idx)
+		rearm := renew && via.on(n.Idx)
 		if rearm {
-			cl = via.clients[n.idx]
+			cl = via.clients[n.Idx]
 		}
 		codes, err := pipelineScript(ctx, cl, locks, ttls, rearm)
 		if rearm {
@@ -96,9 +97,9 @@ func (b *batchRound) run(ctx context.Context, locks []*Lock, ttls []time.Duratio
 	if err != nil {
 		for _, n := range nodes {
 			if renew {
-				n.renewing.Store(false)
+				n.Renewing.Store(false)
 			}
-			b.rs = append(b.rs, reply{node: n.idx, err: err})
+			b.rs = append(b.rs, reply{node: n.Idx, err: err})
 		}
 		b.decide(true, false)
 		return b.out
@@ -125,13 +126,13 @@ type batchRound struct {
 // gather reads the nodes' replies, settling locks as they are decided,
 // until every lock is, the deadline passes or quit closes; one node timeout
 // in, locks still open get a partial outcome.
-func (b *batchRound) gather(ch <-chan reply, nodes []*node, deadline time.Time, quit <-chan struct{}) {
-	t := getTimer(time.Until(deadline))
-	defer putTimer(t)
+func (b *batchRound) gather(ch <-chan reply, nodes []*node.Node, deadline time.Time, quit <-chan struct{}) {
+	t := node.GetTimer(time.Until(deadline))
+	defer node.PutTimer(t)
 	var soft <-chan time.Time
 	if b.settle != nil && time.Until(deadline) > b.timeout {
-		st := getTimer(b.timeout)
-		defer putTimer(st)
+		st := node.GetTimer(b.timeout)
+		defer node.PutTimer(st)
 		soft = st.C
 	}
 	for got := 0; got < len(nodes) && b.left > 0; {
@@ -147,9 +148,9 @@ func (b *batchRound) gather(ch <-chan reply, nodes []*node, deadline time.Time, 
 			continue
 		case <-t.C:
 			for _, n := range nodes {
-				if _, ok := replyOf(b.rs, n.idx); !ok {
-					n.silence()
-					b.rs = append(b.rs, reply{node: n.idx, err: n.timedOut()})
+				if _, ok := replyOf(b.rs, n.Idx); !ok {
+					n.Silence()
+					b.rs = append(b.rs, reply{node: n.Idx, err: n.TimedOut()})
 				}
 			}
 		case <-quit:
@@ -198,7 +199,7 @@ func (b *batchRound) decide(final, interrupted bool) {
 
 // partial gives every lock still open what one node timeout brought, the
 // nodes that have not answered named in its error.
-func (b *batchRound) partial(nodes []*node) {
+func (b *batchRound) partial(nodes []*node.Node) {
 	for i := range b.out {
 		if b.done[i] {
 			continue
@@ -206,8 +207,8 @@ func (b *batchRound) partial(nodes []*node) {
 		res := b.tally(i, true)
 		res.partial = true
 		for _, n := range nodes {
-			if _, ok := replyOf(b.rs, n.idx); !ok {
-				res.err = join(res.err, b.p.nodeErr(n.idx, errNodeTimeout))
+			if _, ok := replyOf(b.rs, n.Idx); !ok {
+				res.err = join(res.err, b.p.nodeErr(n.Idx, node.ErrTimeout))
 			}
 		}
 		b.settle(i, res)
@@ -227,7 +228,7 @@ func (b *batchRound) letGo() {
 // sockets): a lock declared lost must not keep its name once the server
 // answers again. extend.lua already refuses a lease too near its end, so
 // this is the rest: leases moved shortly before the loss was declared.
-func releaseLate(ctx context.Context, n *node, locks []*Lock, codes []int8) {
+func releaseLate(ctx context.Context, n *node.Node, locks []*Lock, codes []int8) {
 	var late []*Lock
 	for i, l := range locks {
 		if i < len(codes) && codes[i] == 1 && l.is(stateLost) {
@@ -237,7 +238,7 @@ func releaseLate(ctx context.Context, n *node, locks []*Lock, codes []int8) {
 	if len(late) > 0 {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), late[0].timeout)
 		defer cancel()
-		_, _ = pipelineScript(ctx, n.client, late, nil, false)
+		_, _ = pipelineScript(ctx, n.Client, late, nil, false)
 	}
 }
 
@@ -245,14 +246,14 @@ func releaseLate(ctx context.Context, n *node, locks []*Lock, codes []int8) {
 // withErr, that node's error or refusal.
 func (b *batchRound) tallyBatch(res *batchResult, r reply, i int, withErr bool) {
 	switch {
-	case r.codes == nil || r.codes[i] < 0 || b.p.nodes[r.node].isDup():
+	case r.codes == nil || r.codes[i] < 0 || b.p.nodes[r.node].IsDup():
 		res.failed++
 		if !withErr {
 			return
 		}
 		err := r.err
 		if err == nil {
-			err = errDuplicate
+			err = node.ErrDuplicate
 		}
 		res.err = join(res.err, b.p.nodeErr(r.node, err))
 	case r.codes[i] == 1:
@@ -352,7 +353,7 @@ func (p *pipelined) send(ctx context.Context, cl Client) {
 	_, _ = pipe.Exec(ctx)
 	pipe = nil
 	for j := range p.cmds {
-		if !isNoScript(p.cmds[j].cmd.Err()) {
+		if !node.IsNoScript(p.cmds[j].cmd.Err()) {
 			continue
 		}
 		if pipe == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/redlockgo/redlock/internal/node"
 	"github.com/redlockgo/redlock/internal/scripts"
 )
 
@@ -36,12 +37,12 @@ func (w *watchdog) repairable(l *Lock) bool {
 // foundGone is told by the call on n of the renewal of l sent at t1 for a
 // lease of ttl that the key is gone there: put back now if that round has
 // already renewed l, else when it does (repairRenewed).
-func (w *watchdog) foundGone(l *Lock, n *node, ttl time.Duration, t1 time.Time) {
+func (w *watchdog) foundGone(l *Lock, n *node.Node, ttl time.Duration, t1 time.Time) {
 	if !w.repairable(l) {
 		return
 	}
-	if l.noteGone(n.idx, validUntil(t1, ttl, l.driftFactor)) {
-		w.repair(l, []*node{n}, t1.Add(ttl))
+	if l.noteGone(n.Idx, validUntil(t1, ttl, l.driftFactor)) {
+		w.repair(l, []*node.Node{n}, t1.Add(ttl))
 	}
 }
 
@@ -56,7 +57,7 @@ func (w *watchdog) repairRenewed(l *Lock, ttl time.Duration, t1 time.Time) {
 	if len(idx) == 0 {
 		return
 	}
-	nodes := make([]*node, len(idx))
+	nodes := make([]*node.Node, len(idx))
 	for i, x := range idx {
 		nodes[i] = w.c.pool.nodes[x]
 	}
@@ -66,7 +67,7 @@ func (w *watchdog) repairRenewed(l *Lock, ttl time.Duration, t1 time.Time) {
 // repair sends repair.lua for l to nodes, with the lease left until
 // leaseEnd (where the renewed keys expire at the earliest), waiting for
 // none of them.
-func (w *watchdog) repair(l *Lock, nodes []*node, leaseEnd time.Time) {
+func (w *watchdog) repair(l *Lock, nodes []*node.Node, leaseEnd time.Time) {
 	ms := time.Until(leaseEnd).Milliseconds()
 	if ms < 1 {
 		return
@@ -81,10 +82,10 @@ func (w *watchdog) repair(l *Lock, nodes []*node, leaseEnd time.Time) {
 		keys = []string{l.keys[0], l.keys[1], l.keys[4]}
 		args = append(args, metaValue(l.owner, l.metadata))
 	}
-	_, _ = w.c.pool.spawn(context.Background(), nodes, l.timeout, l.timeout, func(ctx context.Context, n *node, cl Client) reply {
+	_, _ = w.c.pool.spawn(context.Background(), nodes, l.timeout, l.timeout, func(ctx context.Context, n *node.Node, cl Client) reply {
 		v, err := scripts.Sharded(scripts.Repair, l.sharded).Run(ctx, cl, keys, args...).Int64()
 		set := err == nil && v == scripts.ReplyOK
-		if (set || (err != nil && !isServerError(err))) && !l.is(stateHeld) {
+		if (set || (err != nil && !node.IsServerError(err))) && !l.is(stateHeld) {
 			// Released or lost while the repair was on the way: what it
 			// set (or may have set) must not keep the name.
 			w.c.pool.releaseLater(ctx, n, l, set)

@@ -98,8 +98,3 @@ func (s *Semaphore) acquire(ctx context.Context, opts []Option, wait bool) (*Loc
 	a := acquisition{kind: kindPermit, name: s.name, tag: set, channel: channel, cfg: cfg, permits: s.permits, queue: queueKey(channel, queuePermits)}
 	return c.obtain(ctx, &a, wait)
 }
-
-// errPermits: a Semaphore's permit count differs from the one the live
-// holders of its name took their permits under. Permanent: waiting does not
-// change another process's configuration.
-var errPermits = errors.New("redlock: semaphore permit counts differ between processes")

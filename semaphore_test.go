@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlockgo/redlock/internal/node"
 	"github.com/redlockgo/redlock/internal/redistest"
 	"github.com/redlockgo/redlock/internal/scripts"
 )
@@ -196,7 +197,7 @@ func TestSemaphorePermitsDiffer(t *testing.T) {
 	require.NoError(t, err)
 	_, err = three.TryAcquire(ctx)
 	require.ErrorIs(t, err, ErrNotObtained)
-	assert.ErrorIs(t, err, errPermits)
+	assert.ErrorIs(t, err, node.ErrPermits)
 	assert.ErrorContains(t, err, "held under 2 permits, this Semaphore has 3")
 
 	// Renewed past its first lease (the duration under test): the count
@@ -207,7 +208,7 @@ func TestSemaphorePermitsDiffer(t *testing.T) {
 	require.NoError(t, p.Err())
 	start := time.Now()
 	_, err = three.Acquire(ctx)
-	assert.ErrorIs(t, err, errPermits, "Acquire() under another count")
+	assert.ErrorIs(t, err, node.ErrPermits, "Acquire() under another count")
 	assert.Less(t, time.Since(start), 5*time.Second, "Acquire() waited on a refusal no wait can fix (retry policy: an hour)")
 
 	// The same count is fine while held.

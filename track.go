@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redlockgo/redlock/internal/node"
 )
 
 // Loss heard at once. Each node of a core whose client is a *redis.Client
@@ -133,20 +135,20 @@ type tracker struct {
 
 // newTracker prepares the tracking connections of each node whose client can
 // have one, and starts the keeper that opens them; nil if none can.
-func newTracker(nodes []*node, life *lifecycle, logger *slog.Logger, verify func([]*Lock, []Client) ([]bool, []bool)) *tracker {
+func newTracker(nodes []*node.Node, life *lifecycle, logger *slog.Logger, verify func([]*Lock, []Client) ([]bool, []bool)) *tracker {
 	t := &tracker{life: life, logger: logger, nodes: len(nodes), watched: map[string]watchers{},
 		suspect: map[*Lock]struct{}{}, unarmed: map[*Lock]struct{}{}, byNode: make([]*trackConn, len(nodes))}
 	t.keeper = keeper{t: t, held: make(chan struct{}, 1)}
 	t.reader = suspectReader{t: t, verify: verify, kick: make(chan struct{}, 1)}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	for _, n := range nodes {
-		base, ok := n.client.(*redis.Client)
+		base, ok := n.Client.(*redis.Client)
 		if !ok {
 			continue // Cluster, Ring, custom clients: loss is found at the next renewal
 		}
-		tc := newTrackConn(t, n.idx, base)
+		tc := newTrackConn(t, n.Idx, base)
 		t.conns = append(t.conns, tc)
-		t.byNode[n.idx] = tc
+		t.byNode[n.Idx] = tc
 	}
 	if len(t.conns) == 0 || !life.goCount(2) {
 		t.cancel()

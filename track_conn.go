@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redlockgo/redlock/internal/node"
 )
 
 // trackConn is one node's tracking connections: the listener, and its
@@ -20,8 +22,8 @@ type trackConn struct {
 	idx int
 	cl  *redis.Client
 	// hooks routes the data connection's calls through the node's client,
-	// so that its hooks see them (divertedClient).
-	hooks *divertedClient
+	// so that its hooks see them (node.DivertedClient).
+	hooks *node.DivertedClient
 	// dial is the Sentinel client's dialer, which dials the master of the
 	// moment; nil for a client of one address. remote is the address the
 	// listener last reached through it.
@@ -46,9 +48,9 @@ type trackConn struct {
 // redirects to the listener's id of the moment it was made.
 type dataConn struct {
 	cl *redis.Client
-	// via is cl reached through the client's hooks (divertedClient.through):
+	// via is cl reached through the client's hooks (node.DivertedClient.through):
 	// what renewals and reads use, so that the hooks see them.
-	via *boundedClient
+	via *node.BoundedClient
 	// up: its last call did not fail on the connection; while false,
 	// renewals and reads use the pool, and the keeper tries it again.
 	up      atomic.Bool
@@ -63,7 +65,7 @@ type dataConn struct {
 // the names redlock-tracking and redlock-tracking-data; the listener learns
 // its id on every new connection before it subscribes.
 func newTrackConn(t *tracker, idx int, base *redis.Client) *trackConn {
-	tc := &trackConn{t: t, idx: idx, hooks: divertedOf(base)}
+	tc := &trackConn{t: t, idx: idx, hooks: node.DivertedOf(base)}
 	opt := *base.Options()
 	opt.Protocol = 2
 	opt.ClientName = "redlock-tracking"
@@ -96,7 +98,7 @@ func newTrackConn(t *tracker, idx int, base *redis.Client) *trackConn {
 		tc.setArmErr(err)
 		return err
 	}
-	if d := sentinelDialer(base); d != nil {
+	if d := node.SentinelDialer(base); d != nil {
 		// go-redis's Sentinel client: its dialer follows the master. The
 		// listener stays on the old master after a failover
 		// until the sentinels reconfigure it; the keeper compares where a
@@ -262,7 +264,7 @@ func (tc *trackConn) newData(stop <-chan struct{}) {
 			// A redirect to a listener that is gone (it reconnected
 			// meanwhile) is no refusal: its new subscription brings a new
 			// data connection.
-			if isServerError(err) && !strings.Contains(strings.ToLower(err.Error()), "redirect") {
+			if node.IsServerError(err) && !strings.Contains(strings.ToLower(err.Error()), "redirect") {
 				tc.setArmErr(err)
 				tc.t.logger.Debug("redlock: the server refuses CLIENT TRACKING; a lost lock is found at its next renewal",
 					"node", tc.idx, "err", err)
@@ -283,7 +285,7 @@ func (tc *trackConn) newData(stop <-chan struct{}) {
 		return nil
 	}
 	dc.cl = redis.NewClient(&opt)
-	dc.via = tc.hooks.through(dc.cl)
+	dc.via = tc.hooks.Through(dc.cl)
 	if old := tc.data.Swap(dc); old != nil {
 		_ = old.cl.Close()
 	}
@@ -315,7 +317,7 @@ func (tc *trackConn) dataClient() *dataConn {
 // failed records a call on dc that ended in err: an error of the
 // connection (not a reply) puts dc down until the keeper's probe.
 func (dc *dataConn) failed(err error) {
-	if err != nil && !isServerError(err) && !errors.Is(err, redis.Nil) {
+	if err != nil && !node.IsServerError(err) && !errors.Is(err, redis.Nil) {
 		dc.up.Store(false)
 	}
 }

@@ -37,7 +37,7 @@ func (t *tracker) routes() (via *dataRoutes, credit uint64) {
 		if via == nil {
 			via = &dataRoutes{t: t, clients: make([]Client, t.nodes)}
 		}
-		tc.hooks.keepInnermost()
+		tc.hooks.KeepInnermost()
 		via.clients[i] = dc.via
 		if i < creditNodes {
 			credit &^= 0xff << (8 * i)
@@ -58,7 +58,7 @@ func (t *tracker) readVia() (via []Client, down bool) {
 			if via == nil {
 				via = make([]Client, t.nodes)
 			}
-			tc.hooks.keepInnermost()
+			tc.hooks.KeepInnermost()
 			via[i] = dc.via
 		} else if dc := tc.data.Load(); dc != nil && !tc.gone.Load() {
 			down = true

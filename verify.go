@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redlockgo/redlock/internal/node"
 	"github.com/redlockgo/redlock/internal/scripts"
 )
 
@@ -68,7 +69,7 @@ func (v *verifier) verify(locks []*Lock, via []Client) (later, failed []bool) {
 				lrs = append(lrs, lr)
 				failed[at[j]] = failed[at[j]] || lr.err != nil && via != nil && via[r.node] != nil
 			} else {
-				lrs = append(lrs, reply{node: r.node, err: join(r.err, errNodeTimeout)})
+				lrs = append(lrs, reply{node: r.node, err: join(r.err, node.ErrTimeout)})
 				failed[at[j]] = failed[at[j]] || via != nil && via[r.node] != nil
 			}
 		}
@@ -98,15 +99,15 @@ func (v *verifier) verify(locks []*Lock, via []Client) (later, failed []bool) {
 func (v *verifier) read(locks []*Lock, via []Client, timeout time.Duration) (rs []reply, rows [][]reply, err error) {
 	p := v.pool
 	rows = make([][]reply, len(p.nodes))
-	ch, err := p.fanOut(context.Background(), p.nodes, timeout, timeout, func(ctx context.Context, n *node, cl Client) reply {
-		if via != nil && via[n.idx] != nil {
-			cl = via[n.idx]
+	ch, err := p.fanOut(context.Background(), p.nodes, timeout, timeout, func(ctx context.Context, n *node.Node, cl Client) reply {
+		if via != nil && via[n.Idx] != nil {
+			cl = via[n.Idx]
 		}
 		row, err := readLeases(ctx, cl, locks)
-		if via != nil && via[n.idx] != nil {
+		if via != nil && via[n.Idx] != nil {
 			v.dataDone(cl, err)
 		}
-		rows[n.idx] = row
+		rows[n.Idx] = row
 		return reply{err: err}
 	})
 	if err != nil {

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/redlockgo/redlock/internal/node"
 )
 
 // watchdog renews every auto-renewed lock of one core from ONE goroutine. A
@@ -181,9 +183,9 @@ func (w *watchdog) renew(due []*Lock) {
 		}
 		due[i].io.Unlock()
 	}
-	var gone func(int, *node)
+	var gone func(int, *node.Node)
 	if len(c.pool.nodes) > 1 {
-		gone = func(i int, n *node) { w.foundGone(due[i], n, ttls[i], t1) }
+		gone = func(i int, n *node.Node) { w.foundGone(due[i], n, ttls[i], t1) }
 	}
 	if !c.life.goCount(1) {
 		for _, l := range due {

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redlockgo/redlock/internal/node"
 	"github.com/redlockgo/redlock/internal/scripts"
 )
 
@@ -24,13 +25,13 @@ import (
 func unwait(ctx context.Context, p *pool, w withdrawal) {
 	keys := []string{w.tag + scripts.QueueSuffix, w.tag}
 	timeout := w.timeout
-	call := func(ctx context.Context, n *node, cl Client) reply {
+	call := func(ctx context.Context, n *node.Node, cl Client) reply {
 		return reply{err: scripts.Sharded(scripts.Unwait, w.sharded).Run(ctx, cl, keys, w.id, w.channel, ttlMillis(timeout)).Err()}
 	}
 	if _, _, err := p.round(detached(ctx), p.nodes, timeout, timeout, call, time.Now().Add(timeout), nil, never); err != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 		defer cancel()
-		call(cctx, p.nodes[0], p.nodes[0].clientFor(timeout))
+		call(cctx, p.nodes[0], p.nodes[0].ClientFor(timeout))
 	}
 }
 
@@ -95,8 +96,8 @@ func (w *withdrawals) wait(channel string, limit time.Duration) {
 	if e == nil {
 		return
 	}
-	t := getTimer(limit)
-	defer putTimer(t)
+	t := node.GetTimer(limit)
+	defer node.PutTimer(t)
 	select {
 	case <-e.done:
 	case <-t.C:

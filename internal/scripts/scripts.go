@@ -237,7 +237,7 @@ func Sharded(s *redis.Script, on bool) *redis.Script {
 }
 
 // Sources are each script's SHA1, boxed once for the EVALSHA
-// commands that the root package builds (evalArgs), and its body for EVAL. Filled at init,
+// commands that EvalArgs (internal/node) builds, and its body for EVAL. Filled at init,
 // only read after.
 var Sources = map[*redis.Script]scriptSource{}
 

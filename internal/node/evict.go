@@ -1,4 +1,4 @@
-package redlock
+package node
 
 import (
 	"context"
@@ -27,8 +27,8 @@ type evictionProbe struct {
 	minReplicas atomic.Pointer[string]
 }
 
-// probe reads maxmemory-policy through a one-command pipeline (the Client
-// interface offers no more than that; see fetchRunID). Any failure leaves
+// Probe reads maxmemory-policy through a one-command pipeline (the Client
+// interface offers no more than that; see FetchRunID). Any failure leaves
 // the policy unknown, and no warning follows: an ACL user without +config,
 // a managed Redis that renames or hides CONFIG, a node that does not answer.
 // Through a Cluster client CONFIG GET reaches one arbitrary node, and through
@@ -36,12 +36,12 @@ type evictionProbe struct {
 // a warning, since shards of one deployment are normally configured alike.
 //
 // For a go-redis Sentinel client the same pipeline reads
-// min-replicas-to-write (see warnSentinel).
-func (p *evictionProbe) probe(ctx context.Context, cl Client) {
+// min-replicas-to-write (see WarnSentinel).
+func (p *evictionProbe) Probe(ctx context.Context, cl Client) {
 	pipe := cl.Pipeline()
 	cmd := pipe.ConfigGet(ctx, "maxmemory-policy")
 	var minRepl *redis.MapStringStringCmd
-	if sentinelDialer(cl) != nil {
+	if SentinelDialer(cl) != nil {
 		minRepl = pipe.ConfigGet(ctx, "min-replicas-to-write")
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command
@@ -55,7 +55,7 @@ func (p *evictionProbe) probe(ctx context.Context, cl Client) {
 	}
 }
 
-// warnSentinel logs one warning per go-redis Sentinel client whose master
+// WarnSentinel logs one warning per go-redis Sentinel client whose master
 // reported min-replicas-to-write 0 during the warm-up. A failover demotes
 // a master that may still be up (SENTINEL FAILOVER, a master paused past
 // down-after, a partition): it accepts writes until Sentinel reconfigures
@@ -64,11 +64,11 @@ func (p *evictionProbe) probe(ctx context.Context, cl Client) {
 // min-replicas-to-write 1 (and min-replicas-max-lag) on every server of the
 // group, a master whose replicas left it refuses writes; WithReplicaAcks
 // makes each grant wait for a replica instead.
-func warnSentinel(nodes []*node, logger *slog.Logger) {
+func WarnSentinel(nodes []*Node, logger *slog.Logger) {
 	for _, n := range nodes {
-		if v := n.evict.minReplicas.Load(); v != nil && *v == "0" {
+		if v := n.Evict.minReplicas.Load(); v != nil && *v == "0" {
 			logger.Warn("redlock: Sentinel master without min-replicas-to-write: after a failover the demoted master accepts lock writes until Sentinel converts it; set min-replicas-to-write 1 and min-replicas-max-lag on every server of the group, or use WithReplicaAcks",
-				"node", n.idx)
+				"node", n.Idx)
 		}
 	}
 }
@@ -84,14 +84,14 @@ func (p *evictionProbe) evicting() (policy string, ok bool) {
 	return *v, true
 }
 
-// warnEviction logs one warning per node whose server reported an evicting
+// WarnEviction logs one warning per node whose server reported an evicting
 // maxmemory-policy during the warm-up. A node that had not answered by the
 // time the constructor stopped waiting for it is not reported.
-func warnEviction(nodes []*node, logger *slog.Logger) {
+func WarnEviction(nodes []*Node, logger *slog.Logger) {
 	for _, n := range nodes {
-		if policy, ok := n.evict.evicting(); ok {
+		if policy, ok := n.Evict.evicting(); ok {
 			logger.Warn("redlock: maxmemory-policy may evict lock keys: a held lock can vanish before its lease ends, and its holder learns it only at its next renewal; give locks a Redis of their own, or use noeviction",
-				"node", n.idx, "addr", n.addr, "policy", policy)
+				"node", n.Idx, "addr", n.Addr, "policy", policy)
 		}
 	}
 }

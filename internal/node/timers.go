@@ -1,4 +1,4 @@
-package redlock
+package node
 
 import (
 	"sync"
@@ -10,7 +10,7 @@ import (
 // fired can be reset and used again.
 var timers sync.Pool
 
-func getTimer(d time.Duration) *time.Timer {
+func GetTimer(d time.Duration) *time.Timer {
 	if t, ok := timers.Get().(*time.Timer); ok {
 		t.Reset(d)
 		return t
@@ -18,10 +18,10 @@ func getTimer(d time.Duration) *time.Timer {
 	return time.NewTimer(d)
 }
 
-// putTimer stops t and keeps it only when it had not fired: then nothing was
+// PutTimer stops t and keeps it only when it had not fired: then nothing was
 // or will be sent on t.C, so a later user cannot receive a stale tick even
 // under the pre-Go 1.23 timer semantics (GODEBUG=asynctimerchan=1).
-func putTimer(t *time.Timer) {
+func PutTimer(t *time.Timer) {
 	if t.Stop() {
 		timers.Put(t)
 	}

@@ -1,4 +1,4 @@
-package redlock
+package node
 
 import (
 	"context"
@@ -12,37 +12,37 @@ import (
 
 // Reasons a node did not grant or answer; they travel inside a NodeError.
 var (
-	errTaken       = errors.New("held by another owner")
-	errNodeTimeout = errors.New("no reply within the node timeout")
-	errNodeBusy    = errors.New("the previous renewal on this node has not answered yet")
-	errBadReply    = errors.New("unexpected script reply")
-	errDuplicate   = errors.New("same server as another node of this Redlock")
+	ErrTaken     = errors.New("held by another owner")
+	ErrTimeout   = errors.New("no reply within the node timeout")
+	ErrBusy      = errors.New("the previous renewal on this node has not answered yet")
+	ErrBadReply  = errors.New("unexpected script reply")
+	ErrDuplicate = errors.New("same server as another node of this Redlock")
 )
 
-// isTimeout reports a socket deadline that fired (a clone bounded by the
-// node timeout, see clientFor): no answer in time.
+// IsTimeout reports a socket deadline that fired (a clone bounded by the
+// node timeout, see ClientFor): no answer in time.
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// isServerError reports an error reply from Redis (as opposed to a network
+// IsServerError reports an error reply from Redis (as opposed to a network
 // failure or a timeout).
-func isServerError(err error) bool {
+func IsServerError(err error) bool {
 	var re redis.Error
 	return errors.As(err, &re)
 }
 
-// isPermanent tells a refusal that no retry can get past (wrong password,
+// IsPermanent tells a refusal that no retry can get past (wrong password,
 // missing permission, wrong key type, out of memory, a script error, a closed
 // client) from a failure that a retry may get past (timeouts, dropped
 // connections, a loading, read-only or failing-over server). Lock gives up at
 // once on a permanent one.
-func isPermanent(err error) bool {
+func IsPermanent(err error) bool {
 	switch {
-	case errors.Is(err, redis.ErrClosed), errors.Is(err, errTokenSpace), errors.Is(err, errDuplicate), errors.Is(err, errPermits):
+	case errors.Is(err, redis.ErrClosed), errors.Is(err, ErrTokenSpace), errors.Is(err, ErrDuplicate), errors.Is(err, ErrPermits):
 		return true
-	case errors.Is(err, errNodeTimeout), errors.Is(err, errNodeBusy),
+	case errors.Is(err, ErrTimeout), errors.Is(err, ErrBusy),
 		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
 		errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return false
@@ -51,7 +51,7 @@ func isPermanent(err error) bool {
 	if errors.As(err, &ne) {
 		return false
 	}
-	if !isServerError(err) {
+	if !IsServerError(err) {
 		return isProtocolError(err)
 	}
 	if _, moved := redis.IsMovedError(err); moved {
@@ -66,7 +66,7 @@ func isPermanent(err error) bool {
 	return !transient
 }
 
-// isProtocolError reports a reply that is not Redis's protocol: the port
+// IsProtocolError reports a reply that is not Redis's protocol: the port
 // belongs to another server (an HTTP server answers HELLO with a status
 // line). go-redis has no classifier for its reader's errors; these are its
 // texts.
@@ -75,14 +75,23 @@ func isProtocolError(err error) bool {
 	return strings.Contains(s, "redis: can't parse") || strings.Contains(s, "redis: invalid reply")
 }
 
-// isNoScript reports that a script is not in the server's cache, however a
+// IsNoScript reports that a script is not in the server's cache, however a
 // hook wrapped the error.
-func isNoScript(err error) bool {
+func IsNoScript(err error) bool {
 	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
 }
 
-// isDialError reports a failure to connect at all (refused, unreachable).
-func isDialError(err error) bool {
+// IsDialError reports a failure to connect at all (refused, unreachable).
+func IsDialError(err error) bool {
 	var oe *net.OpError
 	return errors.As(err, &oe) && oe.Op == "dial"
 }
+
+// ErrTokenSpace: a name's fencing counter is where a Lua double can no longer
+// count up by one, so the next token would repeat the last.
+var ErrTokenSpace = errors.New("fencing counter exhausted: tokens would stop increasing at 2^53-1")
+
+// ErrPermits: a Semaphore's permit count differs from the one the live
+// holders of its name took their permits under. Permanent: waiting does not
+// change another process's configuration.
+var ErrPermits = errors.New("redlock: semaphore permit counts differ between processes")
