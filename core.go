@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redlockgo/redlock/internal/lifecycle"
 	"github.com/redlockgo/redlock/internal/node"
 )
 
@@ -20,7 +21,7 @@ import (
 // See "Architecture" in doc.go.
 type core struct {
 	pool  *pool
-	life  *lifecycle
+	life  *lifecycle.Life
 	cfg   config
 	wd    *watchdog
 	exp   *expiry
@@ -58,7 +59,7 @@ func newCore(clients []Client, opts []Option) (*core, error) {
 	if err != nil {
 		return nil, err
 	}
-	life := &lifecycle{closing: make(chan struct{})}
+	life := &lifecycle.Life{Closing: make(chan struct{})}
 	p := &pool{quorum: len(clients)/2 + 1, cleanup: cleanup{life: life}}
 	c := &core{
 		pool:   p,
@@ -93,8 +94,8 @@ func newCore(clients []Client, opts []Option) (*core, error) {
 	}
 	if err := p.ids.warmUp(life, cfg.timeout(cfg.ttl)); err != nil {
 		c.track.close()
-		life.stop()
-		waitUntil(&life.wg, time.Now().Add(warmUpLimit))
+		life.Stop()
+		lifecycle.WaitUntil(&life.WG, time.Now().Add(warmUpLimit))
 		return nil, err
 	}
 	c.follow = newFollower(p.nodes, life, cfg.timeout(cfg.ttl), c.holding)
@@ -217,7 +218,7 @@ func (c *core) close() error {
 	}
 	c.closeStarted = true
 	defer close(c.closed)
-	close(c.life.closing)
+	close(c.life.Closing)
 	held := make([]*Lock, 0, len(c.held))
 	for l := range c.held {
 		held = append(held, l)
@@ -246,8 +247,8 @@ func (c *core) close() error {
 	c.track.close()
 	c.exp.stop()
 
-	c.life.stop()
-	waitUntil(&c.life.wg, deadline)
+	c.life.Stop()
+	lifecycle.WaitUntil(&c.life.WG, deadline)
 	return nil
 }
 
@@ -258,7 +259,7 @@ var errNoCore = errors.New("redlock: Locker or Redlock not made by NewLocker or 
 // held: the lock, or an error matching ErrNotObtained with what the attempt
 // found out (see verdict).
 func (c *core) attempt(ctx context.Context, a *acquisition) (*Lock, verdict, error) {
-	if c.life.isClosing() {
+	if c.life.IsClosing() {
 		return nil, verdict{hint: -1, permanent: true}, join(notObtained(a.name), ErrClosed)
 	}
 	l := a.newLock(c, len(c.pool.nodes))

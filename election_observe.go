@@ -78,7 +78,7 @@ const expiryMargin = 2 * time.Millisecond
 // is closed, gives a closed channel.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	out := make(chan Leader, observeBuffer)
-	if e.usable() != nil || ctx.Err() != nil || e.c.life.isClosing() || !e.c.life.goCount(len(e.c.pool.nodes)+1) {
+	if e.usable() != nil || ctx.Err() != nil || e.c.life.IsClosing() || !e.c.life.GoCount(len(e.c.pool.nodes)+1) {
 		close(out)
 		return out
 	}
@@ -136,7 +136,7 @@ type observeEvent struct {
 // run is the observer's loop: it owns the state and is the only sender on
 // out.
 func (o *observer) run(ctx context.Context) {
-	defer o.e.c.life.wg.Done()
+	defer o.e.c.life.WG.Done()
 	defer close(o.out)
 	defer o.shutdown()
 	o.timer = time.NewTimer(time.Hour)
@@ -146,7 +146,7 @@ func (o *observer) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-o.e.c.life.closing:
+		case <-o.e.c.life.Closing:
 			return
 		case ev := <-o.events:
 			anns, reread := o.take(ev)
@@ -369,7 +369,7 @@ func parseAnnouncement(s string) (l Leader, n int64, ok bool) {
 // and release channels, and hands what it hears to run, until run stops.
 // go-redis re-dials and re-subscribes after an error on the next Receive.
 func (o *observer) receive(n *node.Node) {
-	defer o.e.c.life.wg.Done()
+	defer o.e.c.life.WG.Done()
 	// The SUBSCRIBE is only written here (its confirmation comes through
 	// Receive), but a new connection's handshake is read: bound it.
 	sctx, cancel := context.WithTimeout(context.Background(), subTimeout)

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redlockgo/redlock/internal/lifecycle"
 	"github.com/redlockgo/redlock/internal/node"
 )
 
@@ -30,7 +31,7 @@ import (
 // makes that check first (fresh), so it cannot be the first call on a
 // stale pool.
 type follower struct {
-	life  *lifecycle
+	life  *lifecycle.Life
 	dials []func(context.Context) // one per Sentinel client
 	every time.Duration
 	busy  func() bool // a lock is held
@@ -49,7 +50,7 @@ const followIdle = 10 * time.Second
 // client. every is the interval between checks: a quarter of a second, or
 // half the node timeout when that is shorter, so that a core follows a
 // failover within the node timeout.
-func newFollower(nodes []*node.Node, life *lifecycle, nodeTimeout time.Duration, busy func() bool) *follower {
+func newFollower(nodes []*node.Node, life *lifecycle.Life, nodeTimeout time.Duration, busy func() bool) *follower {
 	var dials []func(context.Context)
 	for _, n := range nodes {
 		if d := node.SentinelDialer(n.Client); d != nil {
@@ -79,12 +80,12 @@ func (f *follower) acquiring(ctx context.Context, timeout time.Duration) {
 	}
 	f.check(ctx, timeout)
 	if f.active.CompareAndSwap(false, true) {
-		if !f.life.goCount(1) {
+		if !f.life.GoCount(1) {
 			f.active.Store(false)
 			return
 		}
 		go func() {
-			defer f.life.wg.Done()
+			defer f.life.WG.Done()
 			f.run()
 		}()
 	}
@@ -113,7 +114,7 @@ func (f *follower) run() {
 	defer t.Stop()
 	for {
 		select {
-		case <-f.life.closing:
+		case <-f.life.Closing:
 			return
 		case <-t.C:
 		}

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redlockgo/redlock/internal/lifecycle"
 	"github.com/redlockgo/redlock/internal/node"
 )
 
@@ -93,15 +94,15 @@ func (ids *idents) duplicates() error {
 // is longer. Two nodes that turn out to be one server (127.0.0.1:P and
 // localhost:P, a DNS alias) make it fail: a quorum that one process can
 // satisfy is no quorum.
-func (ids *idents) warmUp(life *lifecycle, timeout time.Duration) error {
+func (ids *idents) warmUp(life *lifecycle.Life, timeout time.Duration) error {
 	identify := len(ids.nodes) > 1
 	limit := max(warmUpLimit, timeout)
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	done := make(chan struct{}, len(ids.nodes))
-	life.wg.Add(len(ids.nodes))
+	life.WG.Add(len(ids.nodes))
 	for _, n := range ids.nodes {
 		go func() {
-			defer life.wg.Done()
+			defer life.WG.Done()
 			defer func() { done <- struct{}{} }()
 			if n.WarmUp(ctx, identify && node.Identifiable(n.Client)) {
 				// Also when this answer comes after the constructor stopped

@@ -106,7 +106,7 @@ func inspectKey(ctx context.Context, c *core, op, name, key string, timeout time
 	if err := ctx.Err(); err != nil {
 		return Holder{}, nil, err
 	}
-	if c.life.isClosing() {
+	if c.life.IsClosing() {
 		return Holder{}, nil, ErrClosed
 	}
 	keys := []string{key, key + scripts.FenceSuffix, key + scripts.MetaSuffix, key + scripts.ReadersSuffix}

@@ -82,7 +82,7 @@ func (o *obtaining) jitter(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-o.c.life.closing:
+	case <-o.c.life.Closing:
 		return ErrClosed
 	}
 }
@@ -317,10 +317,10 @@ func (o *obtaining) leave(ctx context.Context) {
 		// name by this core waits for it (withdrawals), so that it does
 		// not reserve the name for a writer that left.
 		w := withdrawal{tag: a.tag, id: a.ww.id, channel: a.channel, timeout: a.cfg.timeout(a.cfg.ttl), sharded: a.cfg.sharded}
-		if ctx.Err() != nil && c.life.goCount(1) {
+		if ctx.Err() != nil && c.life.GoCount(1) {
 			done := c.withdraw.begin(a.channel)
 			go func() {
-				defer c.life.wg.Done()
+				defer c.life.WG.Done()
 				defer done()
 				unwait(ctx, c.pool, w)
 			}()
@@ -377,7 +377,7 @@ func (o *obtaining) await(ctx context.Context, delay time.Duration) (wokeBy, *Lo
 			t.Reset(delay)
 		case <-ctx.Done():
 			return wokeNone, nil, ctx.Err()
-		case <-c.life.closing:
+		case <-c.life.Closing:
 			return wokeNone, nil, ErrClosed
 		}
 	}
@@ -458,7 +458,7 @@ func (c *core) acquirable(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return join(ErrNotObtained, err)
 	}
-	if c.life.isClosing() {
+	if c.life.IsClosing() {
 		return join(ErrNotObtained, ErrClosed)
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redlockgo/redlock/internal/lifecycle"
 	"github.com/redlockgo/redlock/internal/node"
 )
 
@@ -23,7 +24,7 @@ import (
 type pubsub struct {
 	nodes  []*node.Node
 	quorum int
-	life   *lifecycle
+	life   *lifecycle.Life
 	logger *slog.Logger
 	sink   listener
 	// sharded: the nodes are Clusters, whose releases publish with SPUBLISH
@@ -56,7 +57,7 @@ type listener interface {
 	moved(channel string)             // channel is subscribed again after its slot moved
 }
 
-func newPubsub(nodes []*node.Node, quorum int, life *lifecycle, logger *slog.Logger, sink listener, sharded bool) *pubsub {
+func newPubsub(nodes []*node.Node, quorum int, life *lifecycle.Life, logger *slog.Logger, sink listener, sharded bool) *pubsub {
 	return &pubsub{nodes: nodes, quorum: quorum, life: life, logger: logger, sink: sink, sharded: sharded, heard: make(map[string]int)}
 }
 
@@ -103,7 +104,7 @@ func (ps *pubsub) subscribe(channel string) <-chan struct{} {
 		return nil // waiters give up on their own: Close closed c.life.closing first
 	}
 	if ps.subs == nil {
-		if !ps.life.goCount(len(ps.nodes)) {
+		if !ps.life.GoCount(len(ps.nodes)) {
 			return nil
 		}
 		ps.subs = make([]*nodeSubs, len(ps.nodes))

@@ -23,7 +23,7 @@ type subConn struct {
 
 // receive reads one pub/sub connection until it is retired or Close.
 func (ps *pubsub) receive(sc *subConn) {
-	defer ps.life.wg.Done()
+	defer ps.life.WG.Done()
 	defer func() {
 		if sc.up {
 			ps.setUp(sc, false)
@@ -85,7 +85,7 @@ func (ps *pubsub) readFailed(sc *subConn, err error) bool {
 	case <-sc.stop:
 		t.Stop()
 		return false
-	case <-ps.life.closing:
+	case <-ps.life.Closing:
 		t.Stop()
 		return false
 	case <-t.C:

@@ -83,11 +83,11 @@ func (s *nodeSubs) push(op subOp) {
 // run sends one node's queued calls until Close, then closes its
 // connections.
 func (s *nodeSubs) run() {
-	defer s.ps.life.wg.Done()
+	defer s.ps.life.WG.Done()
 	defer s.closeAll()
 	for {
 		select {
-		case <-s.ps.life.closing:
+		case <-s.ps.life.Closing:
 			return
 		case <-s.kick:
 		}
@@ -100,7 +100,7 @@ func (s *nodeSubs) run() {
 			op := s.ops[0]
 			s.ops = s.ops[1:]
 			s.mu.Unlock()
-			if s.ps.life.isClosing() {
+			if s.ps.life.IsClosing() {
 				return
 			}
 			s.do(op)
@@ -201,7 +201,7 @@ func (s *nodeSubs) reopen(ctx context.Context, channel string, legacy bool) {
 	// Not sooner than a refusing shard's pause allows.
 	t := time.NewTimer(50 * time.Millisecond)
 	select {
-	case <-s.ps.life.closing:
+	case <-s.ps.life.Closing:
 		t.Stop()
 		return
 	case <-t.C:
@@ -224,7 +224,7 @@ func (s *nodeSubs) openMoved(ctx context.Context, channel string) *subConn {
 }
 
 func (s *nodeSubs) opened(ctx context.Context, sc *subConn, channels []string) *subConn {
-	if !s.ps.life.goCount(1) {
+	if !s.ps.life.GoCount(1) {
 		return nil
 	}
 	if len(channels) == 1 && (s.n.Ring || s.ps.sharded) {

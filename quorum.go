@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redlockgo/redlock/internal/lifecycle"
 	"github.com/redlockgo/redlock/internal/node"
 )
 
@@ -82,7 +83,7 @@ func inline(ctx context.Context, done <-chan struct{}, nodes []*node.Node, timeo
 
 // fan is one round of fanOut's goroutines: one per node, all sharing ctx.
 type fan struct {
-	life    *lifecycle
+	life    *lifecycle.Life
 	ctx     context.Context
 	cancel  context.CancelFunc
 	nodes   []*node.Node
@@ -96,7 +97,7 @@ type fan struct {
 func (f *fan) client(n *node.Node) Client { return node.CallClient(n, f.timeout) }
 
 func (f *fan) run() {
-	defer f.life.wg.Done()
+	defer f.life.WG.Done()
 	n := f.nodes[f.next.Add(1)-1]
 	n.Begin()
 	r := f.call(f.ctx, n, f.client(n))
@@ -262,7 +263,7 @@ func (p *pool) fanOut(ctx context.Context, nodes []*node.Node, timeout, callLimi
 // spawn is fanOut's goroutine path: a goroutine per node.
 func (p *pool) spawn(ctx context.Context, nodes []*node.Node, timeout, callLimit time.Duration, call func(context.Context, *node.Node, Client) reply) (<-chan reply, error) {
 	ch := make(chan reply, len(nodes))
-	if !p.life.goCount(len(nodes)) {
+	if !p.life.GoCount(len(nodes)) {
 		return nil, ErrClosed
 	}
 	limit := max(timeout, callLimit)
@@ -279,7 +280,7 @@ func (p *pool) spawn(ctx context.Context, nodes []*node.Node, timeout, callLimit
 		// Nothing to share: one closure, and no fan to allocate.
 		n := nodes[0]
 		go func() {
-			defer p.life.wg.Done()
+			defer p.life.WG.Done()
 			cctx, cancel := context.WithTimeout(ctx, limit)
 			n.Begin()
 			r := call(cctx, n, node.CallClient(n, bound))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/redlockgo/redlock/internal/lifecycle"
 	"github.com/redlockgo/redlock/internal/node"
 	"github.com/redlockgo/redlock/internal/scripts"
 )
@@ -98,7 +99,7 @@ func (p *pool) unanswered(rs []reply) []*node.Node {
 // call that needed them (a failed attempt, a late grant, a lost lock): each
 // from a goroutine the core owns, so that Close waits for it, and retried
 // until the node answers (releaseNode). The pool embeds it.
-type cleanup struct{ life *lifecycle }
+type cleanup struct{ life *lifecycle.Life }
 
 // releaseInBackground releases locks, in order, on each of nodes from a
 // goroutine of the core per node, waiting for none: their outcome is
@@ -106,12 +107,12 @@ type cleanup struct{ life *lifecycle }
 // the release any sooner. A goroutine per node, so that a hung node does not
 // keep the others' keys.
 func (p *cleanup) releaseInBackground(ctx context.Context, nodes []*node.Node, locks ...*Lock) {
-	if len(nodes) == 0 || len(locks) == 0 || !p.life.goCount(len(nodes)) {
+	if len(nodes) == 0 || len(locks) == 0 || !p.life.GoCount(len(nodes)) {
 		return
 	}
 	for _, n := range nodes {
 		go func() {
-			defer p.life.wg.Done()
+			defer p.life.WG.Done()
 			for _, l := range locks {
 				p.releaseNode(ctx, n, l, false)
 			}
@@ -123,14 +124,14 @@ func (p *cleanup) releaseInBackground(ctx context.Context, nodes []*node.Node, l
 // found it has something to release: the call ends now, so that it is not
 // counted on the wire (node.begin) while the release waits for the node.
 func (p *cleanup) releaseLater(ctx context.Context, n *node.Node, l *Lock, ran bool) {
-	if !p.life.goCount(1) {
+	if !p.life.GoCount(1) {
 		// Close has ended its I/O: this goroutine, which Close waits for,
 		// releases it itself.
 		p.releaseNode(ctx, n, l, ran)
 		return
 	}
 	go func() {
-		defer p.life.wg.Done()
+		defer p.life.WG.Done()
 		p.releaseNode(ctx, n, l, ran)
 	}()
 }
@@ -162,7 +163,7 @@ func (p *cleanup) releaseNode(ctx context.Context, n *node.Node, l *Lock, ran bo
 		if !n.Admit() {
 			// Other calls probe the node: ask again shortly, sending
 			// nothing that would hold a connection in the meantime.
-			if p.life.isClosing() {
+			if p.life.IsClosing() {
 				end = earliest(end, leaseEnd)
 			}
 			t := node.GetTimer(node.ProbeEvery)
@@ -187,8 +188,8 @@ func (p *cleanup) releaseNode(ctx context.Context, n *node.Node, l *Lock, ran bo
 		case node.IsPermanent(r.err):
 			return
 		}
-		closing := p.life.closing // the wait ends there, to take up the bound below
-		if p.life.isClosing() {
+		closing := p.life.Closing // the wait ends there, to take up the bound below
+		if p.life.IsClosing() {
 			if node.IsDialError(r.err) {
 				return
 			}

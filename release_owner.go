@@ -58,7 +58,7 @@ func releaseOwner(ctx context.Context, c *core, name, owner string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if c.life.isClosing() {
+	if c.life.IsClosing() {
 		return ErrClosed
 	}
 	key := lockKey(c.cfg.prefix, name)

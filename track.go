@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redlockgo/redlock/internal/lifecycle"
 	"github.com/redlockgo/redlock/internal/node"
 )
 
@@ -98,7 +99,7 @@ const (
 // invalidation (track_invalidate.go); a lock's credits are its lockTrack
 // (track_credit.go). Safe for concurrent use.
 type tracker struct {
-	life   *lifecycle
+	life   *lifecycle.Life
 	logger *slog.Logger
 	nodes  int
 	conns  []*trackConn
@@ -135,7 +136,7 @@ type tracker struct {
 
 // newTracker prepares the tracking connections of each node whose client can
 // have one, and starts the keeper that opens them; nil if none can.
-func newTracker(nodes []*node.Node, life *lifecycle, logger *slog.Logger, verify func([]*Lock, []Client) ([]bool, []bool)) *tracker {
+func newTracker(nodes []*node.Node, life *lifecycle.Life, logger *slog.Logger, verify func([]*Lock, []Client) ([]bool, []bool)) *tracker {
 	t := &tracker{life: life, logger: logger, nodes: len(nodes), watched: map[string]watchers{},
 		suspect: map[*Lock]struct{}{}, unarmed: map[*Lock]struct{}{}, byNode: make([]*trackConn, len(nodes))}
 	t.keeper = keeper{t: t, held: make(chan struct{}, 1)}
@@ -150,7 +151,7 @@ func newTracker(nodes []*node.Node, life *lifecycle, logger *slog.Logger, verify
 		t.conns = append(t.conns, tc)
 		t.byNode[n.Idx] = tc
 	}
-	if len(t.conns) == 0 || !life.goCount(2) {
+	if len(t.conns) == 0 || !life.GoCount(2) {
 		t.cancel()
 		for _, tc := range t.conns {
 			_ = tc.cl.Close()

@@ -121,7 +121,7 @@ func newTrackConn(t *tracker, idx int, base *redis.Client) *trackConn {
 // closed.
 func (tc *trackConn) run(ps *redis.PubSub, stop <-chan struct{}) {
 	t := tc.t
-	defer t.life.wg.Done()
+	defer t.life.WG.Done()
 	closed := func() bool {
 		select {
 		case <-stop:
@@ -336,12 +336,12 @@ func (tc *trackConn) probe() {
 	if up && time.Since(time.Unix(0, dc.used.Load())) < idlePing || !dc.probing.CompareAndSwap(false, true) {
 		return
 	}
-	if !tc.t.life.goCount(1) {
+	if !tc.t.life.GoCount(1) {
 		dc.probing.Store(false)
 		return
 	}
 	go func() {
-		defer tc.t.life.wg.Done()
+		defer tc.t.life.WG.Done()
 		defer dc.probing.Store(false)
 		ctx, cancel := context.WithTimeout(tc.t.ctx, followEvery)
 		defer cancel()

@@ -36,7 +36,7 @@ func (k *keeper) wake() {
 // Close.
 func (k *keeper) run() {
 	t := k.t
-	defer t.life.wg.Done()
+	defer t.life.WG.Done()
 	defer func() {
 		k.disarm()
 		for _, tc := range t.conns {
@@ -94,7 +94,7 @@ func (k *keeper) follow() {
 		_ = tc.ps.Close()
 		tc.closeData()
 		tc.remote.Store(nil)
-		if t.life.goCount(1) {
+		if t.life.GoCount(1) {
 			tc.ps, tc.stop = tc.cl.Subscribe(t.ctx), make(chan struct{})
 			go tc.run(tc.ps, tc.stop)
 		} else {
@@ -120,7 +120,7 @@ func (k *keeper) pause(d time.Duration) bool {
 func (k *keeper) arm() {
 	t := k.t
 	for _, tc := range t.conns {
-		if tc.gone.Load() || !t.life.goCount(1) {
+		if tc.gone.Load() || !t.life.GoCount(1) {
 			continue
 		}
 		tc.ps, tc.stop = tc.cl.Subscribe(t.ctx), make(chan struct{}) // connects in run

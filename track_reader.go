@@ -52,7 +52,7 @@ func (r *suspectReader) queue(l *Lock) {
 // hold.
 func (r *suspectReader) run() {
 	t := r.t
-	defer t.life.wg.Done()
+	defer t.life.WG.Done()
 	var batch []*Lock
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()

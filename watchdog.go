@@ -187,7 +187,7 @@ func (w *watchdog) renew(due []*Lock) {
 	if len(c.pool.nodes) > 1 {
 		gone = func(i int, n *node.Node) { w.foundGone(due[i], n, ttls[i], t1) }
 	}
-	if !c.life.goCount(1) {
+	if !c.life.GoCount(1) {
 		for _, l := range due {
 			l.io.Unlock()
 		}
@@ -201,7 +201,7 @@ func (w *watchdog) renew(due []*Lock) {
 	}
 	moveOn := make(chan struct{})
 	go func() {
-		defer c.life.wg.Done()
+		defer c.life.WG.Done()
 		c.pool.batch(w.ctx, due, ttls, deadline, w.quit, settle, moveOn, gone, via)
 	}()
 	select {

@@ -376,7 +376,7 @@ type link struct {
 	once           sync.Once
 }
 
-// waitUntil waits until t and reports whether the link is still up.
+// lifecycle.WaitUntil waits until t and reports whether the link is still up.
 func (l *link) waitUntil(t time.Time) bool {
 	if wait := time.Until(t); wait > 0 {
 		timer := time.NewTimer(wait)

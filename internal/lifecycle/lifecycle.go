@@ -1,0 +1,64 @@
+// Package lifecycle is what every part of a Locker or Redlock shares of its
+// lifetime: the goroutines that Close waits for, and whether Close has begun.
+package lifecycle
+
+import (
+	"sync"
+	"time"
+)
+
+// Life is what every part of the engine shares of its lifetime: the
+// goroutines to wait for, and whether Close has begun or finished its I/O.
+// The parts hold it instead of a pointer back to the core.
+type Life struct {
+	WG      sync.WaitGroup // every goroutine of the core, including calls left behind on a paused node
+	Closing chan struct{}  // closed when Close starts: waiters give up
+	mu      sync.Mutex
+	// stopped: Close has released what it could; no goroutine may start,
+	// so wg.Add never races the final wg.Wait.
+	stopped bool
+}
+
+// GoCount registers n goroutines, or reports false once Close has finished
+// its I/O, so that wg.Add never races wg.Wait.
+func (lc *Life) GoCount(n int) bool {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	if lc.stopped {
+		return false
+	}
+	lc.WG.Add(n)
+	return true
+}
+
+// IsClosing reports whether Close has begun.
+func (lc *Life) IsClosing() bool {
+	select {
+	case <-lc.Closing:
+		return true
+	default:
+		return false
+	}
+}
+
+// Stop marks Close's I/O done: no goroutine starts after it.
+func (lc *Life) Stop() {
+	lc.mu.Lock()
+	lc.stopped = true
+	lc.mu.Unlock()
+}
+
+// WaitUntil waits for wg, or until deadline.
+func WaitUntil(wg *sync.WaitGroup, deadline time.Time) {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
