@@ -43,7 +43,7 @@ func handOffs(t *testing.T, lks [2]*Locker, name string, n, migrateAt int, migra
 			l, err := waiter.Lock(ctx, name)
 			ch <- got{l, time.Now(), err}
 		}()
-		require.Eventually(t, func() bool { return waiter.core().waits.ps.listening(channel) }, 10*time.Second, time.Millisecond,
+		require.Eventually(t, func() bool { return waiter.core().waits.ps.Listening(channel) }, 10*time.Second, time.Millisecond,
 			"round %d: the waiter's subscription", i)
 		if i == migrateAt {
 			migrate()
@@ -268,7 +268,7 @@ func TestClusterWaiterAfterSlotMove(t *testing.T) {
 		got <- err
 	}()
 	ch := releaseChannel(lockKey("redlock:", name))
-	require.True(t, eventually(5*time.Second, func() bool { return waiter.c.waits.ps.listening(ch) }), "the waiter subscribed")
+	require.True(t, eventually(5*time.Second, func() bool { return waiter.c.waits.ps.Listening(ch) }), "the waiter subscribed")
 	c.Migrate(t, slot, from, (from+1)%3)
 	start := time.Now()
 	require.NoError(t, l.Unlock(ctx))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redlockgo/redlock/internal/lifecycle"
 	"github.com/redlockgo/redlock/internal/node"
+	"github.com/redlockgo/redlock/internal/pubsub"
 )
 
 // core is the engine shared by Locker (one node) and Redlock (N nodes): the
@@ -86,7 +87,7 @@ func newCore(clients []Client, opts []Option) (*core, error) {
 	}
 	p.ids.nodes = p.nodes
 	c.waits = newWaiters(c.names)
-	c.waits.ps = newPubsub(p.nodes, p.quorum, life, cfg.logger, c.waits, c.cfg.sharded)
+	c.waits.ps = pubsub.New(p.nodes, p.quorum, life, cfg.logger, c.waits, c.cfg.sharded)
 	if !cfg.noTracking {
 		v := &verifier{pool: p, abandon: c.abandon}
 		c.track = newTracker(p.nodes, life, cfg.logger, v.verify)
@@ -157,7 +158,7 @@ func (c *core) abandon(l *Lock) { c.pool.releaseInBackground(context.Background(
 // marked the name waited for and the release published nothing
 // (release.lua). Woken early (a release still on its way), a waiter's
 // attempt is refused and marks the name, and the release then publishes.
-func (c *core) wakeOwn(l *Lock) { c.waits.dispatch(l.channel, l.owner) }
+func (c *core) wakeOwn(l *Lock) { c.waits.Dispatch(l.channel, l.owner) }
 
 // ended is the one notice a Lock sends up (engine): it left stateHeld, or
 // its attempt failed, for to. The core drops it from its registries, and

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redlockgo/redlock/internal/node"
+	"github.com/redlockgo/redlock/internal/pubsub"
 )
 
 // Observing an election: pushed by the server, never polled while all is
@@ -372,7 +373,7 @@ func (o *observer) receive(n *node.Node) {
 	defer o.e.c.life.WG.Done()
 	// The SUBSCRIBE is only written here (its confirmation comes through
 	// Receive), but a new connection's handshake is read: bound it.
-	sctx, cancel := context.WithTimeout(context.Background(), subTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), pubsub.SubTimeout)
 	ps := n.Client.Subscribe(sctx, o.e.elect, o.e.rel)
 	cancel()
 	if !o.keep(n.Idx, ps) {

@@ -28,7 +28,7 @@ var layers = []struct {
 	{"calls", []string{"obtain.go"}},
 	{"engine", []string{"core.go", "acquire.go", "handoff.go", "verify.go", "track*.go", "follow.go",
 		"watchdog.go", "repair.go", "renew.go", "expiry.go", "timeheap.go"}},
-	{"waiting", []string{"queue*.go", "pubsub*.go", "withdraw.go"}},
+	{"waiting", []string{"queue*.go", "withdraw.go"}},
 	{"round", []string{"quorum.go", "release.go", "lease.go", "kinds.go", "fencearg.go", "acks.go", "diagnose.go"}},
 	{"node", []string{"identity.go"}},
 	{"values", []string{"lock.go", "outcome.go", "state.go", "validity.go", "keys.go", "names.go",

@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redlockgo/redlock/internal/pubsub"
 )
 
 // run drives a waiting acquisition: attempts until one succeeds, ctx ends
@@ -31,7 +33,7 @@ func (o *obtaining) run(ctx context.Context) (l *Lock, err error) {
 	// The count first: a message between the two reads makes missed report
 	// it, never hides it.
 	o.heardSeq = c.waits.seq(channelOf(a.queue))
-	o.warm = c.waits.ps.listening(channelOf(a.queue))
+	o.warm = c.waits.ps.Listening(channelOf(a.queue))
 	defer o.leave(ctx)
 	for attempt := 0; ; attempt++ {
 		if o.try {
@@ -166,7 +168,7 @@ func (o *obtaining) attemptOnce(ctx context.Context, attempt int) (l *Lock, err 
 			// holder's lease ended: the subscription did not hear that
 			// release (a failover moved the master, a connection that reads
 			// but hears nothing). Re-home it.
-			c.waits.ps.suspect(channelOf(o.qk))
+			c.waits.ps.Suspect(channelOf(o.qk))
 		}
 		return l, nil, true
 	}
@@ -201,7 +203,7 @@ func (o *obtaining) attemptOnce(ctx context.Context, attempt int) (l *Lock, err 
 	}
 	if redis.IsReadOnlyError(err) {
 		// A failover demoted the master: pub/sub may sit on it.
-		c.waits.ps.suspect(channelOf(o.qk))
+		c.waits.ps.Suspect(channelOf(o.qk))
 	}
 	return nil, nil, false
 }
@@ -265,7 +267,7 @@ func (o *obtaining) queue(ctx context.Context) {
 	o.qk = a.queue
 	w, sent := c.waits.join(o.qk, a.name, wid, a.cfg, ctx.Done())
 	o.w = w
-	subscribed(ctx, sent, c.pool.quorum, a.cfg.timeout(a.cfg.ttl))
+	pubsub.Subscribed(ctx, sent, c.pool.quorum, a.cfg.timeout(a.cfg.ttl))
 	if o.warm && c.waits.missed(channelOf(o.qk), o.heardSeq, wid) {
 		// A release came between the refusal and the join, with nobody
 		// here to wake: look again at once.
@@ -284,7 +286,7 @@ func (o *obtaining) sleepFor(attempt int) (d time.Duration, trusted, ok bool) {
 	}
 	// A policy the caller chose bounds every wait; messages only wake the
 	// waiter earlier. Only the default one gives way to trusted messages.
-	trusted = !o.a.cfg.retrySet && (attempt > 0 || o.warm) && o.c.waits.ps.trusted()
+	trusted = !o.a.cfg.retrySet && (attempt > 0 || o.warm) && o.c.waits.ps.Trusted()
 	switch {
 	case o.hint < 0:
 	case trusted:

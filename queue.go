@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redlockgo/redlock/internal/pubsub"
 	"github.com/redlockgo/redlock/internal/scripts"
 )
 
@@ -53,7 +54,7 @@ import (
 // The hand-off is in queue_handoff.go, the wake-ups by release messages in
 // queue_dispatch.go, the unsubscribing of idle channels in queue_idle.go.
 type waiters struct {
-	ps     *pubsub // the transport that wakes them (pubsub.go)
+	ps     *pubsub.Conns // the transport that wakes them (pubsub.go)
 	mu     sync.Mutex
 	queues map[string]*waitQueue // by queue key (see queueKey)
 	closed bool                  // set by close
@@ -191,7 +192,7 @@ func (ws *waiters) join(qk, name, wid string, cfg *config, gone <-chan struct{})
 	if q == nil {
 		q = &waitQueue{}
 		if !ws.otherQueues(qk) {
-			sent = ws.ps.subscribe(channelOf(qk))
+			sent = ws.ps.Subscribe(channelOf(qk))
 		}
 		ws.queues[qk] = q
 	}
@@ -287,7 +288,7 @@ func notify(w *waiter) {
 }
 
 // close stops the idle sweep and closes the pub/sub transport (see
-// pubsub.close); it waits for nothing (Close bounds its wait).
+// pubsub.Conns.Close); it waits for nothing (Close bounds its wait).
 func (ws *waiters) close() {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
@@ -296,5 +297,5 @@ func (ws *waiters) close() {
 		ws.sweep.Stop()
 		ws.sweep = nil
 	}
-	ws.ps.close()
+	ws.ps.Close()
 }

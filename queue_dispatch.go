@@ -21,7 +21,7 @@ func (ws *waiters) seq(channel string) uint64 {
 
 // unsubscribed forgets channel's messages once a node confirmed its
 // UNSUBSCRIBE (listener).
-func (ws *waiters) unsubscribed(channel string) {
+func (ws *waiters) Unsubscribed(channel string) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	delete(ws.msgs, channel)
@@ -31,7 +31,7 @@ func (ws *waiters) unsubscribed(channel string) {
 
 // missedAll forgets every channel's messages: the connections are
 // re-homed (listener).
-func (ws *waiters) missedAll() {
+func (ws *waiters) MissedAll() {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	clear(ws.msgs)
@@ -41,7 +41,7 @@ func (ws *waiters) missedAll() {
 // moved wakes the head of every queue of channel, subscribed again where
 // its slot lives now: a release in between was heard by nobody
 // (listener).
-func (ws *waiters) moved(channel string) {
+func (ws *waiters) Moved(channel string) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	for _, suffix := range queueSuffixes {
@@ -54,7 +54,7 @@ func (ws *waiters) moved(channel string) {
 // connDown wakes every head: a connection went down, and heads sleeping
 // until a lease ends, trusting messages that may now be lost, go back to
 // polling (listener).
-func (ws *waiters) connDown() { ws.wakeHeads() }
+func (ws *waiters) ConnDown() { ws.wakeHeads() }
 
 // dispatch wakes the head waiter of every queue of channel for a release of
 // owner. A release that passed the name to a queued writer ("w:<id>", see
@@ -63,7 +63,7 @@ func (ws *waiters) connDown() { ws.wakeHeads() }
 // order across processes, which can differ from ours when several calls
 // found the name taken at once): the name is reserved for it, and nobody
 // else could take it.
-func (ws *waiters) dispatch(channel, owner string) {
+func (ws *waiters) Dispatch(channel, owner string) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	if id, ok := strings.CutPrefix(owner, scripts.PassedPrefix); ok {

@@ -63,7 +63,7 @@ func (ws *waiters) sweepIdle() {
 		}
 		delete(ws.queues, qk)
 		if !ws.otherQueues(qk) {
-			ws.ps.unsubscribe(channelOf(qk))
+			ws.ps.Unsubscribe(channelOf(qk))
 		}
 	}
 	if next > 0 {

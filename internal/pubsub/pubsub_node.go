@@ -1,4 +1,4 @@
-package redlock
+package pubsub
 
 import (
 	"context"
@@ -26,10 +26,10 @@ type stateReloader interface {
 // rehomeGap is the least time between two re-homes of one node's pub/sub.
 const rehomeGap = time.Second
 
-// subTimeout bounds one SUBSCRIBE or UNSUBSCRIBE when the client applies
+// SubTimeout bounds one SUBSCRIBE or UNSUBSCRIBE when the client applies
 // ctx deadlines (ContextTimeoutEnabled); otherwise the client's own timeouts
 // do.
-const subTimeout = 5 * time.Second
+const SubTimeout = 5 * time.Second
 
 // nodeSubs is one node's pub/sub connections and the SUBSCRIBE/UNSUBSCRIBE
 // calls waiting to be sent on them. A goroutine of its own (run) owns the
@@ -38,7 +38,7 @@ const subTimeout = 5 * time.Second
 // unresponsive node lasts the client's read timeout, and neither a Lock call,
 // ps.mu, nor Close may wait for that.
 type nodeSubs struct {
-	ps   *pubsub
+	ps   *Conns
 	n    *node.Node
 	mu   sync.Mutex
 	ops  []subOp
@@ -115,7 +115,7 @@ func (s *nodeSubs) run() {
 // resubscribes every channel when it reconnects, and waiters have their
 // timers meanwhile.
 func (s *nodeSubs) do(op subOp) {
-	ctx, cancel := context.WithTimeout(context.Background(), subTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), SubTimeout)
 	defer cancel()
 	switch op.kind {
 	case opSubscribe:

@@ -1,4 +1,4 @@
-package redlock
+package pubsub
 
 import (
 	"context"
@@ -17,12 +17,12 @@ type subConn struct {
 	stop    chan struct{} // closed when the connection is retired
 	up      bool          // owned by the reading goroutine
 	// moved: opened anew because the channel's slot moved (opReopen); its
-	// first confirmation wakes the channel's waiters (listener.moved).
+	// first confirmation wakes the channel's waiters (Listener.Moved).
 	moved bool
 }
 
 // receive reads one pub/sub connection until it is retired or Close.
-func (ps *pubsub) receive(sc *subConn) {
+func (ps *Conns) receive(sc *subConn) {
 	defer ps.life.WG.Done()
 	defer func() {
 		if sc.up {
@@ -43,14 +43,14 @@ func (ps *pubsub) receive(sc *subConn) {
 			ps.subscription(sc, m)
 		case *redis.Message:
 			ps.setUp(sc, true)
-			ps.sink.dispatch(m.Channel, m.Payload)
+			ps.sink.Dispatch(m.Channel, m.Payload)
 		}
 	}
 }
 
 // setUp records whether sc's last read succeeded, which ps.down counts.
 // Called by sc's reader only.
-func (ps *pubsub) setUp(sc *subConn, v bool) {
+func (ps *Conns) setUp(sc *subConn, v bool) {
 	if v != sc.up {
 		sc.up = v
 		if v {
@@ -59,7 +59,7 @@ func (ps *pubsub) setUp(sc *subConn, v bool) {
 			ps.down.Add(1)
 			// Heads sleeping until a lease ends, trusting messages that
 			// may now be lost, go back to polling.
-			ps.sink.connDown()
+			ps.sink.ConnDown()
 		}
 	}
 }
@@ -67,7 +67,7 @@ func (ps *pubsub) setUp(sc *subConn, v bool) {
 // readFailed handles a failed read of sc, and reports whether receive
 // reads again; if not, sc is done with (retired, Close, or handed back to
 // its node to open anew).
-func (ps *pubsub) readFailed(sc *subConn, err error) bool {
+func (ps *Conns) readFailed(sc *subConn, err error) bool {
 	ps.setUp(sc, false)
 	var rerr redis.Error
 	if sc.sharded && sc.channel != "" && errors.As(err, &rerr) {
@@ -95,7 +95,7 @@ func (ps *pubsub) readFailed(sc *subConn, err error) bool {
 
 // subscription handles a node's confirmation of a SUBSCRIBE or an
 // UNSUBSCRIBE on sc, or its notice that a sharded channel moved away.
-func (ps *pubsub) subscription(sc *subConn, m *redis.Subscription) {
+func (ps *Conns) subscription(sc *subConn, m *redis.Subscription) {
 	if m.Kind == "sunsubscribe" && sc.channel != "" {
 		// Not ours (a per-channel connection is closed, never
 		// unsubscribed): the channel's slot moved to another shard,
@@ -118,7 +118,7 @@ func (ps *pubsub) subscription(sc *subConn, m *redis.Subscription) {
 		// heard by nobody: the waiters look now rather than at
 		// their next poll.
 		sc.moved = false
-		ps.sink.moved(m.Channel)
+		ps.sink.Moved(m.Channel)
 	}
 }
 

@@ -1,4 +1,13 @@
-package redlock
+// Package pubsub is the pub/sub transport that wakes waiting Lock calls:
+// one connection per node (per channel on a Ring, which shards channels
+// like keys, and on a Cluster, where releases use sharded pub/sub:
+// SSUBSCRIBE on the shard that owns the channel's slot), and whether
+// release messages can be trusted. It hands what it hears to the local
+// queue (the root package's queue*.go) through the Listener interface, and
+// holds no pointer back to it. Each node's connections and the calls sent
+// on them are in pubsub_node.go, the reading of one connection in
+// pubsub_conn.go.
+package pubsub
 
 import (
 	"context"
@@ -11,22 +20,13 @@ import (
 	"github.com/redlockgo/redlock/internal/node"
 )
 
-// The pub/sub transport that wakes waiting Lock calls: one connection per
-// node (per channel on a Ring, which shards channels like keys, and on a
-// Cluster, where releases use sharded pub/sub: SSUBSCRIBE on the shard that
-// owns the channel's slot), and whether release messages can be trusted. It
-// hands what it hears to the local queue (queue.go) through the listener
-// interface, and holds no pointer back to the core. Each node's connections
-// and the calls sent on them are in pubsub_node.go, the reading of one
-// connection in pubsub_conn.go.
-
-// pubsub is a core's pub/sub connections.
-type pubsub struct {
+// Conns are a core's pub/sub connections.
+type Conns struct {
 	nodes  []*node.Node
 	quorum int
 	life   *lifecycle.Life
 	logger *slog.Logger
-	sink   listener
+	sink   Listener
 	// sharded: the nodes are Clusters, whose releases publish with SPUBLISH
 	// (the sharded twins of internal/scripts); waiters SSUBSCRIBE, one connection per
 	// channel, and follow the channel's slot when it moves.
@@ -48,33 +48,33 @@ type pubsub struct {
 	heard map[string]int
 }
 
-// listener is what the transport tells the local queue.
-type listener interface {
-	dispatch(channel, payload string) // a release message arrived
-	connDown()                        // a connection went down: messages may be lost
-	unsubscribed(channel string)      // a node confirmed UNSUBSCRIBE of channel
-	missedAll()                       // the connections are re-homed: messages may have been missed
-	moved(channel string)             // channel is subscribed again after its slot moved
+// Listener is what the transport tells the local queue.
+type Listener interface {
+	Dispatch(channel, payload string) // a release message arrived
+	ConnDown()                        // a connection went down: messages may be lost
+	Unsubscribed(channel string)      // a node confirmed UNSUBSCRIBE of channel
+	MissedAll()                       // the connections are re-homed: messages may have been missed
+	Moved(channel string)             // channel is subscribed again after its slot moved
 }
 
-func newPubsub(nodes []*node.Node, quorum int, life *lifecycle.Life, logger *slog.Logger, sink listener, sharded bool) *pubsub {
-	return &pubsub{nodes: nodes, quorum: quorum, life: life, logger: logger, sink: sink, sharded: sharded, heard: make(map[string]int)}
+func New(nodes []*node.Node, quorum int, life *lifecycle.Life, logger *slog.Logger, sink Listener, sharded bool) *Conns {
+	return &Conns{nodes: nodes, quorum: quorum, life: life, logger: logger, sink: sink, sharded: sharded, heard: make(map[string]int)}
 }
 
-// close makes later subscriptions and re-homings no-ops. The connections'
+// Close makes later subscriptions and re-homings no-ops. The connections'
 // goroutines end on their own when Close closes the lifecycle's closing,
 // which it does first, and close their connections; nothing here waits for
 // them (Close bounds its wait).
-func (ps *pubsub) close() {
+func (ps *Conns) Close() {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	ps.closed = true
 }
 
-// subscribed waits until need nodes acknowledged on ack that their
+// Subscribed waits until need nodes acknowledged on ack that their
 // SUBSCRIBE was sent, timeout passes or ctx ends. A release reaches a quorum
 // of nodes, so it is seen once a quorum of them has the subscription.
-func subscribed(ctx context.Context, ack <-chan struct{}, need int, timeout time.Duration) {
+func Subscribed(ctx context.Context, ack <-chan struct{}, need int, timeout time.Duration) {
 	if ack == nil {
 		return
 	}
@@ -91,13 +91,13 @@ func subscribed(ctx context.Context, ack <-chan struct{}, need int, timeout time
 	}
 }
 
-// subscribe asks every node's connection to subscribe channel, and returns
+// Subscribe asks every node's connection to subscribe channel, and returns
 // a channel that receives once per node whose SUBSCRIBE was sent. The local
 // queue calls it and unsubscribe under its own mutex, so SUBSCRIBE and
 // UNSUBSCRIBE of one channel are queued for each connection in the order
 // its queue was created and emptied. It sends nothing itself (see
 // nodeSubs).
-func (ps *pubsub) subscribe(channel string) <-chan struct{} {
+func (ps *Conns) Subscribe(channel string) <-chan struct{} {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if ps.closed {
@@ -121,7 +121,7 @@ func (ps *pubsub) subscribe(channel string) <-chan struct{} {
 	return ack
 }
 
-func (ps *pubsub) unsubscribe(channel string) {
+func (ps *Conns) Unsubscribe(channel string) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	for _, s := range ps.subs {
@@ -129,10 +129,10 @@ func (ps *pubsub) unsubscribe(channel string) {
 	}
 }
 
-// suspect reports that a release on channel went unheard: every node's
+// Suspect reports that a release on channel went unheard: every node's
 // pub/sub connections are re-homed (rate-limited per node).
-func (ps *pubsub) suspect(channel string) {
-	ps.sink.missedAll()
+func (ps *Conns) Suspect(channel string) {
+	ps.sink.MissedAll()
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if ps.closed {
@@ -146,9 +146,9 @@ func (ps *pubsub) suspect(channel string) {
 
 // confirmed records a node's confirmation of a SUBSCRIBE (on) or an
 // UNSUBSCRIBE of channel.
-func (ps *pubsub) confirmed(channel string, on bool) {
+func (ps *Conns) confirmed(channel string, on bool) {
 	if !on {
-		ps.sink.unsubscribed(channel) // outside ps.mu: the queue calls in under its own
+		ps.sink.Unsubscribed(channel) // outside ps.mu: the queue calls in under its own
 		ps.mu.Lock()
 		delete(ps.heard, channel)
 		ps.mu.Unlock()
@@ -159,10 +159,10 @@ func (ps *pubsub) confirmed(channel string, on bool) {
 	ps.mu.Unlock()
 }
 
-// listening reports whether a quorum of nodes confirmed that channel is
+// Listening reports whether a quorum of nodes confirmed that channel is
 // subscribed and every connection is up, so that a release published from
 // now on is heard.
-func (ps *pubsub) listening(channel string) bool {
+func (ps *Conns) Listening(channel string) bool {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if ps.subs == nil {
@@ -171,9 +171,9 @@ func (ps *pubsub) listening(channel string) bool {
 	return ps.heard[channel] >= ps.quorum && ps.down.Load() == 0
 }
 
-// trusted reports whether release messages can be relied on: every pub/sub
+// Trusted reports whether release messages can be relied on: every pub/sub
 // connection is up.
-func (ps *pubsub) trusted() bool {
+func (ps *Conns) Trusted() bool {
 	ps.mu.Lock()
 	opened := ps.subs != nil
 	ps.mu.Unlock()
