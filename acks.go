@@ -64,7 +64,7 @@ func keyRouted(cl Client) bool {
 }
 
 // ackTimeout is WAIT's timeout for this lock's writes (WithReplicaAcks).
-func ackTimeout(l *Lock) time.Duration { return time.Duration(l.ackMillis) * time.Millisecond }
+func ackTimeout(l *hold) time.Duration { return time.Duration(l.ackMillis) * time.Millisecond }
 
 // scriptAcked runs script and then WAIT replicas timeout on the same
 // connection. It returns the script's command, and an error when the

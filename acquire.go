@@ -23,7 +23,7 @@ import (
 // caller's stack; the calls to the nodes share its script arguments.
 type attempt struct {
 	p       *pool
-	l       *Lock
+	l       *hold
 	cfg     *config
 	timeout time.Duration // the node timeout
 	until   time.Time     // the validity if granted: T1 + TTL - drift
@@ -257,7 +257,7 @@ func (at *attempt) settleToken(ctx context.Context, rs []reply, fence any) (int6
 }
 
 // acquireOn runs acquire.lua on one node and says how it answered.
-func acquireOn(ctx context.Context, p *pool, n *node.Node, cl Client, l *Lock, cfg *config, script *redis.Script, keys []string, args, argv []any) (reply, outcome) {
+func acquireOn(ctx context.Context, p *pool, n *node.Node, cl Client, l *hold, cfg *config, script *redis.Script, keys []string, args, argv []any) (reply, outcome) {
 	if err := p.ids.identify(ctx, n); err != nil {
 		return reply{err: err}, taken // nothing was sent: nothing of ours there
 	}
@@ -302,7 +302,7 @@ func acquireOn(ctx context.Context, p *pool, n *node.Node, cl Client, l *Lock, c
 // Each part mints its token from one time floor; when they differ, the
 // counters below the largest are raised to it, so that one token is valid
 // for every name.
-func multiAcquireOn(ctx context.Context, cl Client, l *Lock, cfg *config) (reply, outcome) {
+func multiAcquireOn(ctx context.Context, cl Client, l *hold, cfg *config) (reply, outcome) {
 	fence, floor := fenceArg(cfg), ""
 	if cfg.fencing {
 		floor = strconv.FormatInt(time.Now().UnixMicro(), 10)
@@ -366,7 +366,7 @@ type acquisition struct {
 // waitID is a's id among the waiting writers of its name (acquire.lua's
 // ARGV[5]), "" for a call that is no waiting writer: a first attempt's
 // owner value names the caller for the rest of its Lock call.
-func (a *acquisition) waitID(l *Lock) string {
+func (a *acquisition) waitID(l *hold) string {
 	if !a.writer {
 		return ""
 	}
@@ -412,14 +412,14 @@ func (tr *acquireTrace) attempted(err error) {
 }
 
 // done reports the call's end.
-func (tr *acquireTrace) done(l *Lock, err error) {
+func (tr *acquireTrace) done(l *hold, err error) {
 	if tr == nil {
 		return
 	}
 	end := time.Now()
 	ev := AcquireEvent{
 		Ctx: tr.ctx, Name: tr.name, Wait: tr.wait, Start: tr.start, Duration: end.Sub(tr.start),
-		Attempts: tr.attempts, Contended: tr.contended, Lock: l, Err: err,
+		Attempts: tr.attempts, Contended: tr.contended, Lock: l.lock(), Err: err,
 	}
 	if tr.wait && !tr.refused.IsZero() {
 		ev.WaitTime = end.Sub(tr.refused)

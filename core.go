@@ -39,7 +39,7 @@ type core struct {
 	mu sync.Mutex
 	// closeStarted: Close has begun; no new lock may be registered.
 	closeStarted bool
-	held         map[*Lock]struct{}
+	held         map[*hold]struct{}
 }
 
 // hooks let tests put a pause at an exact point of the protocol.
@@ -67,7 +67,7 @@ func newCore(clients []Client, opts []Option) (*core, error) {
 		life:   life,
 		cfg:    cfg,
 		closed: make(chan struct{}),
-		held:   make(map[*Lock]struct{}),
+		held:   make(map[*hold]struct{}),
 	}
 	c.cfg.ttlBoxed = ttlMillis(cfg.ttl)
 	c.cfg.sharded = allClusters(clients)
@@ -115,7 +115,7 @@ func (c *core) holding() bool {
 // activate turns a granted attempt into a held lock and registers it with the
 // core and, with auto-renew, the watchdog. A grant that arrives after Close
 // started has no owner: it is released at once.
-func (c *core) activate(l *Lock, token int64, until time.Time) error {
+func (c *core) activate(l *hold, token int64, until time.Time) error {
 	c.mu.Lock()
 	if c.closeStarted {
 		c.mu.Unlock()
@@ -138,7 +138,7 @@ func (c *core) activate(l *Lock, token int64, until time.Time) error {
 
 // renewed records a renewal of l (Extend, the watchdog) to a lease of ttl
 // valid until until, and re-arms its loss; false if l is no longer held.
-func (c *core) renewed(l *Lock, ttl time.Duration, until time.Time) bool {
+func (c *core) renewed(l *hold, ttl time.Duration, until time.Time) bool {
 	at, ok := l.renewed(ttl, until)
 	if ok {
 		c.exp.set(l, at)
@@ -151,19 +151,19 @@ func (c *core) renewed(l *Lock, ttl time.Duration, until time.Time) bool {
 
 // abandon releases a lost lock's key on every node from a goroutine of the
 // core, waiting for nothing (engine): its holder gave it up by rule.
-func (c *core) abandon(l *Lock) { c.pool.releaseInBackground(context.Background(), c.pool.nodes, l) }
+func (c *core) abandon(l *hold) { c.pool.releaseInBackground(context.Background(), c.pool.nodes, l) }
 
 // wakeOwn wakes this core's waiters for l's name once l has been released:
 // they queued behind l here and made no attempt of their own, so nothing
 // marked the name waited for and the release published nothing
 // (release.lua). Woken early (a release still on its way), a waiter's
 // attempt is refused and marks the name, and the release then publishes.
-func (c *core) wakeOwn(l *Lock) { c.waits.Dispatch(l.channel, l.owner) }
+func (c *core) wakeOwn(l *hold) { c.waits.Dispatch(l.channel, l.owner) }
 
 // ended is the one notice a Lock sends up (engine): it left stateHeld, or
 // its attempt failed, for to. The core drops it from its registries, and
 // tells the observer, the log and Do.
-func (c *core) ended(l *Lock, to lockState) {
+func (c *core) ended(l *hold, to lockState) {
 	c.forget(l)
 	if to != stateReleased {
 		c.track.unwatch(l) // a release unwatches once it has answered (unlock)
@@ -189,7 +189,7 @@ func (c *core) ended(l *Lock, to lockState) {
 // forget drops a lock that is no longer held from the registry, the
 // watchdog and the loss clock. The lock's state changed first, so none can
 // re-add it.
-func (c *core) forget(l *Lock) {
+func (c *core) forget(l *hold) {
 	c.mu.Lock()
 	_, was := c.held[l]
 	delete(c.held, l)
@@ -220,7 +220,7 @@ func (c *core) close() error {
 	c.closeStarted = true
 	defer close(c.closed)
 	close(c.life.Closing)
-	held := make([]*Lock, 0, len(c.held))
+	held := make([]*hold, 0, len(c.held))
 	for l := range c.held {
 		held = append(held, l)
 	}
@@ -228,13 +228,13 @@ func (c *core) close() error {
 
 	deadline := time.Now().Add(c.cfg.timeout(c.cfg.ttl))
 	c.wd.stop()
-	var live []*Lock
+	var live []*hold
 	for _, l := range held {
 		if l.finish(stateReleased, whyClosed) {
 			live = append(live, l)
 		}
 	}
-	var unsure []*Lock
+	var unsure []*hold
 	for i, res := range c.pool.batch(context.Background(), live, nil, deadline, nil, nil, nil, nil, nil) {
 		if res.failed > 0 { // a node's error, or silence until the deadline
 			unsure = append(unsure, live[i])
@@ -259,7 +259,7 @@ var errNoCore = errors.New("redlock: Locker or Redlock not made by NewLocker or 
 // attempt makes one attempt of a (acquire.go) and makes a granted lock
 // held: the lock, or an error matching ErrNotObtained with what the attempt
 // found out (see verdict).
-func (c *core) attempt(ctx context.Context, a *acquisition) (*Lock, verdict, error) {
+func (c *core) attempt(ctx context.Context, a *acquisition) (*hold, verdict, error) {
 	if c.life.IsClosing() {
 		return nil, verdict{hint: -1, permanent: true}, join(notObtained(a.name), ErrClosed)
 	}
@@ -314,7 +314,7 @@ type verdict struct {
 
 // unlock releases l on every node where it is still ours (engine: see
 // Lock.Unlock).
-func (c *core) unlock(ctx context.Context, l *Lock) error {
+func (c *core) unlock(ctx context.Context, l *hold) error {
 	c.withdraw.wait(l.channel, l.timeout)
 	changed, wasLost := l.release()
 	if changed {
@@ -356,7 +356,7 @@ func (c *core) unlock(ctx context.Context, l *Lock) error {
 }
 
 // extend moves l's lease to ttl on every node (engine: see Lock.Extend).
-func (c *core) extend(ctx context.Context, l *Lock, ttl time.Duration) error {
+func (c *core) extend(ctx context.Context, l *hold, ttl time.Duration) error {
 	l.io.Lock()
 	defer l.io.Unlock()
 	if err := l.Err(); err != nil {
@@ -395,6 +395,6 @@ func (c *core) extend(ctx context.Context, l *Lock, ttl time.Duration) error {
 }
 
 // remaining is l's lease on the server (engine: Lock.TTL).
-func (c *core) remaining(ctx context.Context, l *Lock) (time.Duration, error) {
+func (c *core) remaining(ctx context.Context, l *hold) (time.Duration, error) {
 	return c.pool.remaining(ctx, l)
 }

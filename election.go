@@ -135,7 +135,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Lock, error) {
 	// Whatever the announcement's fate, the lock is ours: a lost reply must
 	// not turn a won election into an error and a name held for a lease.
 	_ = e.announce(ctx, l, value, value != "")
-	return l, nil
+	return l.lock(), nil
 }
 
 // Proclaim changes the value that the leader lead announces, keeping its
@@ -155,18 +155,19 @@ func (e *Election) Proclaim(ctx context.Context, lead *Lock, value string) error
 	if err := e.usable(); err != nil {
 		return err
 	}
+	l := lead.ref()
 	switch {
-	case lead == nil:
+	case l == nil:
 		return errors.New("redlock: proclaim: nil leader lock")
-	case lead.eng != engine(e.c) || lead.kind != kindExclusive || lead.Key() != e.key:
-		return fmt.Errorf("redlock: proclaim: lock %q is not a leader of election %q", lead.Name(), e.name)
-	case lead.Metadata() == "" && value != "":
+	case l.eng != engine(e.c) || l.kind != kindExclusive || l.Key() != e.key:
+		return fmt.Errorf("redlock: proclaim: lock %q is not a leader of election %q", l.Name(), e.name)
+	case l.Metadata() == "" && value != "":
 		return fmt.Errorf("redlock: proclaim on %q: the leader campaigned with an empty value, which it cannot change", e.name)
 	}
-	if err := lead.Err(); err != nil {
+	if err := l.Err(); err != nil {
 		return notHeld("proclaim", e.name, err)
 	}
-	return e.announce(ctx, lead, value, lead.Metadata() != "")
+	return e.announce(ctx, l, value, l.Metadata() != "")
 }
 
 // announce runs proclaim.lua for l on every node: value written as the
@@ -175,7 +176,7 @@ func (e *Election) Proclaim(ctx context.Context, lead *Lock, value string) error
 // did it. The number orders them for observers exactly: every master
 // publishes each announcement, and one that runs it twice (go-redis's retry
 // after a reply that came late) publishes it twice.
-func (e *Election) announce(ctx context.Context, l *Lock, value string, write bool) error {
+func (e *Election) announce(ctx context.Context, l *hold, value string, write bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}

@@ -23,7 +23,7 @@ type expiry struct {
 	done  chan struct{}
 	// lost holds the locks declared lost whose bookkeeping books has not
 	// done yet (under mu); wake tells books there are some.
-	lost []*Lock
+	lost []*hold
 	wake chan struct{}
 	// next is when the loop's timer fires, zero while the loop is busy, and
 	// early how long before the head's mark that is. set moves the timer
@@ -46,7 +46,7 @@ type expiry struct {
 
 func newExpiry() *expiry {
 	e := &expiry{timer: time.NewTimer(time.Hour), base: time.Now(), quit: make(chan struct{}), done: make(chan struct{}), wake: make(chan struct{}, 1), cost: calibrate()}
-	e.queue.slot = func(l *Lock) *slot { return &l.loss }
+	e.queue.slot = func(l *hold) *slot { return &l.loss }
 	ran := make(chan struct{})
 	go func() {
 		defer close(ran)
@@ -64,10 +64,10 @@ func newExpiry() *expiry {
 // batch of losses is not late for want of an estimate.
 func calibrate() time.Duration {
 	const n = 32
-	locks := make([]Lock, n)
+	locks := make([]hold, n)
 	past := time.Now().Add(-time.Second)
 	for i := range locks {
-		locks[i] = Lock{status: status{state: stateHeld, done: make(chan struct{})}, lease: lease{until: past}}
+		locks[i] = hold{status: status{state: stateHeld, done: make(chan struct{})}, lease: lease{until: past}}
 	}
 	start := time.Now()
 	for i := range locks {
@@ -77,7 +77,7 @@ func calibrate() time.Duration {
 }
 
 // set arms (or moves) l's loss to at.
-func (e *expiry) set(l *Lock, at time.Time) {
+func (e *expiry) set(l *hold, at time.Time) {
 	e.mu.Lock()
 	e.queue.set(l, at)
 	if mark := at.Add(-e.early); !e.next.IsZero() && mark.Before(e.next) {
@@ -93,7 +93,7 @@ func (e *expiry) reset(at time.Time) {
 	e.timer.Reset(time.Until(at))
 }
 
-func (e *expiry) remove(l *Lock) {
+func (e *expiry) remove(l *hold) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.queue.remove(l)
@@ -106,7 +106,7 @@ func (e *expiry) stop() {
 
 func (e *expiry) run() {
 	defer e.timer.Stop()
-	var due []*Lock
+	var due []*hold
 	var dueAt []time.Time  // the marks of due
 	var lead time.Duration // how much earlier a batch starts, for its size
 	// slack is how much earlier still, learnt from batches that closed a
@@ -146,7 +146,7 @@ func (e *expiry) run() {
 // order it declared them, until the loop has returned (ran closed) and
 // nothing is left.
 func (e *expiry) books(ran <-chan struct{}) {
-	var batch []*Lock
+	var batch []*hold
 	for {
 		select {
 		case <-e.wake:
@@ -183,7 +183,7 @@ const takeChunk = 128
 // dueAt), at most takeChunk of them. With none due, it sets the timer for
 // the next one, early by the time the locks due with it will take to
 // declare lost, and returns that new lead.
-func (e *expiry) take(due []*Lock, dueAt []time.Time, lead, slack time.Duration) ([]*Lock, []time.Time, time.Duration) {
+func (e *expiry) take(due []*hold, dueAt []time.Time, lead, slack time.Duration) ([]*hold, []time.Time, time.Duration) {
 	now := time.Now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -213,7 +213,7 @@ func (e *expiry) take(due []*Lock, dueAt []time.Time, lead, slack time.Duration)
 // closing their Done, and hands them to books for the bookkeeping. It
 // returns how late the latest Done closed after its mark, and learns what
 // taking (since start) and declaring one lock lost costs.
-func (e *expiry) expire(due []*Lock, dueAt []time.Time, extra time.Duration, start time.Time) time.Duration {
+func (e *expiry) expire(due []*hold, dueAt []time.Time, extra time.Duration, start time.Time) time.Duration {
 	var over time.Duration
 	lost := 0
 	for i, l := range due {

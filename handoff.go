@@ -18,7 +18,7 @@ import (
 // are handed off (kindOps.handsOff).
 type handOff struct {
 	c *core
-	l *Lock // released locally, still ours on the server
+	l *hold // released locally, still ours on the server
 	w *waiter
 }
 
@@ -75,7 +75,7 @@ func (h handOff) run(ctx context.Context) (done bool, err error) {
 // call runs handoff.lua, which releases l and grants nl to waiter w in one
 // step, and returns the node's reply and nl's validity, measured from
 // before the send.
-func (h handOff) call(ctx context.Context, nl *Lock) (reply, time.Time, error) {
+func (h handOff) call(ctx context.Context, nl *hold) (reply, time.Time, error) {
 	p, l, w := h.c.pool, h.l, h.w
 	keys, args := handOffArgs(l, nl, w.cfg, w.wid)
 	t1 := time.Now()
@@ -104,7 +104,7 @@ func (h handOff) call(ctx context.Context, nl *Lock) (reply, time.Time, error) {
 // deliver makes nl, granted with token by handoff.lua, the lock of waiter
 // w, unless its validity ran out on the way or w left meanwhile: then nl
 // is released (and w, or the waiter after it, tries again).
-func (h handOff) deliver(ctx context.Context, nl *Lock, token int64, until time.Time) {
+func (h handOff) deliver(ctx context.Context, nl *hold, token int64, until time.Time) {
 	c, w := h.c, h.w
 	nl.settle(0, granted)
 	if !time.Now().Before(until) {

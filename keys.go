@@ -40,10 +40,10 @@ type multiKeys struct {
 }
 
 // fenceKeys is an exclusive lock's fence counter, as raise.lua's KEYS.
-func fenceKeys(l *Lock) []string { return l.keys[1:2] }
+func fenceKeys(l *hold) []string { return l.keys[1:2] }
 
 // fenceKey names l's fence counter in error messages.
-func fenceKey(l *Lock) string {
+func fenceKey(l *hold) string {
 	if l.kind == kindPermit {
 		return l.keys[3]
 	}
@@ -53,7 +53,7 @@ func fenceKey(l *Lock) string {
 // releaseKeys are release.lua's KEYS: the lock key, its released marker,
 // its queue of waiting writers and its waiting mark, the last four of
 // l.keys.
-func releaseKeys(l *Lock) []string { return l.keys[len(l.keys)-4:] }
+func releaseKeys(l *hold) []string { return l.keys[len(l.keys)-4:] }
 
 // ownerAndKeys draws a fresh owner value, a random (version 4) UUID, and
 // appends to keys an exclusive lock's keys, all under the hash tag tag:

@@ -41,16 +41,16 @@ const (
 
 // scriptCall is one script call of part p of a lock (one, except for a
 // multi-name lock over shards), for a lease of ttl where the call sets one.
-type scriptCall func(l *Lock, p int, ttl time.Duration) (*redis.Script, []string, []any)
+type scriptCall func(l *hold, p int, ttl time.Duration) (*redis.Script, []string, []any)
 
 // kindOps is one row of the kinds table.
 type kindOps struct {
 	// keys sets the owner value and keys of an attempt's lock l, appending
 	// the keys to buf, which has room for nine.
-	keys func(l *Lock, a *acquisition, buf []string)
+	keys func(l *hold, a *acquisition, buf []string)
 	// acquire is the acquire call of the first part, with the boxed lease,
 	// fencing argument (fenceArg), token floor and waiting writer's id.
-	acquire               func(l *Lock, ttl, fence, floor any, wait string) (*redis.Script, []string, []any)
+	acquire               func(l *hold, ttl, fence, floor any, wait string) (*redis.Script, []string, []any)
 	release, extend, pttl scriptCall
 	// handsOff: an Unlock of this kind may pass the name straight to a
 	// waiter of the same core (handoff.lua).
@@ -73,7 +73,7 @@ var kinds = [...]kindOps{
 // 3 waiting mark, with metadata 4 metadata; then the release keys: lock,
 // released marker, queue, waiting mark).
 
-func exclusiveKeys(l *Lock, a *acquisition, buf []string) {
+func exclusiveKeys(l *hold, a *acquisition, buf []string) {
 	l.owner, l.keys = ownerAndKeys(buf, a.tag, a.cfg.metadata != "")
 }
 
@@ -84,7 +84,7 @@ func exclusiveKeys(l *Lock, a *acquisition, buf []string) {
 // (the waiting writer's id of a first attempt, its owner value), so that
 // TryLock and a Lock's first attempt on one server stay within the 10
 // arguments an unauthenticated connection may send.
-func exclusiveAcquire(l *Lock, ttl, fence, _ any, wait string) (*redis.Script, []string, []any) {
+func exclusiveAcquire(l *hold, ttl, fence, _ any, wait string) (*redis.Script, []string, []any) {
 	owner := any(l.owner)
 	switch {
 	case l.metadata != "":
@@ -97,13 +97,13 @@ func exclusiveAcquire(l *Lock, ttl, fence, _ any, wait string) (*redis.Script, [
 	return scripts.Acquire, l.keys[:4], []any{owner, ttl, fence, wait}
 }
 
-func exclusiveRelease(l *Lock, _ int, _ time.Duration) (*redis.Script, []string, []any) {
+func exclusiveRelease(l *hold, _ int, _ time.Duration) (*redis.Script, []string, []any) {
 	return scripts.Sharded(scripts.Release, l.sharded), releaseKeys(l), releaseArgs(l)
 }
 
 // handOffArgs are handoff.lua's KEYS and ARGV for releasing l and granting
 // nl, with nl's options cfg, to the waiting writer wid.
-func handOffArgs(l, nl *Lock, cfg *config, wid string) ([]string, []any) {
+func handOffArgs(l, nl *hold, cfg *config, wid string) ([]string, []any) {
 	rel := releaseKeys(l)
 	keys := []string{l.keys[0], l.keys[1], rel[1], rel[2]}
 	args := []any{l.owner, nl.owner, ttlMillis(cfg.ttl), fenceArg(cfg), ttlMillis(l.leaseTTL()), wid}
@@ -116,18 +116,18 @@ func handOffArgs(l, nl *Lock, cfg *config, wid string) ([]string, []any) {
 
 // exclusiveExtend is extend.lua's call: the lock key alone (see extend.lua;
 // the metadata is kept by companions).
-func exclusiveExtend(l *Lock, _ int, ttl time.Duration) (*redis.Script, []string, []any) {
+func exclusiveExtend(l *hold, _ int, ttl time.Duration) (*redis.Script, []string, []any) {
 	return scripts.Extend, l.keys[:1], extendArgs(l, ttl)
 }
 
-func singlePTTL(l *Lock, _ int, _ time.Duration) (*redis.Script, []string, []any) {
+func singlePTTL(l *hold, _ int, _ time.Duration) (*redis.Script, []string, []any) {
 	return scripts.PTTL, l.keys[:1], []any{l.owner}
 }
 
 // releaseArgv is release.lua's EVALSHA command for an exclusive lock (see
 // node.EvalArgs), nil for the other kinds. It reuses the lock key, owner and
 // lease its acquire command boxed (Lock.boxed).
-func releaseArgv(l *Lock) []any {
+func releaseArgv(l *hold) []any {
 	if l.kind != kindExclusive {
 		return nil
 	}
@@ -161,7 +161,7 @@ func releaseArgv(l *Lock) []any {
 // sent only when it is not the default that release.lua derives from the
 // lease itself (an argument fewer to box), or when an election's leader
 // tells its release to observers whether or not anyone waits.
-func releaseArgs(l *Lock) []any {
+func releaseArgs(l *hold) []any {
 	if l.kind != kindExclusive {
 		return nil
 	}
@@ -175,7 +175,7 @@ func releaseArgs(l *Lock) []any {
 	return []any{l.owner, ttlMillis(ttl), ttlMillis(l.timeout)}
 }
 
-func extendArgs(l *Lock, ttl time.Duration) []any {
+func extendArgs(l *hold, ttl time.Duration) []any {
 	return []any{l.owner, ttlMillis(ttl), l.guardMillis()}
 }
 
@@ -189,67 +189,67 @@ func extendArgs(l *Lock, ttl time.Duration) []any {
 // release and extend keys keys[:3] (the count key lives and dies with the
 // set).
 
-func readKeys(l *Lock, a *acquisition, buf []string) {
+func readKeys(l *hold, a *acquisition, buf []string) {
 	l.owner, l.metadata = uuid.NewString(), ""
 	readers := a.tag + scripts.ReadersSuffix
 	l.keys = append(buf, readers, ownerKey(readers, scripts.ReleasedSuffix, l.owner), a.tag, a.tag+scripts.QueueSuffix, a.tag+scripts.WaitSuffix)
 }
 
-func permitKeys(l *Lock, a *acquisition, buf []string) {
+func permitKeys(l *hold, a *acquisition, buf []string) {
 	l.owner, l.metadata, l.permits = uuid.NewString(), "", a.permits
 	l.keys = append(buf, a.tag, ownerKey(a.tag, scripts.ReleasedSuffix, l.owner), a.tag+scripts.PermitsSuffix, a.tag+scripts.FenceSuffix)
 }
 
-func readAcquire(l *Lock, ttl, _, _ any, _ string) (*redis.Script, []string, []any) {
+func readAcquire(l *hold, ttl, _, _ any, _ string) (*redis.Script, []string, []any) {
 	return scripts.RLock, []string{l.keys[2], l.keys[0], l.keys[3], l.keys[4]}, []any{l.owner, ttl}
 }
 
-func permitAcquire(l *Lock, ttl, fence, _ any, _ string) (*redis.Script, []string, []any) {
+func permitAcquire(l *hold, ttl, fence, _ any, _ string) (*redis.Script, []string, []any) {
 	return scripts.SemAcquire, []string{l.keys[0], l.keys[3], l.keys[2]}, []any{l.owner, ttl, fence, l.permits}
 }
 
 // readRelease and permitRelease are zrelease.lua's call; its last argument
 // says whether the release wakes waiting writers (a read hold) or not.
-func readRelease(l *Lock, _ int, _ time.Duration) (*redis.Script, []string, []any) {
+func readRelease(l *hold, _ int, _ time.Duration) (*redis.Script, []string, []any) {
 	return scripts.Sharded(scripts.ZRelease, l.sharded), l.keys[:3], []any{l.owner, l.channel, ttlMillis(l.leaseTTL()), "1"}
 }
 
-func permitRelease(l *Lock, _ int, _ time.Duration) (*redis.Script, []string, []any) {
+func permitRelease(l *hold, _ int, _ time.Duration) (*redis.Script, []string, []any) {
 	return scripts.Sharded(scripts.ZRelease, l.sharded), l.keys[:3], []any{l.owner, l.channel, ttlMillis(l.leaseTTL()), "0"}
 }
 
-func readExtend(l *Lock, _ int, ttl time.Duration) (*redis.Script, []string, []any) {
+func readExtend(l *hold, _ int, ttl time.Duration) (*redis.Script, []string, []any) {
 	return scripts.ZExtend, l.keys[:1], extendArgs(l, ttl)
 }
 
-func permitExtend(l *Lock, _ int, ttl time.Duration) (*redis.Script, []string, []any) {
+func permitExtend(l *hold, _ int, ttl time.Duration) (*redis.Script, []string, []any) {
 	return scripts.ZExtend, l.keys[:3], extendArgs(l, ttl)
 }
 
-func holdPTTL(l *Lock, _ int, _ time.Duration) (*redis.Script, []string, []any) {
+func holdPTTL(l *hold, _ int, _ time.Duration) (*redis.Script, []string, []any) {
 	return scripts.ZPTTL, l.keys[:1], []any{l.owner}
 }
 
 // A multi-name lock's keys are its names' lock keys; its scripts' keys are
 // in multiKeys, per part.
 
-func multiLockKeys(l *Lock, a *acquisition, _ []string) {
+func multiLockKeys(l *hold, a *acquisition, _ []string) {
 	l.owner, l.metadata, l.multi, l.keys = uuid.NewString(), "", a.multi, a.multi.locks
 }
 
-func multiAcquire(l *Lock, ttl, fence, floor any, _ string) (*redis.Script, []string, []any) {
+func multiAcquire(l *hold, ttl, fence, floor any, _ string) (*redis.Script, []string, []any) {
 	return scripts.MultiAcquire, l.multi.acq[0], []any{l.owner, ttl, fence, floor}
 }
 
-func multiRelease(l *Lock, p int, _ time.Duration) (*redis.Script, []string, []any) {
+func multiRelease(l *hold, p int, _ time.Duration) (*redis.Script, []string, []any) {
 	return scripts.Sharded(scripts.MultiRelease, l.sharded), l.multi.rel[p], []any{l.owner, scripts.ChannelSuffix, ttlMillis(l.leaseTTL()), ttlMillis(l.timeout)}
 }
 
-func multiExtend(l *Lock, p int, ttl time.Duration) (*redis.Script, []string, []any) {
+func multiExtend(l *hold, p int, ttl time.Duration) (*redis.Script, []string, []any) {
 	return scripts.MultiExtend, l.multi.ext[p], extendArgs(l, ttl)
 }
 
-func multiPTTL(l *Lock, p int, _ time.Duration) (*redis.Script, []string, []any) {
+func multiPTTL(l *hold, p int, _ time.Duration) (*redis.Script, []string, []any) {
 	return scripts.MultiPTTL, l.multi.ext[p], []any{l.owner}
 }
 
@@ -266,7 +266,7 @@ type keepCall struct {
 // the count key of a permit, and the fence
 // counter of a lock held long enough that it could expire before the new
 // lease ends (counterDue). Their outcome never decides the renewal's.
-func companions(l *Lock, ttl time.Duration, buf []keepCall) []keepCall {
+func companions(l *hold, ttl time.Duration, buf []keepCall) []keepCall {
 	ms := ttlMillis(ttl)
 	due := l.fencing && time.Now().Add(ttl).After(l.counterUntil)
 	switch l.kind {
@@ -302,7 +302,7 @@ func companions(l *Lock, ttl time.Duration, buf []keepCall) []keepCall {
 // per key, so that none is ever split from another by a slot migration.
 // Errors are dropped: the next renewal sends them again, and what a missed
 // one costs is the key's life, never the lock.
-func keepCompanions(ctx context.Context, cl Client, l *Lock, ttl time.Duration) {
+func keepCompanions(ctx context.Context, cl Client, l *hold, ttl time.Duration) {
 	for _, k := range companions(l, ttl, nil) {
 		_ = scripts.Keep.Run(ctx, cl, []string{k.key}, k.args...).Err()
 	}
@@ -310,7 +310,7 @@ func keepCompanions(ctx context.Context, cl Client, l *Lock, ttl time.Duration) 
 
 // parts is how many script calls one release, extend or TTL of l sends to a
 // node: one, except for a multi-name lock spread over shards.
-func parts(l *Lock) int {
+func parts(l *hold) int {
 	if l.multi == nil {
 		return 1
 	}
@@ -320,7 +320,7 @@ func parts(l *Lock) int {
 // runParts runs call for each part of l on cl, in the parts' order, and
 // folds the replies: the first error ends it. TRYAGAIN is retried
 // (node.TryingAgain).
-func runParts(ctx context.Context, cl Client, l *Lock, call scriptCall, ttl time.Duration, fold func(acc, v int64, first bool) int64) (int64, error) {
+func runParts(ctx context.Context, cl Client, l *hold, call scriptCall, ttl time.Duration, fold func(acc, v int64, first bool) int64) (int64, error) {
 	var acc int64
 	for p := range parts(l) {
 		s, keys, args := call(l, p, ttl)
@@ -405,9 +405,9 @@ type lockAlloc struct {
 // newLock makes the lock of one attempt of a: a fresh owner value, the
 // keys of its kind, and the call's options; engine is what it reports to,
 // nodes how many nodes it is acquired on. Nothing here does I/O.
-func (a *acquisition) newLock(eng engine, nodes int) *Lock {
+func (a *acquisition) newLock(eng engine, nodes int) *hold {
 	cfg := a.cfg
-	la := &lockAlloc{Lock: Lock{
+	la := &lockAlloc{Lock: Lock{h: hold{
 		eng:           eng,
 		name:          a.name,
 		channel:       a.channel,
@@ -427,8 +427,9 @@ func (a *acquisition) newLock(eng engine, nodes int) *Lock {
 		lease:         lease{ttl: cfg.ttl, driftFactor: cfg.driftFactor},
 		renewal:       slot{index: -1},
 		loss:          slot{index: -1},
-	}}
-	l := &la.Lock
+	}}}
+	l := &la.h
+	l.user = &la.Lock
 	if nodes <= len(la.outcome) {
 		l.outcome = la.outcome[:nodes]
 	} else {
@@ -445,7 +446,7 @@ func (a *acquisition) newLock(eng engine, nodes int) *Lock {
 // appendTaken adds to errs a TakenError for the nodes in rs that refused
 // l because another owner held the key; hint is the shortest lease among
 // them. For a multi-name lock it names the name that was held.
-func appendTaken(errs []error, l *Lock, rs []reply, hint time.Duration) []error {
+func appendTaken(errs []error, l *hold, rs []reply, hint time.Duration) []error {
 	var te *TakenError
 	for _, r := range rs {
 		if r.err != nil || r.ok {

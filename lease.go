@@ -16,7 +16,7 @@ import (
 // extend sends l's extend calls to every node, moving its lease to ttl, and
 // gathers the replies until the outcome is settled, deadline passes or ctx
 // ends (interrupted).
-func (p *pool) extend(ctx context.Context, l *Lock, ttl time.Duration, deadline time.Time) (rs []reply, interrupted bool, err error) {
+func (p *pool) extend(ctx context.Context, l *hold, ttl time.Duration, deadline time.Time) (rs []reply, interrupted bool, err error) {
 	return p.round(detached(ctx), p.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node.Node, cl Client) reply {
 		defer keepCompanions(ctx, cl, l, ttl)
 		if l.replicas == 0 {
@@ -35,7 +35,7 @@ func (p *pool) extend(ctx context.Context, l *Lock, ttl time.Duration, deadline 
 }
 
 // remaining is Lock.TTL (engine).
-func (p *pool) remaining(ctx context.Context, l *Lock) (time.Duration, error) {
+func (p *pool) remaining(ctx context.Context, l *hold) (time.Duration, error) {
 	rs, interrupted, err := p.leases(ctx, l)
 	if err != nil {
 		return 0, err
@@ -71,7 +71,7 @@ func (p *pool) remaining(ctx context.Context, l *Lock) (time.Duration, error) {
 // leases reads l's lease on every node (the pttl scripts): each reply's val
 // is a lease in ms (-1: no expiry), or scripts.ReplyNotOurs (gone) or scripts.ReplyOthers
 // (another owner's, or a key of another type) with ok false.
-func (p *pool) leases(ctx context.Context, l *Lock) (rs []reply, interrupted bool, err error) {
+func (p *pool) leases(ctx context.Context, l *hold) (rs []reply, interrupted bool, err error) {
 	ch, err := p.fanOut(ctx, p.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node.Node, cl Client) reply {
 		v, err := runParts(ctx, cl, l, kinds[l.kind].pttl, 0, foldPTTL)
 		if redis.HasErrorPrefix(err, "WRONGTYPE") {

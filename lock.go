@@ -18,10 +18,10 @@ import (
 // changed, and keeps its own books (the loss clock, the log, observers,
 // Do's cancel).
 type engine interface {
-	unlock(ctx context.Context, l *Lock) error
-	extend(ctx context.Context, l *Lock, ttl time.Duration) error
-	remaining(ctx context.Context, l *Lock) (time.Duration, error) // l's lease on the server (Lock.TTL)
-	ended(l *Lock, to lockState)                                   // l left stateHeld (or its attempt failed) for to
+	unlock(ctx context.Context, l *hold) error
+	extend(ctx context.Context, l *hold, ttl time.Duration) error
+	remaining(ctx context.Context, l *hold) (time.Duration, error) // l's lease on the server (Lock.TTL)
+	ended(l *hold, to lockState)                                   // l left stateHeld (or its attempt failed) for to
 }
 
 const (
@@ -48,6 +48,143 @@ const whyClosed = "closed"
 // several concurrent Unlock calls returns nil. The methods of a nil *Lock
 // do not panic: it is not held.
 type Lock struct {
+	h hold
+}
+
+// ref is the state of l, nil for a nil l (whose methods then report a lock
+// that is not held).
+func (l *Lock) ref() *hold {
+	if l == nil {
+		return nil
+	}
+	return &l.h
+}
+
+// lock is the handle of h, nil for a nil h.
+func (h *hold) lock() *Lock {
+	if h == nil {
+		return nil
+	}
+	return h.user
+}
+
+// handle is what an acquire call returns to its user: the handle of h.
+func handle(h *hold, err error) (*Lock, error) { return h.lock(), err }
+
+// Name returns the lock's name as given to the acquire call; for a
+// [Locker.LockAll] lock, its names in order, joined by commas (see Names).
+func (l *Lock) Name() string { return l.ref().Name() }
+
+// Owner returns the random owner value (a UUID) stored in Redis under the
+// lock's key while it is held.
+func (l *Lock) Owner() string { return l.ref().Owner() }
+
+// Metadata returns what [WithMetadata] attached to the lock, "" if nothing.
+func (l *Lock) Metadata() string { return l.ref().Metadata() }
+
+// Token returns the lock's fencing token: strictly increasing across
+// acquisitions of one name, and >= 1. Pass it to a [Fence] or [RedisFence]
+// guarding the resource. It is 0 when fencing is off ([WithFencing]) and
+// for a read hold ([Locker.RLock]), which shares the name and so cannot be
+// told apart by a token; a [Semaphore]'s permits count on their own, and a
+// [Locker.LockAll] lock has one token valid for each of its names.
+func (l *Lock) Token() int64 { return l.ref().Token() }
+
+// Until returns the end of the lock's local validity: the instant read before
+// the last successful acquire, extend or renewal was sent, plus its TTL,
+// minus the drift allowance. No other owner can be granted the name before
+// it. The value carries a monotonic clock reading; compare it with time.Now
+// or time.Until, not after serialising it.
+func (l *Lock) Until() time.Time { return l.ref().Until() }
+
+// Done returns a channel closed once the lock is no longer held: after
+// Unlock or Close, or when it is lost. Loss by time is signalled by one loss
+// clock per Locker (a goroutine and a timer) that closes the Done of every
+// lock whose renewals have not succeeded, whatever a hung request is doing,
+// ahead of its Until by 1ms plus half the drift allowance (plus the time a
+// batch of locks due together takes). So Done closes by Until unless that
+// goroutine waits longer than the lead for a CPU (a heavily loaded
+// machine); even then the rest of the drift allowance lies between Until
+// and the earliest moment the server can grant the name to anyone else.
+// [Lock.Err] is exact: it compares the clock with Until whenever it is
+// called. A key deleted, overwritten, evicted or flushed by someone else
+// closes Done within milliseconds when the Locker or Redlock has its
+// tracking connection ([WithLossTracking]; open once a lock has been held
+// for 50 ms), else at the next renewal.
+func (l *Lock) Done() <-chan struct{} { return l.ref().Done() }
+
+// Err returns nil while the lock is held, a [*LostError] once it was lost
+// (matching ErrLost and its [LossReason]), and ErrReleased after Unlock.
+// After Close it is a LostError with reason [LossClosed], which also matches
+// ErrReleased and ErrClosed. It is exact by the clock: once Until (or the
+// end of [WithMaxHold]) has passed without a renewal, it reports the loss
+// even if the loss timer has not fired yet (and closes Done then). A nil
+// *Lock reports ErrNotHeld.
+func (l *Lock) Err() error { return l.ref().Err() }
+
+// Unlock releases the lock on every node where it is still ours; another
+// owner's key is never touched. It stops renewal and closes Done before
+// sending anything. It returns nil once a quorum of nodes (the one node of a
+// Locker) released it, without waiting for nodes that do not answer; a
+// release that Redis carried out but whose reply was lost, and that go-redis
+// retried, still returns nil. It returns an error matching ErrNotHeld when
+// the lock was already released, was lost, or the nodes say it is no longer
+// ours; any other error means the outcome is unknown on too many nodes: the
+// release is then sent again in the background to each node that did not
+// answer, until it runs there (a paused server, a silent link that heals)
+// or for three leases (10s at least), so the name is free right after
+// the fault rather than at the lease's end. Cancelling ctx does not stop
+// the release: it runs detached from ctx, bounded by the node timeout, so a
+// cancelled caller still unlocks. When a goroutine of the same Locker waits
+// for the name, Unlock hands the lock to the first of them in the same
+// script that releases it, unless a waiter of another process queued for
+// the name first: then, as whenever a waiter of another process is queued,
+// the name is reserved for that waiter and only it is woken (a Locker
+// only; a Redlock releases and lets its waiters acquire).
+func (l *Lock) Unlock(ctx context.Context) error { return l.ref().Unlock(ctx) }
+
+// Extend sets the lock's lease to ttl from now on every node where it is
+// still ours, and moves Until accordingly; later renewals use ttl too (and
+// come no later than halfway through its validity). It never re-creates an
+// expired key. It succeeds only when a quorum of nodes (the one node of a
+// Locker) extended within the new validity. It returns an error matching
+// ErrNotHeld when the lock is no longer held (the lock is then marked lost),
+// an error for a ttl out of range, and another error when too many nodes
+// failed to answer, in which case the lock stays held until its current
+// Until.
+func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error { return l.ref().Extend(ctx, ttl) }
+
+// Key returns the Redis key that holds the lock ("{<prefix><name>}"; for a
+// read hold or a permit, the sorted set that holds it; for a LockAll lock,
+// its first name's key), for tools and tests that inspect or break it (see
+// package redlocktest).
+func (l *Lock) Key() string { return l.ref().Key() }
+
+// TTL asks the server for the lock's remaining lease, as bsm/redislock's
+// Lock.TTL does: the key's PTTL while it still holds this lock's owner
+// value. On a Redlock it is the lease that a quorum of masters still grants
+// (the quorum-th longest). It returns an error matching ErrNotHeld when the
+// key is gone or another owner's (on too many masters), and another error
+// when too few nodes answered within the node timeout. It does not look at
+// the local state: use [Lock.Err] or [Lock.Until] for that, which cost no
+// round trip and are the safer bound (they subtract drift).
+func (l *Lock) TTL(ctx context.Context) (time.Duration, error) { return l.ref().TTL(ctx) }
+
+// Valid reports whether the lock is still held: locally (Err is nil) and on
+// the server (a quorum of nodes still hold its owner value), as redsync's
+// Valid does, but never true after Until. An error means the server could
+// not be asked; false with a nil error means it is not held.
+func (l *Lock) Valid(ctx context.Context) (bool, error) { return l.ref().Valid(ctx) }
+
+// Names returns the names a lock holds: those of a [Locker.LockAll], in
+// their global order, or the one name of any other lock.
+func (l *Lock) Names() []string { return l.ref().Names() }
+
+// hold is a Lock's state: its identity, lease and status, and what the
+// engine keeps for it (this file: data and transitions, no I/O). The
+// engine handles holds; a user is handed the Lock around one (user).
+type hold struct {
+	user    *Lock // the handle this is the state of (lockAlloc); nil only in tests of the engine's own
 	eng     engine
 	name    string
 	owner   string
@@ -134,26 +271,24 @@ var closedChan = func() chan struct{} {
 // errNilLock is what the methods of a nil *Lock report.
 var errNilLock = fmt.Errorf("%w: nil *Lock", ErrNotHeld)
 
-// Name returns the lock's name as given to the acquire call; for a
-// [Locker.LockAll] lock, its names in order, joined by commas (see Names).
-func (l *Lock) Name() string {
+// Name is [Lock.Name].
+func (l *hold) Name() string {
 	if l == nil {
 		return ""
 	}
 	return l.name
 }
 
-// Owner returns the random owner value (a UUID) stored in Redis under the
-// lock's key while it is held.
-func (l *Lock) Owner() string {
+// Owner is [Lock.Owner].
+func (l *hold) Owner() string {
 	if l == nil {
 		return ""
 	}
 	return l.owner
 }
 
-// Metadata returns what [WithMetadata] attached to the lock, "" if nothing.
-func (l *Lock) Metadata() string {
+// Metadata is [Lock.Metadata].
+func (l *hold) Metadata() string {
 	if l == nil {
 		return ""
 	}
@@ -164,25 +299,16 @@ func (l *Lock) Metadata() string {
 // that a holder after it without metadata never shows l's.
 func metaValue(owner, metadata string) string { return owner + "\n" + metadata }
 
-// Token returns the lock's fencing token: strictly increasing across
-// acquisitions of one name, and >= 1. Pass it to a [Fence] or [RedisFence]
-// guarding the resource. It is 0 when fencing is off ([WithFencing]) and
-// for a read hold ([Locker.RLock]), which shares the name and so cannot be
-// told apart by a token; a [Semaphore]'s permits count on their own, and a
-// [Locker.LockAll] lock has one token valid for each of its names.
-func (l *Lock) Token() int64 {
+// Token is [Lock.Token].
+func (l *hold) Token() int64 {
 	if l == nil {
 		return 0
 	}
 	return l.token
 }
 
-// Until returns the end of the lock's local validity: the instant read before
-// the last successful acquire, extend or renewal was sent, plus its TTL,
-// minus the drift allowance. No other owner can be granted the name before
-// it. The value carries a monotonic clock reading; compare it with time.Now
-// or time.Until, not after serialising it.
-func (l *Lock) Until() time.Time {
+// Until is [Lock.Until].
+func (l *hold) Until() time.Time {
 	if l == nil {
 		return time.Time{}
 	}
@@ -191,21 +317,8 @@ func (l *Lock) Until() time.Time {
 	return l.until
 }
 
-// Done returns a channel closed once the lock is no longer held: after
-// Unlock or Close, or when it is lost. Loss by time is signalled by one loss
-// clock per Locker (a goroutine and a timer) that closes the Done of every
-// lock whose renewals have not succeeded, whatever a hung request is doing,
-// ahead of its Until by 1ms plus half the drift allowance (plus the time a
-// batch of locks due together takes). So Done closes by Until unless that
-// goroutine waits longer than the lead for a CPU (a heavily loaded
-// machine); even then the rest of the drift allowance lies between Until
-// and the earliest moment the server can grant the name to anyone else.
-// [Lock.Err] is exact: it compares the clock with Until whenever it is
-// called. A key deleted, overwritten, evicted or flushed by someone else
-// closes Done within milliseconds when the Locker or Redlock has its
-// tracking connection ([WithLossTracking]; open once a lock has been held
-// for 50 ms), else at the next renewal.
-func (l *Lock) Done() <-chan struct{} {
+// Done is [Lock.Done].
+func (l *hold) Done() <-chan struct{} {
 	if l == nil {
 		return closedChan
 	}
@@ -217,14 +330,8 @@ func (l *Lock) Done() <-chan struct{} {
 	return l.done
 }
 
-// Err returns nil while the lock is held, a [*LostError] once it was lost
-// (matching ErrLost and its [LossReason]), and ErrReleased after Unlock.
-// After Close it is a LostError with reason [LossClosed], which also matches
-// ErrReleased and ErrClosed. It is exact by the clock: once Until (or the
-// end of [WithMaxHold]) has passed without a renewal, it reports the loss
-// even if the loss timer has not fired yet (and closes Done then). A nil
-// *Lock reports ErrNotHeld.
-func (l *Lock) Err() error {
+// Err is [Lock.Err].
+func (l *hold) Err() error {
 	if l == nil {
 		return errNilLock
 	}
@@ -238,42 +345,16 @@ func (l *Lock) Err() error {
 	return l.errLocked(l.name)
 }
 
-// Unlock releases the lock on every node where it is still ours; another
-// owner's key is never touched. It stops renewal and closes Done before
-// sending anything. It returns nil once a quorum of nodes (the one node of a
-// Locker) released it, without waiting for nodes that do not answer; a
-// release that Redis carried out but whose reply was lost, and that go-redis
-// retried, still returns nil. It returns an error matching ErrNotHeld when
-// the lock was already released, was lost, or the nodes say it is no longer
-// ours; any other error means the outcome is unknown on too many nodes: the
-// release is then sent again in the background to each node that did not
-// answer, until it runs there (a paused server, a silent link that heals)
-// or for three leases (10s at least), so the name is free right after
-// the fault rather than at the lease's end. Cancelling ctx does not stop
-// the release: it runs detached from ctx, bounded by the node timeout, so a
-// cancelled caller still unlocks. When a goroutine of the same Locker waits
-// for the name, Unlock hands the lock to the first of them in the same
-// script that releases it, unless a waiter of another process queued for
-// the name first: then, as whenever a waiter of another process is queued,
-// the name is reserved for that waiter and only it is woken (a Locker
-// only; a Redlock releases and lets its waiters acquire).
-func (l *Lock) Unlock(ctx context.Context) error {
+// Unlock is [Lock.Unlock].
+func (l *hold) Unlock(ctx context.Context) error {
 	if l == nil {
 		return errNilLock
 	}
 	return observedUnlock(ctx, l)
 }
 
-// Extend sets the lock's lease to ttl from now on every node where it is
-// still ours, and moves Until accordingly; later renewals use ttl too (and
-// come no later than halfway through its validity). It never re-creates an
-// expired key. It succeeds only when a quorum of nodes (the one node of a
-// Locker) extended within the new validity. It returns an error matching
-// ErrNotHeld when the lock is no longer held (the lock is then marked lost),
-// an error for a ttl out of range, and another error when too many nodes
-// failed to answer, in which case the lock stays held until its current
-// Until.
-func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
+// Extend is [Lock.Extend].
+func (l *hold) Extend(ctx context.Context, ttl time.Duration) error {
 	if l == nil {
 		return errNilLock
 	}
@@ -283,14 +364,14 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	return observedExtend(ctx, l, ttl)
 }
 
-func (l *Lock) leaseTTL() time.Duration {
+func (l *hold) leaseTTL() time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.ttl
 }
 
 // is reports whether l is in state s.
-func (l *Lock) is(s lockState) bool {
+func (l *hold) is(s lockState) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.state == s
@@ -307,14 +388,14 @@ func (l *Lock) is(s lockState) bool {
 // Until-lossLead = t1+ttl-drift-lossLead. A renewal run at a server time s
 // with E-s < guard = (c-t1)+drift+lossLead therefore runs after the loss
 // mark, and one run before the mark minus (c-t1) is never refused.
-func (l *Lock) guardMillis() int64 {
+func (l *hold) guardMillis() int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return (l.guard + time.Millisecond - 1).Milliseconds()
 }
 
 // finish moves a held (or acquiring) lock to a final state.
-func (l *Lock) finish(to lockState, why string) bool {
+func (l *hold) finish(to lockState, why string) bool {
 	l.mu.Lock()
 	changed := l.transition(to, why)
 	l.mu.Unlock()
@@ -327,7 +408,7 @@ func (l *Lock) finish(to lockState, why string) bool {
 // ending hands the engine what a lock that stopped being held owes its
 // callers: the onEnd callbacks (taken, so they run once) and their cause,
 // and whether it outstayed its maximum hold.
-func (l *Lock) ending() (fns []func(cause error), cause error, maxHold bool) {
+func (l *hold) ending() (fns []func(cause error), cause error, maxHold bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	fns, l.onEnds = l.onEnds, nil
@@ -336,7 +417,7 @@ func (l *Lock) ending() (fns []func(cause error), cause error, maxHold bool) {
 
 // onEnd runs f once when the lock stops being held, with the reason as
 // cause (at once if it already has).
-func (l *Lock) onEnd(f func(cause error)) {
+func (l *hold) onEnd(f func(cause error)) {
 	l.mu.Lock()
 	if l.state == stateHeld {
 		l.onEnds = append(l.onEnds, f)
@@ -362,7 +443,7 @@ func checkTTL(ttl time.Duration, factor float64) error {
 }
 
 // heldFor is how long l has been held, up to its end if it ended.
-func heldFor(l *Lock) time.Duration {
+func heldFor(l *hold) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.ended.IsZero() {
@@ -371,37 +452,24 @@ func heldFor(l *Lock) time.Duration {
 	return time.Since(l.acquired)
 }
 
-// Key returns the Redis key that holds the lock ("{<prefix><name>}"; for a
-// read hold or a permit, the sorted set that holds it; for a LockAll lock,
-// its first name's key), for tools and tests that inspect or break it (see
-// package redlocktest).
-func (l *Lock) Key() string {
+// Key is [Lock.Key].
+func (l *hold) Key() string {
 	if l == nil {
 		return ""
 	}
 	return l.keys[0]
 }
 
-// TTL asks the server for the lock's remaining lease, as bsm/redislock's
-// Lock.TTL does: the key's PTTL while it still holds this lock's owner
-// value. On a Redlock it is the lease that a quorum of masters still grants
-// (the quorum-th longest). It returns an error matching ErrNotHeld when the
-// key is gone or another owner's (on too many masters), and another error
-// when too few nodes answered within the node timeout. It does not look at
-// the local state: use [Lock.Err] or [Lock.Until] for that, which cost no
-// round trip and are the safer bound (they subtract drift).
-func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
+// TTL is [Lock.TTL].
+func (l *hold) TTL(ctx context.Context) (time.Duration, error) {
 	if l == nil {
 		return 0, errNilLock
 	}
 	return l.eng.remaining(ctx, l)
 }
 
-// Valid reports whether the lock is still held: locally (Err is nil) and on
-// the server (a quorum of nodes still hold its owner value), as redsync's
-// Valid does, but never true after Until. An error means the server could
-// not be asked; false with a nil error means it is not held.
-func (l *Lock) Valid(ctx context.Context) (bool, error) {
+// Valid is [Lock.Valid].
+func (l *hold) Valid(ctx context.Context) (bool, error) {
 	if l.Err() != nil {
 		return false, nil
 	}
@@ -417,19 +485,19 @@ func (l *Lock) Valid(ctx context.Context) (bool, error) {
 
 // observedUnlock is Lock.Unlock, reported to the observer when there is
 // one: the release's node errors and its outcome.
-func observedUnlock(ctx context.Context, l *Lock) error {
+func observedUnlock(ctx context.Context, l *hold) error {
 	if l.obs == nil {
 		return l.eng.unlock(ctx, l)
 	}
 	start := time.Now()
 	err := l.eng.unlock(ctx, l)
 	observeNodes(l.obs, l.name, opRelease, err)
-	l.obs.OnRelease(ReleaseEvent{Lock: l, Name: l.name, Held: heldFor(l), Duration: time.Since(start), Err: err})
+	l.obs.OnRelease(ReleaseEvent{Lock: l.lock(), Name: l.name, Held: heldFor(l), Duration: time.Since(start), Err: err})
 	return err
 }
 
 // observedExtend is Lock.Extend, reported to the observer when there is one.
-func observedExtend(ctx context.Context, l *Lock, ttl time.Duration) error {
+func observedExtend(ctx context.Context, l *hold, ttl time.Duration) error {
 	if l.obs == nil {
 		return l.eng.extend(ctx, l, ttl)
 	}

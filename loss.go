@@ -193,7 +193,7 @@ func refusalsIn(rs []reply) (taken, late int) {
 
 // expire runs when the loss clock says Until is (nearly) here, and from Err
 // once it has passed.
-func (l *Lock) expire() {
+func (l *hold) expire() {
 	if lost, _ := l.expireLocked(0); lost {
 		l.eng.ended(l, stateLost)
 	}
@@ -208,7 +208,7 @@ func (l *Lock) expire() {
 // renewed while more than two thirds of its TTL are left, so no renewal
 // that still arrives in time is overtaken. Due by extra but not by that
 // share, it goes back on the loss clock for the moment it is.
-func (l *Lock) expireLocked(extra time.Duration) (lost bool, rearm time.Time) {
+func (l *hold) expireLocked(extra time.Duration) (lost bool, rearm time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.state != stateHeld {
@@ -241,7 +241,7 @@ func (l *Lock) expireLocked(extra time.Duration) (lost bool, rearm time.Time) {
 
 // lose marks a held lock lost for reason, with err as what the library
 // last heard, and does the bookkeeping; false if it was no longer held.
-func (l *Lock) lose(reason LossReason, err error) bool {
+func (l *hold) lose(reason LossReason, err error) bool {
 	l.mu.Lock()
 	changed := l.loseLocked(reason, err)
 	l.mu.Unlock()
@@ -253,7 +253,7 @@ func (l *Lock) lose(reason LossReason, err error) bool {
 
 // renewFailed records a renewal that did not succeed, for the reason a
 // later loss by time reports.
-func (l *Lock) renewFailed(err error, refused bool) {
+func (l *hold) renewFailed(err error, refused bool) {
 	l.mu.Lock()
 	l.renewErr, l.renewRefused = err, refused
 	l.mu.Unlock()
@@ -261,7 +261,7 @@ func (l *Lock) renewFailed(err error, refused bool) {
 
 // renewed records a successful extension, and returns when the loss clock
 // is now to declare the lock lost; false if the lock is gone.
-func (l *Lock) renewed(ttl time.Duration, until time.Time) (lossAt time.Time, ok bool) {
+func (l *hold) renewed(ttl time.Duration, until time.Time) (lossAt time.Time, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.state != stateHeld || !time.Now().Before(l.until) || l.pastHoldEnd(0) {

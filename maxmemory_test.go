@@ -92,7 +92,8 @@ func TestReleaseAtMaxmemory(t *testing.T) {
 
 // releasedMarkers are the released markers l's release writes, one of
 // which the test expects.
-func releasedMarkers(l *Lock) []string {
+func releasedMarkers(pub *Lock) []string {
+	l := pub.ref()
 	switch l.kind {
 	case kindRead, kindPermit:
 		return l.keys[1:2]

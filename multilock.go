@@ -32,19 +32,18 @@ import (
 // Ring client. Errors are those of Lock, and an error for an empty list or
 // an empty name.
 func (lk *Locker) LockAll(ctx context.Context, names []string, opts ...Option) (*Lock, error) {
-	return lk.lockAll(ctx, names, opts, true)
+	return handle(lk.lockAll(ctx, names, opts, true))
 }
 
 // TryLockAll makes one attempt to acquire all names at once, as LockAll
 // does. When a name is held, the error matches ErrNotObtained, and its
 // [*TakenError] names that name and its holder.
 func (lk *Locker) TryLockAll(ctx context.Context, names []string, opts ...Option) (*Lock, error) {
-	return lk.lockAll(ctx, names, opts, false)
+	return handle(lk.lockAll(ctx, names, opts, false))
 }
 
-// Names returns the names a lock holds: those of a [Locker.LockAll], in
-// their global order, or the one name of any other lock.
-func (l *Lock) Names() []string {
+// Names is [Lock.Names].
+func (l *hold) Names() []string {
 	switch {
 	case l == nil:
 		return nil
@@ -54,7 +53,7 @@ func (l *Lock) Names() []string {
 	return []string{l.name}
 }
 
-func (lk *Locker) lockAll(ctx context.Context, names []string, opts []Option, wait bool) (*Lock, error) {
+func (lk *Locker) lockAll(ctx context.Context, names []string, opts []Option, wait bool) (*hold, error) {
 	c := lk.core()
 	if c == nil {
 		return nil, errNoCore

@@ -165,10 +165,10 @@ const (
 
 // noteEnd tells the observer and the log that l stopped being held for to,
 // with cause.
-func noteEnd(l *Lock, to lockState, cause error) {
+func noteEnd(l *hold, to lockState, cause error) {
 	if l.obs != nil && to != stateFailed {
 		if le, lost := cause.(*LostError); lost {
-			l.obs.OnLoss(LossEvent{Lock: l, Name: l.name, Held: heldFor(l), Err: le})
+			l.obs.OnLoss(LossEvent{Lock: l.lock(), Name: l.name, Held: heldFor(l), Err: le})
 		}
 	}
 	if to == stateLost {
@@ -178,11 +178,11 @@ func noteEnd(l *Lock, to lockState, cause error) {
 
 // observeRenew reports one renewal or Extend of l, whose outcome is err
 // and whose failing nodes are in nodeErrs.
-func observeRenew(l *Lock, manual bool, ttl time.Duration, start time.Time, err, nodeErrs error) {
+func observeRenew(l *hold, manual bool, ttl time.Duration, start time.Time, err, nodeErrs error) {
 	op := opRenew
 	if manual {
 		op = opExtend
 	}
 	observeNodes(l.obs, l.name, op, nodeErrs)
-	l.obs.OnRenew(RenewEvent{Lock: l, Name: l.name, Manual: manual, TTL: ttl, Start: start, Duration: time.Since(start), Err: err})
+	l.obs.OnRenew(RenewEvent{Lock: l.lock(), Name: l.name, Manual: manual, TTL: ttl, Start: start, Duration: time.Since(start), Err: err})
 }

@@ -233,7 +233,7 @@ func TestObserverUnsetAllocatesNothing(t *testing.T) {
 	cfg := defaultConfig()
 	ctx := context.Background()
 	err := errors.Join(ErrNotObtained, &NodeError{Err: node.ErrTimeout})
-	l := &Lock{name: "x"}
+	l := &hold{name: "x"}
 	allocs := testing.AllocsPerRun(100, func() {
 		tr := newAcquireTrace(ctx, &cfg, "x", true)
 		tr.attempted(err)

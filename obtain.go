@@ -16,7 +16,7 @@ import (
 // run drives a waiting acquisition: attempts until one succeeds, ctx ends
 // or the retry policy gives up, waiting in between for a release message,
 // a hand-off or a timer: attempt, plan the sleep, wait.
-func (o *obtaining) run(ctx context.Context) (l *Lock, err error) {
+func (o *obtaining) run(ctx context.Context) (l *hold, err error) {
 	c, a := o.c, o.a
 	o.tr = newAcquireTrace(ctx, a.cfg, a.name, true)
 	defer func() { o.tr.done(l, err) }()
@@ -152,7 +152,7 @@ func (o *obtaining) last() error {
 
 // attemptOnce makes one attempt; done reports that obtain returns with l
 // and err (got it, or gave up for good).
-func (o *obtaining) attemptOnce(ctx context.Context, attempt int) (l *Lock, err error, done bool) {
+func (o *obtaining) attemptOnce(ctx context.Context, attempt int) (l *hold, err error, done bool) {
 	c, a := o.c, o.a
 	began := time.Now()
 	l, v, err := c.attempt(ctx, a)
@@ -352,7 +352,7 @@ type wokeBy uint8
 // or, as head, when its timer (the retry delay, capped at the holder's
 // remaining lease) runs out. Waiters behind the head only re-check their
 // place when their timer fires.
-func (o *obtaining) await(ctx context.Context, delay time.Duration) (wokeBy, *Lock, error) {
+func (o *obtaining) await(ctx context.Context, delay time.Duration) (wokeBy, *hold, error) {
 	c, w := o.c, o.w
 	t := time.NewTimer(delay)
 	defer t.Stop()
@@ -412,7 +412,7 @@ func (c *core) named(name string, opts []Option) (acquisition, error) {
 
 // lock is Lock: a waiting writer, which keeps new read holds out (writer
 // preference; a Redlock offers no read holds, so its masters need no entry).
-func (c *core) lock(ctx context.Context, name string, opts []Option) (*Lock, error) {
+func (c *core) lock(ctx context.Context, name string, opts []Option) (*hold, error) {
 	a, err := c.named(name, opts)
 	if err != nil {
 		return nil, err
@@ -422,7 +422,7 @@ func (c *core) lock(ctx context.Context, name string, opts []Option) (*Lock, err
 }
 
 // tryLock is TryLock: one attempt.
-func (c *core) tryLock(ctx context.Context, name string, opts []Option) (*Lock, error) {
+func (c *core) tryLock(ctx context.Context, name string, opts []Option) (*hold, error) {
 	a, err := c.named(name, opts)
 	if err != nil {
 		return nil, err
@@ -432,7 +432,7 @@ func (c *core) tryLock(ctx context.Context, name string, opts []Option) (*Lock, 
 
 // obtain is every acquire call of every kind: one attempt (wait=false), or
 // the wait loop (obtain.go).
-func (c *core) obtain(ctx context.Context, a *acquisition, wait bool) (*Lock, error) {
+func (c *core) obtain(ctx context.Context, a *acquisition, wait bool) (*hold, error) {
 	if !wait {
 		return c.try(ctx, a)
 	}
@@ -444,7 +444,7 @@ func (c *core) obtain(ctx context.Context, a *acquisition, wait bool) (*Lock, er
 }
 
 // try makes one attempt of a, traced for the observer.
-func (c *core) try(ctx context.Context, a *acquisition) (l *Lock, err error) {
+func (c *core) try(ctx context.Context, a *acquisition) (l *hold, err error) {
 	if err := c.acquirable(ctx); err != nil {
 		return nil, err
 	}

@@ -33,7 +33,7 @@ const (
 // outcome is unknown, that arrived after the lock stopped being live. Unlock
 // and failed attempts change the state before they send their releases, so
 // a grant their release overtook is still released, by this call.
-func (l *Lock) settle(idx int, o outcome) (release bool) {
+func (l *hold) settle(idx int, o outcome) (release bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.outcome[idx] = o
@@ -55,7 +55,7 @@ func (l *Lock) settle(idx int, o outcome) (release bool) {
 // releasesSent notes that a release of each of locks is being sent to node
 // idx, as Close's batch does: a straggler's grant that reaches the node after
 // it releases itself (settle) instead of holding the name for its lease.
-func releasesSent(locks []*Lock, idx int) {
+func releasesSent(locks []*hold, idx int) {
 	for _, l := range locks {
 		l.rel.sent(idx)
 	}
@@ -63,7 +63,7 @@ func releasesSent(locks []*Lock, idx int) {
 
 // release marks l released (Unlock); wasLost reports a lock that was lost
 // before.
-func (l *Lock) release() (changed, wasLost bool) {
+func (l *hold) release() (changed, wasLost bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	wasLost = l.state == stateLost
@@ -73,7 +73,7 @@ func (l *Lock) release() (changed, wasLost bool) {
 // fail ends an attempt that did not get the lock, and reports on which of
 // nodes its acquire call granted, and where the outcome is unknown (the
 // call failed or has not answered).
-func (l *Lock) fail(nodes []*node.Node) (grantedOn, unknownOn []*node.Node) {
+func (l *hold) fail(nodes []*node.Node) (grantedOn, unknownOn []*node.Node) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.transition(stateFailed, "")
@@ -90,7 +90,7 @@ func (l *Lock) fail(nodes []*node.Node) (grantedOn, unknownOn []*node.Node) {
 
 // hold makes a granted attempt a held lock, and returns when the loss
 // clock is to declare it lost.
-func (l *Lock) hold(token int64, until time.Time) (lossAt time.Time) {
+func (l *hold) hold(token int64, until time.Time) (lossAt time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.token = token
@@ -110,7 +110,7 @@ func (l *Lock) hold(token int64, until time.Time) (lossAt time.Time) {
 // gone on node idx, and reports whether that renewal has already renewed
 // l (its Until is until): then the key is to be put back there now, else
 // once it does (takeGone).
-func (l *Lock) noteGone(idx int, until time.Time) (now bool) {
+func (l *hold) noteGone(idx int, until time.Time) (now bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.state != stateHeld {
@@ -128,7 +128,7 @@ func (l *Lock) noteGone(idx int, until time.Time) (now bool) {
 // (see outcomes.releaseTo), followed by those deferred to their acquire
 // call: Unlock's round waits for the release that call makes
 // (releases.await), and counts it.
-func (l *Lock) releaseTo(nodes []*node.Node) []*node.Node {
+func (l *hold) releaseTo(nodes []*node.Node) []*node.Node {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.rel.mu.Lock()
@@ -139,7 +139,7 @@ func (l *Lock) releaseTo(nodes []*node.Node) []*node.Node {
 // takeGone appends to buf the nodes noted gone (noteGone) and forgets
 // them: a repair is sent to each once; a node where it did not take is
 // found gone again by the next renewal.
-func (l *Lock) takeGone(buf []int) []int {
+func (l *hold) takeGone(buf []int) []int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for i, o := range l.outcome {

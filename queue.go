@@ -106,7 +106,7 @@ func (q *waitQueue) wakeHead() {
 
 type waiter struct {
 	wake   chan struct{} // buffered 1: a release arrived while this waiter was head
-	handed chan *Lock    // buffered 1: an Unlock of this core handed the lock over
+	handed chan *hold    // buffered 1: an Unlock of this core handed the lock over
 	name   string
 	cfg    *config // the options of its Lock call, for a lock handed to it
 	wid    string  // its id among the name's waiting writers (acquire.lua), or ""
@@ -184,7 +184,7 @@ func (ws *waiters) otherQueues(qk string) bool {
 // next attempt, so that a release right after that attempt is not missed,
 // and a hung node delays nothing.
 func (ws *waiters) join(qk, name, wid string, cfg *config, gone <-chan struct{}) (*waiter, <-chan struct{}) {
-	w := &waiter{wake: make(chan struct{}, 1), handed: make(chan *Lock, 1), name: name, cfg: cfg, wid: wid, gone: gone}
+	w := &waiter{wake: make(chan struct{}, 1), handed: make(chan *hold, 1), name: name, cfg: cfg, wid: wid, gone: gone}
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	q := ws.queues[qk]

@@ -69,7 +69,7 @@ const maxHandOffs = 8
 // deliver gives w the lock handed to it, unless w's caller gave up
 // meanwhile (its ctx ended): then it reports false and the caller must
 // release l, which hands it to the next live waiter.
-func (ws *waiters) deliver(w *waiter, l *Lock) bool {
+func (ws *waiters) deliver(w *waiter, l *hold) bool {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	w.reserved = false

@@ -11,7 +11,7 @@ import (
 
 // released is the verdict of an Unlock's release round: nil once a quorum
 // released, ErrNotHeld when too many nodes no longer had our key.
-func (p *pool) released(l *Lock, rs []reply) error {
+func (p *pool) released(l *hold, rs []reply) error {
 	t := p.count(rs)
 	switch {
 	case t.ok >= p.quorum:
@@ -32,7 +32,7 @@ func (p *pool) released(l *Lock, rs []reply) error {
 // may start no goroutine, it releases node by node from the caller's
 // goroutine: a grant that nobody will own must not hold the name for a
 // whole lease.
-func (p *pool) releaseOn(ctx context.Context, l *Lock, nodes []*node.Node, timeout time.Duration, stop func([]reply) bool) []reply {
+func (p *pool) releaseOn(ctx context.Context, l *hold, nodes []*node.Node, timeout time.Duration, stop func([]reply) bool) []reply {
 	if len(nodes) == 0 {
 		return nil
 	}
@@ -106,7 +106,7 @@ type cleanup struct{ life *lifecycle.Life }
 // unknown (the nodes failed or did not answer), and they will not answer
 // the release any sooner. A goroutine per node, so that a hung node does not
 // keep the others' keys.
-func (p *cleanup) releaseInBackground(ctx context.Context, nodes []*node.Node, locks ...*Lock) {
+func (p *cleanup) releaseInBackground(ctx context.Context, nodes []*node.Node, locks ...*hold) {
 	if len(nodes) == 0 || len(locks) == 0 || !p.life.GoCount(len(nodes)) {
 		return
 	}
@@ -123,7 +123,7 @@ func (p *cleanup) releaseInBackground(ctx context.Context, nodes []*node.Node, l
 // releaseLater is releaseNode from a goroutine of its own, for a call that
 // found it has something to release: the call ends now, so that it is not
 // counted on the wire (node.begin) while the release waits for the node.
-func (p *cleanup) releaseLater(ctx context.Context, n *node.Node, l *Lock, ran bool) {
+func (p *cleanup) releaseLater(ctx context.Context, n *node.Node, l *hold, ran bool) {
 	if !p.life.GoCount(1) {
 		// Close has ended its I/O: this goroutine, which Close waits for,
 		// releases it itself.
@@ -151,7 +151,7 @@ func (p *cleanup) releaseLater(ctx context.Context, n *node.Node, l *Lock, ran b
 // would have ended (it outlives Close by that much at most), or at once on
 // a node that refuses connections (a server that is not running holds no
 // command of ours in a socket), or when the client is closed.
-func (p *cleanup) releaseNode(ctx context.Context, n *node.Node, l *Lock, ran bool) {
+func (p *cleanup) releaseNode(ctx context.Context, n *node.Node, l *hold, ran bool) {
 	ctx = context.WithoutCancel(ctx)
 	begun := time.Now()
 	end := begun.Add(max(3*l.leaseTTL(), releaseRetryFor))
@@ -206,7 +206,7 @@ func (p *cleanup) releaseNode(ctx context.Context, n *node.Node, l *Lock, ran bo
 
 // releaseCall runs the release script of l: release.lua by argv (from
 // releaseArgv), or, for the kinds with no argv, their own script.
-func releaseCall(ctx context.Context, cl Client, l *Lock, argv []any) reply {
+func releaseCall(ctx context.Context, cl Client, l *hold, argv []any) reply {
 	if retracts(l) {
 		v, err := scripts.Sharded(scripts.Retract, l.sharded).Run(ctx, cl, l.keys[:1], l.owner).Int64()
 		return releaseReply(l, v, err)
@@ -222,14 +222,14 @@ func releaseCall(ctx context.Context, cl Client, l *Lock, argv []any) reply {
 // retracts reports that a release of l withdraws the grants of a failed
 // attempt (retract.lua) rather than giving up a held lock: an exclusive
 // lock on one name that was never held.
-func retracts(l *Lock) bool {
+func retracts(l *hold) bool {
 	return l.kind == kindExclusive && parts(l) == 1 && l.is(stateFailed)
 }
 
 // releaseReply turns release.lua's reply into a node reply, logging a
 // release whose wake-up message the server refused to publish: the release
 // itself stands, and waiters fall back to their timers.
-func releaseReply(l *Lock, v int64, err error) reply {
+func releaseReply(l *hold, v int64, err error) reply {
 	if err == nil && v == scripts.ReplyUnpublished {
 		l.logger.Warn("redlock: released, but the server refused to publish the release message; waiters wake by their timers", "name", l.name)
 	}

@@ -42,13 +42,13 @@ type batchResult struct {
 // not nil, names per node a client to renew on instead of the node's (a
 // tracking data connection, track.go): its renewals read their keys again
 // after moving them, so that they stay tracked.
-func (p *pool) batch(ctx context.Context, locks []*Lock, ttls []time.Duration, deadline time.Time, quit <-chan struct{}, settle func(int, batchResult), moveOn chan struct{}, gone func(int, *node.Node), via *dataRoutes) []batchResult {
+func (p *pool) batch(ctx context.Context, locks []*hold, ttls []time.Duration, deadline time.Time, quit <-chan struct{}, settle func(int, batchResult), moveOn chan struct{}, gone func(int, *node.Node), via *dataRoutes) []batchResult {
 	b := &batchRound{p: p, out: make([]batchResult, len(locks)), done: make([]bool, len(locks)), left: len(locks), settle: settle, moveOn: moveOn}
 	return b.run(ctx, locks, ttls, deadline, quit, gone, via)
 }
 
 // run is batch's round.
-func (b *batchRound) run(ctx context.Context, locks []*Lock, ttls []time.Duration, deadline time.Time, quit <-chan struct{}, gone func(int, *node.Node), via *dataRoutes) []batchResult {
+func (b *batchRound) run(ctx context.Context, locks []*hold, ttls []time.Duration, deadline time.Time, quit <-chan struct{}, gone func(int, *node.Node), via *dataRoutes) []batchResult {
 	p := b.p
 	defer b.letGo()
 	if len(locks) == 0 {
@@ -228,8 +228,8 @@ func (b *batchRound) letGo() {
 // sockets): a lock declared lost must not keep its name once the server
 // answers again. extend.lua already refuses a lease too near its end, so
 // this is the rest: leases moved shortly before the loss was declared.
-func releaseLate(ctx context.Context, n *node.Node, locks []*Lock, codes []int8) {
-	var late []*Lock
+func releaseLate(ctx context.Context, n *node.Node, locks []*hold, codes []int8) {
+	var late []*hold
 	for i, l := range locks {
 		if i < len(codes) && codes[i] == 1 && l.is(stateLost) {
 			late = append(late, l)
@@ -279,7 +279,7 @@ func (b *batchRound) tallyBatch(res *batchResult, r reply, i int, withErr bool) 
 // failover) are sent again with EVAL: a missing script must never read as
 // "not held". rearm: the renewals read their keys again after moving them
 // (on a tracking data connection, where the move untracked them).
-func pipelineScript(ctx context.Context, cl Client, locks []*Lock, ttls []time.Duration, rearm bool) ([]int8, error) {
+func pipelineScript(ctx context.Context, cl Client, locks []*hold, ttls []time.Duration, rearm bool) ([]int8, error) {
 	p := pipelined{locks: locks, ttls: ttls, rearm: rearm}
 	if p.renew() {
 		if p.replicas, p.ackTimeout = batchAcks(locks); p.replicas > 0 && keyRouted(cl) {
@@ -293,7 +293,7 @@ func pipelineScript(ctx context.Context, cl Client, locks []*Lock, ttls []time.D
 // pipelined is one node's pipeline of a batch: one command per part of
 // each lock (one, except for a multi-name lock spread over shards).
 type pipelined struct {
-	locks      []*Lock
+	locks      []*hold
 	ttls       []time.Duration // nil: release
 	replicas   int             // WithReplicaAcks of the renewals, 0 without
 	ackTimeout time.Duration
@@ -414,7 +414,7 @@ func (p *pipelined) codes() ([]int8, error) {
 }
 
 // code is one lock's code from its folded reply v.
-func (p *pipelined) code(l *Lock, v int64, retried bool) (int8, error) {
+func (p *pipelined) code(l *hold, v int64, retried bool) (int8, error) {
 	switch {
 	case !p.renew():
 		if r := releaseReply(l, v, nil); r.ok {
@@ -440,7 +440,7 @@ func (p *pipelined) code(l *Lock, v int64, retried bool) (int8, error) {
 // batchAcks returns the replicas and timeout of the one WAIT a renewal batch
 // sends per node: the largest asked for by any of its locks, so that the
 // count answers every lock (each compares it with its own replicas).
-func batchAcks(locks []*Lock) (int, time.Duration) {
+func batchAcks(locks []*hold) (int, time.Duration) {
 	var replicas int
 	var timeout time.Duration
 	for _, l := range locks {
@@ -455,7 +455,7 @@ func batchAcks(locks []*Lock) (int, time.Duration) {
 // renewAcked renews each lock on its own connection with its own WAIT: the
 // path of a Cluster or Ring client, whose pipelines span shards. Slower than
 // one pipeline, but only locks that asked for acks pay for it.
-func renewAcked(ctx context.Context, cl Client, locks []*Lock, ttls []time.Duration) ([]int8, error) {
+func renewAcked(ctx context.Context, cl Client, locks []*hold, ttls []time.Duration) ([]int8, error) {
 	codes := make([]int8, len(locks))
 	var firstErr error
 	for i, l := range locks {

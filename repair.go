@@ -30,14 +30,14 @@ import (
 // repairable reports whether renewals of l may put its key back: an
 // exclusive lock on one name, on a Redlock, without replica acks (a
 // repaired key is not one that WAIT has seen replicated).
-func (w *watchdog) repairable(l *Lock) bool {
+func (w *watchdog) repairable(l *hold) bool {
 	return len(w.c.pool.nodes) > 1 && l.kind == kindExclusive && parts(l) == 1 && l.replicas == 0
 }
 
 // foundGone is told by the call on n of the renewal of l sent at t1 for a
 // lease of ttl that the key is gone there: put back now if that round has
 // already renewed l, else when it does (repairRenewed).
-func (w *watchdog) foundGone(l *Lock, n *node.Node, ttl time.Duration, t1 time.Time) {
+func (w *watchdog) foundGone(l *hold, n *node.Node, ttl time.Duration, t1 time.Time) {
 	if !w.repairable(l) {
 		return
 	}
@@ -48,7 +48,7 @@ func (w *watchdog) foundGone(l *Lock, n *node.Node, ttl time.Duration, t1 time.T
 
 // repairRenewed puts l's key back on the masters where the renewal that
 // has just renewed it (sent at t1 for ttl) found it gone.
-func (w *watchdog) repairRenewed(l *Lock, ttl time.Duration, t1 time.Time) {
+func (w *watchdog) repairRenewed(l *hold, ttl time.Duration, t1 time.Time) {
 	if !w.repairable(l) {
 		return
 	}
@@ -67,7 +67,7 @@ func (w *watchdog) repairRenewed(l *Lock, ttl time.Duration, t1 time.Time) {
 // repair sends repair.lua for l to nodes, with the lease left until
 // leaseEnd (where the renewed keys expire at the earliest), waiting for
 // none of them.
-func (w *watchdog) repair(l *Lock, nodes []*node.Node, leaseEnd time.Time) {
+func (w *watchdog) repair(l *hold, nodes []*node.Node, leaseEnd time.Time) {
 	ms := time.Until(leaseEnd).Milliseconds()
 	if ms < 1 {
 		return

@@ -31,7 +31,7 @@ import (
 // that holds a read hold and asks for the write lock on the same name waits
 // for itself, as with any read-write lock. Errors are those of Lock.
 func (lk *Locker) RLock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
-	return lk.rlock(ctx, name, opts, true)
+	return handle(lk.rlock(ctx, name, opts, true))
 }
 
 // TryRLock makes one attempt to take a read hold on name, as RLock does.
@@ -39,7 +39,7 @@ func (lk *Locker) RLock(ctx context.Context, name string, opts ...Option) (*Lock
 // ErrNotObtained (a [*TakenError] whose Owner is the writer's owner value,
 // or "" for a writer that waits).
 func (lk *Locker) TryRLock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
-	return lk.rlock(ctx, name, opts, false)
+	return handle(lk.rlock(ctx, name, opts, false))
 }
 
 // DoRead is [Locker.Do] for a read hold: it takes one as RLock does, runs
@@ -48,10 +48,10 @@ func (lk *Locker) TryRLock(ctx context.Context, name string, opts ...Option) (*L
 // is fn's, joined with one matching ErrLost if the hold was lost while fn
 // ran.
 func (lk *Locker) DoRead(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
-	return do(ctx, lk.core(), fn, func() (*Lock, error) { return lk.rlock(ctx, name, opts, true) })
+	return do(ctx, lk.core(), fn, func() (*hold, error) { return lk.rlock(ctx, name, opts, true) })
 }
 
-func (lk *Locker) rlock(ctx context.Context, name string, opts []Option, wait bool) (*Lock, error) {
+func (lk *Locker) rlock(ctx context.Context, name string, opts []Option, wait bool) (*hold, error) {
 	c := lk.core()
 	a, err := c.named(name, opts)
 	if err != nil {

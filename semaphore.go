@@ -61,14 +61,14 @@ func (s *Semaphore) Permits() int { return s.permits }
 // strictly increasing across the semaphore's permits, and WithMetadata is
 // ignored. Errors are those of Lock.
 func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (*Lock, error) {
-	return s.acquire(ctx, opts, true)
+	return handle(s.acquire(ctx, opts, true))
 }
 
 // TryAcquire makes one attempt to take a permit. When all are held, the
 // error matches ErrNotObtained (a [*TakenError] naming the holder whose
 // lease ends first).
 func (s *Semaphore) TryAcquire(ctx context.Context, opts ...Option) (*Lock, error) {
-	return s.acquire(ctx, opts, false)
+	return handle(s.acquire(ctx, opts, false))
 }
 
 // Do is [Locker.Do] for one permit: it takes a permit as Acquire does, runs
@@ -81,10 +81,10 @@ func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context) error, 
 	if s != nil {
 		c = s.c
 	}
-	return do(ctx, c, fn, func() (*Lock, error) { return s.acquire(ctx, opts, true) })
+	return do(ctx, c, fn, func() (*hold, error) { return s.acquire(ctx, opts, true) })
 }
 
-func (s *Semaphore) acquire(ctx context.Context, opts []Option, wait bool) (*Lock, error) {
+func (s *Semaphore) acquire(ctx context.Context, opts []Option, wait bool) (*hold, error) {
 	if s == nil || s.c == nil {
 		return nil, errNoCore
 	}

@@ -22,12 +22,12 @@ type slot struct {
 // box an entry.
 type timeHeap struct {
 	entries []heapEntry
-	slot    func(*Lock) *slot
+	slot    func(*hold) *slot
 }
 
 type heapEntry struct {
 	at time.Time
-	l  *Lock
+	l  *hold
 }
 
 func (h *timeHeap) Len() int { return len(h.entries) }
@@ -54,7 +54,7 @@ func (h *timeHeap) Pop() any {
 }
 
 // set queues l at at, or moves it there.
-func (h *timeHeap) set(l *Lock, at time.Time) {
+func (h *timeHeap) set(l *hold, at time.Time) {
 	s := h.slot(l)
 	if s.index < 0 {
 		s.index = len(h.entries)
@@ -65,13 +65,13 @@ func (h *timeHeap) set(l *Lock, at time.Time) {
 }
 
 // removeAt takes entry i out of the heap and returns its lock.
-func (h *timeHeap) removeAt(i int) *Lock {
+func (h *timeHeap) removeAt(i int) *hold {
 	l := h.entries[i].l
 	heap.Remove(h, i)
 	return l
 }
 
-func (h *timeHeap) remove(l *Lock) {
+func (h *timeHeap) remove(l *hold) {
 	if i := h.slot(l).index; i >= 0 {
 		h.removeAt(i)
 	}
@@ -96,14 +96,14 @@ func (h *timeHeap) countBy(horizon time.Time) int {
 }
 
 // head returns the earliest lock and its time; ok is false when empty.
-func (h *timeHeap) head() (l *Lock, at time.Time, ok bool) {
+func (h *timeHeap) head() (l *hold, at time.Time, ok bool) {
 	if len(h.entries) == 0 {
 		return nil, time.Time{}, false
 	}
 	return h.entries[0].l, h.entries[0].at, true
 }
 
-func (h *timeHeap) pop() *Lock { return h.removeAt(0) }
+func (h *timeHeap) pop() *hold { return h.removeAt(0) }
 
 // farFuture stands for "nothing planned": any earlier time wakes a loop
 // waiting on a timeHeap.

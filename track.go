@@ -117,15 +117,15 @@ type tracker struct {
 
 	mu      sync.Mutex
 	watched map[string]watchers
-	suspect map[*Lock]struct{}
-	spent   []*Lock // invalidated's, kept for the next message
+	suspect map[*hold]struct{}
+	spent   []*hold // invalidated's, kept for the next message
 	// arming are the locks that became held while armed, in that order:
 	// each is read (armed) at armAfter of hold (the reader's queue).
-	arming  []*Lock
+	arming  []*hold
 	armHead int // arming[:armHead] are done
 	// unarmed are locks read through the pool while a node's data
 	// connection was down: read again once it is back (probe).
-	unarmed map[*Lock]struct{}
+	unarmed map[*hold]struct{}
 
 	// Counts, for tests: keys heard in invalidations, those no credit
 	// covered (afterConnect: within creditFor of a data connection's
@@ -136,9 +136,9 @@ type tracker struct {
 
 // newTracker prepares the tracking connections of each node whose client can
 // have one, and starts the keeper that opens them; nil if none can.
-func newTracker(nodes []*node.Node, life *lifecycle.Life, logger *slog.Logger, verify func([]*Lock, []Client) ([]bool, []bool)) *tracker {
+func newTracker(nodes []*node.Node, life *lifecycle.Life, logger *slog.Logger, verify func([]*hold, []Client) ([]bool, []bool)) *tracker {
 	t := &tracker{life: life, logger: logger, nodes: len(nodes), watched: map[string]watchers{},
-		suspect: map[*Lock]struct{}{}, unarmed: map[*Lock]struct{}{}, byNode: make([]*trackConn, len(nodes))}
+		suspect: map[*hold]struct{}{}, unarmed: map[*hold]struct{}{}, byNode: make([]*trackConn, len(nodes))}
 	t.keeper = keeper{t: t, held: make(chan struct{}, 1)}
 	t.reader = suspectReader{t: t, verify: verify, kick: make(chan struct{}, 1)}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
@@ -193,7 +193,7 @@ func (t *tracker) giveUp(tc *trackConn) {
 
 // expect gives l a credit on every node before an own write to its keys;
 // settle ends the write. Neither does anything without tracking.
-func (t *tracker) expect(l *Lock) {
+func (t *tracker) expect(l *hold) {
 	if t == nil {
 		return
 	}
@@ -202,7 +202,7 @@ func (t *tracker) expect(l *Lock) {
 
 // expectOn is expect with the credits of credit (creditMask's form): a
 // write on a node's data connection is silent and needs none.
-func (t *tracker) expectOn(l *Lock, credit uint64) {
+func (t *tracker) expectOn(l *hold, credit uint64) {
 	if t == nil || !t.on.Load() || l.trk == nil {
 		return
 	}
@@ -213,7 +213,7 @@ func (t *tracker) expectOn(l *Lock, credit uint64) {
 // settle ends an own write of l that expect announced; changed false says
 // the write changed nothing (a refused acquisition), so its credit goes at
 // once.
-func (t *tracker) settle(l *Lock, changed bool) {
+func (t *tracker) settle(l *hold, changed bool) {
 	if t == nil || !t.on.Load() || l.trk == nil {
 		return
 	}
@@ -228,7 +228,7 @@ func (t *tracker) settle(l *Lock, changed bool) {
 
 // watchKeys are the keys whose change may mean that l is lost: the lock
 // key, a read hold's or permit's set, every name's key of a multi-name lock.
-func watchKeys(l *Lock) []string {
+func watchKeys(l *hold) []string {
 	if l.kind == kindMulti {
 		return l.keys
 	}
@@ -237,7 +237,7 @@ func watchKeys(l *Lock) []string {
 
 // watch and unwatch add and remove a lock: from before its acquisition is
 // sent until it is lost, or its release answered.
-func (t *tracker) watch(l *Lock) {
+func (t *tracker) watch(l *hold) {
 	if t == nil || !t.on.Load() {
 		return
 	}
@@ -254,7 +254,7 @@ func (t *tracker) watch(l *Lock) {
 	}
 }
 
-func (t *tracker) unwatch(l *Lock) {
+func (t *tracker) unwatch(l *hold) {
 	if t == nil {
 		return
 	}
@@ -265,7 +265,7 @@ func (t *tracker) unwatch(l *Lock) {
 
 // retire unwatches a released lock once its release's invalidation has
 // come: at once if it already has (or nothing is in flight).
-func (t *tracker) retire(l *Lock) {
+func (t *tracker) retire(l *hold) {
 	if t == nil || l.trk == nil {
 		return
 	}
@@ -277,7 +277,7 @@ func (t *tracker) retire(l *Lock) {
 	}
 }
 
-func (t *tracker) unwatchLocked(l *Lock) {
+func (t *tracker) unwatchLocked(l *hold) {
 	delete(t.suspect, l)
 	delete(t.unarmed, l)
 	for _, k := range watchKeys(l) {
@@ -296,7 +296,7 @@ func (t *tracker) unwatchLocked(l *Lock) {
 // heldNow records that l became held: the keeper opens the connections
 // for it, or, while they are open, the reader arms it at armAfter of
 // hold.
-func (t *tracker) heldNow(l *Lock) {
+func (t *tracker) heldNow(l *hold) {
 	if t == nil || !t.on.Load() || l.trk == nil {
 		return
 	}
@@ -340,12 +340,12 @@ func (t *tracker) heldSince(cutoff int64) (old, any bool) {
 
 // watchers are the held locks of the core on one key: usually one.
 type watchers struct {
-	one  *Lock
-	more []*Lock
+	one  *hold
+	more []*hold
 }
 
 // with is w and l.
-func (w watchers) with(l *Lock) watchers {
+func (w watchers) with(l *hold) watchers {
 	if w.one == nil {
 		w.one = l
 	} else {
@@ -355,7 +355,7 @@ func (w watchers) with(l *Lock) watchers {
 }
 
 // without is w but l; its one is nil when no lock is left.
-func (w watchers) without(l *Lock) watchers {
+func (w watchers) without(l *hold) watchers {
 	if w.one == l {
 		w.one = nil
 		if n := len(w.more); n > 0 {

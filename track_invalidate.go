@@ -28,7 +28,7 @@ func (t *tracker) invalidated(node int, keys []string) {
 		if !ok {
 			continue
 		}
-		if slices.Contains(spent, w.one) || slices.ContainsFunc(w.more, func(l *Lock) bool { return slices.Contains(spent, l) }) {
+		if slices.Contains(spent, w.one) || slices.ContainsFunc(w.more, func(l *hold) bool { return slices.Contains(spent, l) }) {
 			continue
 		}
 		if l := t.spend(w, node, now); l != nil {
@@ -62,9 +62,9 @@ func (t *tracker) invalidated(node int, keys []string) {
 // spend takes one credit of node from a lock of w and returns that lock,
 // nil if none has one. A retired lock goes once it has none left, or they
 // lapsed (t.mu held).
-func (t *tracker) spend(w watchers, node int, now int64) *Lock {
-	var got *Lock
-	var gone []*Lock
+func (t *tracker) spend(w watchers, node int, now int64) *hold {
+	var got *hold
+	var gone []*hold
 	for i := -1; i < len(w.more); i++ {
 		l := w.one
 		if i >= 0 {

@@ -14,7 +14,7 @@ type suspectReader struct {
 	// connection) and through the pool elsewhere, and loses those that are
 	// not ours; later says a lock is still being acquired, to be read once
 	// it is held.
-	verify func(locks []*Lock, via []Client) (later, failed []bool)
+	verify func(locks []*hold, via []Client) (later, failed []bool)
 	kick   chan struct{} // buffered 1: suspects (or locks to arm) were added
 }
 
@@ -36,7 +36,7 @@ func (r *suspectReader) wake() {
 
 // queue adds l, which became held while armed, to the locks to arm at
 // armAfter of hold.
-func (r *suspectReader) queue(l *Lock) {
+func (r *suspectReader) queue(l *hold) {
 	t := r.t
 	t.mu.Lock()
 	t.arming = append(t.arming, l)
@@ -53,7 +53,7 @@ func (r *suspectReader) queue(l *Lock) {
 func (r *suspectReader) run() {
 	t := r.t
 	defer t.life.WG.Done()
-	var batch []*Lock
+	var batch []*hold
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {

@@ -19,7 +19,7 @@ import (
 type verifier struct {
 	pool     *pool
 	dataDone func(cl Client, err error)
-	abandon  func(l *Lock)
+	abandon  func(l *hold)
 }
 
 // verify reads locks that the tracker heard changed from outside, or arms
@@ -32,9 +32,9 @@ type verifier struct {
 // through the nodes' own clients says so too. A read that fails decides
 // nothing: the renewals go on; failed says which locks were not read (nor
 // armed) on a data connection of via.
-func (v *verifier) verify(locks []*Lock, via []Client) (later, failed []bool) {
+func (v *verifier) verify(locks []*hold, via []Client) (later, failed []bool) {
 	later, failed = make([]bool, len(locks)), make([]bool, len(locks))
-	var read []*Lock
+	var read []*hold
 	var at []int
 	var timeout time.Duration
 	for i, l := range locks {
@@ -57,7 +57,7 @@ func (v *verifier) verify(locks []*Lock, via []Client) (later, failed []bool) {
 		return later, failed
 	}
 	lrs := make([]reply, 0, len(rs))
-	var confirm []*Lock
+	var confirm []*hold
 	for j, l := range read {
 		lrs = lrs[:0]
 		for _, r := range rs {
@@ -96,7 +96,7 @@ func (v *verifier) verify(locks []*Lock, via []Client) (later, failed []bool) {
 // read reads the leases of locks on every node, on via[node] where it is
 // not nil, and gathers the nodes' answers for up to timeout: rows[node] is
 // that node's per-lock replies once it has answered.
-func (v *verifier) read(locks []*Lock, via []Client, timeout time.Duration) (rs []reply, rows [][]reply, err error) {
+func (v *verifier) read(locks []*hold, via []Client, timeout time.Duration) (rs []reply, rows [][]reply, err error) {
 	p := v.pool
 	rows = make([][]reply, len(p.nodes))
 	ch, err := p.fanOut(context.Background(), p.nodes, timeout, timeout, func(ctx context.Context, n *node.Node, cl Client) reply {
@@ -119,7 +119,7 @@ func (v *verifier) read(locks []*Lock, via []Client, timeout time.Duration) (rs 
 
 // lose loses l, which the leases read in rs (tallied in t) say is no longer
 // ours on so many nodes that a quorum is out of reach (verify).
-func (v *verifier) lose(l *Lock, rs []reply, t tally) {
+func (v *verifier) lose(l *hold, rs []reply, t tally) {
 	taken := 0
 	for _, r := range rs {
 		if r.err == nil && r.val == scripts.ReplyOthers {
@@ -135,7 +135,7 @@ func (v *verifier) lose(l *Lock, rs []reply, t tally) {
 // pipeline, again with EVAL those that found no script): per lock, a
 // reply as pool.leases makes them; the error is the first, when no reply
 // came.
-func readLeases(ctx context.Context, cl Client, locks []*Lock) ([]reply, error) {
+func readLeases(ctx context.Context, cl Client, locks []*hold) ([]reply, error) {
 	p := pipelined{locks: locks, read: true}
 	p.send(ctx, cl)
 	var perr error

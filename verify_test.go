@@ -24,10 +24,10 @@ func TestVerifyConfirmsThroughClient(t *testing.T) {
 	require.NoError(t, err)
 	v := &verifier{pool: lk.c.pool, abandon: lk.c.abandon, dataDone: func(Client, error) {}}
 
-	v.verify([]*Lock{l}, []Client{stale})
+	v.verify([]*hold{l.ref()}, []Client{stale})
 	require.NoError(t, l.Err(), "lock lost on the word of a data connection to another server")
 
 	require.NoError(t, srv.Client(t).Del(ctx, l.Key()).Err())
-	v.verify([]*Lock{l}, []Client{stale})
+	v.verify([]*hold{l.ref()}, []Client{stale})
 	require.ErrorIs(t, l.Err(), ErrLost, "a key gone on the master too")
 }

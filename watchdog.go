@@ -42,7 +42,7 @@ func newWatchdog(c *core) *watchdog {
 		done:  make(chan struct{}),
 	}
 	w.ctx, w.cancel = context.WithCancel(context.Background())
-	w.queue.slot = func(l *Lock) *slot { return &l.renewal }
+	w.queue.slot = func(l *hold) *slot { return &l.renewal }
 	go w.run()
 	return w
 }
@@ -51,7 +51,7 @@ func newWatchdog(c *core) *watchdog {
 // interval (TTL/3 by default), but never more than half the lease's
 // validity, so that a renewal, and a retry of it, always fit before Until
 // even after an Extend to a TTL shorter than the configured interval.
-func renewEvery(l *Lock) time.Duration {
+func renewEvery(l *hold) time.Duration {
 	ttl := l.leaseTTL()
 	every := ttl / 3
 	if l.renewInterval > 0 {
@@ -61,12 +61,12 @@ func renewEvery(l *Lock) time.Duration {
 }
 
 // renewAt is when the watchdog should next renew a lease sent at t1.
-func renewAt(l *Lock, t1 time.Time) time.Time { return t1.Add(renewEvery(l)) }
+func renewAt(l *hold, t1 time.Time) time.Time { return t1.Add(renewEvery(l)) }
 
 // schedule (re)queues l for renewal at at, unless it is no longer held. The
 // held check runs under w.mu, and a lock leaves the held state before it
 // calls remove, so a released lock is never left in the queue.
-func (w *watchdog) schedule(l *Lock, at time.Time) {
+func (w *watchdog) schedule(l *hold, at time.Time) {
 	w.mu.Lock()
 	if !l.is(stateHeld) {
 		w.mu.Unlock()
@@ -80,7 +80,7 @@ func (w *watchdog) schedule(l *Lock, at time.Time) {
 	w.mu.Unlock()
 }
 
-func (w *watchdog) remove(l *Lock) {
+func (w *watchdog) remove(l *hold) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.queue.remove(l)
@@ -115,10 +115,10 @@ func (w *watchdog) run() {
 // early costs nothing, and it lets locks taken at scattered moments share a
 // pipeline instead of each costing a round trip of its own. It sets the
 // timer for the next look when nothing is due.
-func (w *watchdog) due(now time.Time) []*Lock {
+func (w *watchdog) due(now time.Time) []*hold {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	var out, busy []*Lock
+	var out, busy []*hold
 	for {
 		head, at, ok := w.queue.head()
 		if !ok || at.After(now.Add(renewEvery(head)/8)) {
@@ -157,7 +157,7 @@ func (w *watchdog) due(now time.Time) []*Lock {
 // every lock is settled or a quorum of nodes has answered the whole batch;
 // locks still waiting for a slow minority are settled by the round's own
 // goroutine, so a hung master never holds back another lock's renewal.
-func (w *watchdog) renew(due []*Lock) {
+func (w *watchdog) renew(due []*hold) {
 	c := w.c
 	ttls := make([]time.Duration, len(due))
 	deadline := time.Time{}
@@ -215,7 +215,7 @@ func (w *watchdog) renew(due []*Lock) {
 // although some nodes moved its lease (lost while the renewal was on the
 // wire, or refused by too many others) is released there: the moved
 // leases must not keep the name.
-func (w *watchdog) apply(l *Lock, ttl time.Duration, t1 time.Time, r batchResult) (renewed bool) {
+func (w *watchdog) apply(l *hold, ttl time.Duration, t1 time.Time, r batchResult) (renewed bool) {
 	c := w.c
 	if r.ok > 0 {
 		defer func() {

@@ -575,9 +575,9 @@ func TestLossClockScales(t *testing.T) {
 		rec.Renewed(acqs[i], l.Until())
 		rec.DoneClosed(acqs[i], doneAt(l))
 		rec.Lost(acqs[i], doneAt(l))
-		l.mu.Lock()
-		late := l.ended.Sub(l.until)
-		l.mu.Unlock()
+		l.h.mu.Lock()
+		late := l.h.ended.Sub(l.h.until)
+		l.h.mu.Unlock()
 		if late > 0 {
 			open++
 		}
@@ -658,8 +658,8 @@ func TestTimeHeapCountBy(t *testing.T) {
 	t.Parallel()
 	base := time.Now()
 	for seed := range 50 {
-		h := timeHeap{slot: func(l *Lock) *slot { return &l.loss }}
-		locks := make([]Lock, 1+seed*37)
+		h := timeHeap{slot: func(l *hold) *slot { return &l.loss }}
+		locks := make([]hold, 1+seed*37)
 		for i := range locks {
 			locks[i].loss.index = -1
 			// Batches of locks share a mark, as locks renewed together do.
