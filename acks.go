@@ -107,7 +107,7 @@ func ackError(wait *redis.Cmd, replicas int, timeout time.Duration) error {
 	case err != nil:
 		return fmt.Errorf("redlock: WAIT %d %v: %w", replicas, timeout, err)
 	case n < int64(replicas):
-		return &ReplicaAcksError{Acked: int(n), Wanted: replicas, Timeout: timeout}
+		return say.replicaAcks(int(n), replicas, timeout)
 	}
 	return nil
 }

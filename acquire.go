@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -117,7 +116,7 @@ func (at *attempt) run(ctx context.Context, ttl any, wait string) (bool, error) 
 	}
 	at.interrupted = interrupted
 	at.t = p.count(rs)
-	observeNodes(cfg.observer, l.name, opAcquire, at.t.errs...)
+	reportNodes(cfg.observer, l.name, opAcquire, at.t.errs...)
 	at.hint = at.refusals(rs)
 	if at.t.ok < p.quorum {
 		at.firm, at.contested = at.holders(rs, at.t.ok)
@@ -176,7 +175,7 @@ func (at *attempt) refusals(rs []reply) time.Duration {
 	for _, r := range rs {
 		if r.err == nil && !r.ok {
 			// Quiet: the TakenError below names the holder.
-			at.t.errs = append(at.t.errs, quietError{at.p.nodeErr(r.node, node.ErrTaken)})
+			at.t.errs = append(at.t.errs, say.quiet(at.p.nodeErr(r.node, node.ErrTaken)))
 			if d := time.Duration(r.val) * time.Millisecond; r.val >= 0 && (hint < 0 || d < hint) {
 				hint = d
 			}
@@ -197,11 +196,11 @@ func (at *attempt) fail(ctx context.Context) (permanent bool, err error) {
 	grantedOn, unknownOn := at.l.fail(at.p.nodes)
 	at.p.releaseOn(ctx, at.l, grantedOn, at.timeout, never)
 	at.p.releaseInBackground(ctx, unknownOn, at.l)
-	errs := append([]error{notObtained(at.l.name)}, at.t.errs...)
+	errs := append([]error{say.notObtained(at.l.name)}, at.t.errs...)
 	if at.interrupted {
 		errs = append(errs, ctx.Err())
 	}
-	return at.t.permanent > len(at.p.nodes)-at.p.quorum, join(errs...)
+	return at.t.permanent > len(at.p.nodes)-at.p.quorum, say.join(errs...)
 }
 
 // settleToken picks the fencing token of a granted attempt: the largest
@@ -251,7 +250,7 @@ func (at *attempt) settleToken(ctx context.Context, rs []reply, fence any) (int6
 		return 0, err
 	}
 	if t := p.count(got); t.ok < need {
-		return 0, join(append([]error{fmt.Errorf("redlock: fencing token %d reached %d of %d nodes, need a majority", token, atToken+t.ok, len(p.nodes))}, t.errs...)...)
+		return 0, say.join(append([]error{fmt.Errorf("redlock: fencing token %d reached %d of %d nodes, need a majority", token, atToken+t.ok, len(p.nodes))}, t.errs...)...)
 	}
 	return token, nil
 }
@@ -379,7 +378,7 @@ func (a *acquisition) waitID(l *hold) string {
 // acquireTrace follows one acquire call for the observer; nil (and every
 // method a no-op) when there is none, so an unobserved call pays nothing.
 type acquireTrace struct {
-	obs       Observer
+	obs       reporter
 	ctx       context.Context
 	name      string
 	wait      bool
@@ -406,8 +405,7 @@ func (tr *acquireTrace) attempted(err error) {
 		if tr.refused.IsZero() {
 			tr.refused = time.Now()
 		}
-		var te *TakenError
-		tr.contended = tr.contended || errors.As(err, &te)
+		tr.contended = tr.contended || isTaken(err)
 	}
 }
 
@@ -417,25 +415,24 @@ func (tr *acquireTrace) done(l *hold, err error) {
 		return
 	}
 	end := time.Now()
-	ev := AcquireEvent{
+	ev := acquireNote{
 		Ctx: tr.ctx, Name: tr.name, Wait: tr.wait, Start: tr.start, Duration: end.Sub(tr.start),
-		Attempts: tr.attempts, Contended: tr.contended, Lock: l.lock(), Err: err,
+		Attempts: tr.attempts, Contended: tr.contended, Hold: l, Err: err,
 	}
 	if tr.wait && !tr.refused.IsZero() {
 		ev.WaitTime = end.Sub(tr.refused)
 	}
-	var te *TakenError
 	switch {
 	case err == nil:
-		ev.Outcome = Acquired
+		ev.Outcome = outcomeAcquired
 	case tr.ctx.Err() != nil:
 		// The caller's ctx ended. A node call's own deadline (a NodeError
 		// wrapping DeadlineExceeded) is a failure, not a cancellation.
-		ev.Outcome = Canceled
-	case errors.As(err, &te):
-		ev.Outcome, ev.Contended = Contended, true
+		ev.Outcome = outcomeCanceled
+	case isTaken(err):
+		ev.Outcome, ev.Contended = outcomeContended, true
 	default:
-		ev.Outcome = Failed
+		ev.Outcome = outcomeFailed
 	}
-	tr.obs.OnAcquire(ev)
+	tr.obs.acquired(ev)
 }

@@ -52,11 +52,11 @@ type hooks struct {
 // dialled by its first call.
 const warmUpLimit = time.Second
 
-func newCore(clients []Client, opts []Option) (*core, error) {
+func newCore[O ~func(*config)](clients []Client, opts []O) (*core, error) {
 	if len(clients) == 0 {
 		return nil, errors.New("redlock: no clients")
 	}
-	cfg, err := defaultConfig().with(opts)
+	cfg, err := withOptions(defaultConfig(), opts)
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +121,7 @@ func (c *core) activate(l *hold, token int64, until time.Time) error {
 		c.mu.Unlock()
 		l.finish(stateFailed, "")
 		c.pool.releaseOn(context.Background(), l, c.pool.nodes, l.timeout, never)
-		return ErrClosed
+		return say.errClosed
 	}
 	// Registered and held in one step under c.mu, so Close either sees the
 	// lock held (and releases it) or refuses it above; never in between.
@@ -261,7 +261,7 @@ var errNoCore = errors.New("redlock: Locker or Redlock not made by NewLocker or 
 // found out (see verdict).
 func (c *core) attempt(ctx context.Context, a *acquisition) (*hold, verdict, error) {
 	if c.life.IsClosing() {
-		return nil, verdict{hint: -1, permanent: true}, join(notObtained(a.name), ErrClosed)
+		return nil, verdict{hint: -1, permanent: true}, say.join(say.notObtained(a.name), say.errClosed)
 	}
 	l := a.newLock(c, len(c.pool.nodes))
 	at := attempt{p: c.pool, l: l, cfg: a.cfg, timeout: a.cfg.timeout(a.cfg.ttl)}
@@ -272,7 +272,7 @@ func (c *core) attempt(ctx context.Context, a *acquisition) (*hold, verdict, err
 	c.track.settle(l, granted)
 	if err != nil {
 		c.track.unwatch(l)
-		return nil, verdict{hint: -1, permanent: true}, join(notObtained(a.name), err)
+		return nil, verdict{hint: -1, permanent: true}, say.join(say.notObtained(a.name), err)
 	}
 	if granted {
 		if c.hooks.beforeFinalCheck != nil {
@@ -288,7 +288,7 @@ func (c *core) attempt(ctx context.Context, a *acquisition) (*hold, verdict, err
 			at.interrupted = true
 		case time.Now().Before(at.until):
 			if err := c.activate(l, at.token, at.until); err != nil {
-				return nil, verdict{hint: -1, permanent: true}, join(notObtained(a.name), err)
+				return nil, verdict{hint: -1, permanent: true}, say.join(say.notObtained(a.name), err)
 			}
 			return l, verdict{hint: -1, answered: true}, nil
 		default:
@@ -330,7 +330,7 @@ func (c *core) unlock(ctx context.Context, l *hold) error {
 			}
 		}
 	} else if !wasLost {
-		return errAlreadyReleased
+		return say.errAlreadyReleased
 	}
 	// Every node that may hold something of ours, the spec's rule: now
 	// where the acquire answered, and where it has not yet, by its own call
@@ -350,7 +350,7 @@ func (c *core) unlock(ctx context.Context, l *hold) error {
 	if !changed {
 		// A lost lock may still have our key on some node; the release above
 		// cleared it, but the lock was not held.
-		return notHeld("unlock", l.name, l.Err())
+		return say.notHeld("unlock", l.name, l.Err())
 	}
 	return c.pool.released(l, rs)
 }
@@ -360,7 +360,7 @@ func (c *core) extend(ctx context.Context, l *hold, ttl time.Duration) error {
 	l.io.Lock()
 	defer l.io.Unlock()
 	if err := l.Err(); err != nil {
-		return notHeld("extend", l.name, err)
+		return say.notHeld("extend", l.name, err)
 	}
 	t1 := time.Now()
 	until := validUntil(t1, ttl, l.driftFactor)
@@ -376,7 +376,7 @@ func (c *core) extend(ctx context.Context, l *hold, ttl time.Duration) error {
 			if l.is(stateLost) {
 				c.abandon(l) // lost meanwhile: the moved lease must not keep the name
 			}
-			return notHeld("extend", l.name, l.Err())
+			return say.notHeld("extend", l.name, l.Err())
 		}
 		if l.autoRenew {
 			c.wd.schedule(l, renewAt(l, t1))
@@ -388,7 +388,7 @@ func (c *core) extend(ctx context.Context, l *hold, ttl time.Duration) error {
 		if t.ok > 0 {
 			c.abandon(l) // the masters that moved it must not keep the name
 		}
-		return notHeld("extend", l.name, l.Err())
+		return say.notHeld("extend", l.name, l.Err())
 	default:
 		return c.pool.shortOf("extend", l.name, t, " within validity; the lock stays held until its current Until", ctxErrIf(ctx, interrupted))
 	}

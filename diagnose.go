@@ -29,8 +29,8 @@ const diagnoseLimit = 2 * time.Second
 func (p *pool) diagnose(errs []error) []error {
 	var silent []*node.Node
 	for _, e := range errs {
-		if ne, ok := e.(*NodeError); ok && errors.Is(ne.Err, node.ErrTimeout) && p.nodes[ne.Node].LastErr.Load() == nil {
-			silent = append(silent, p.nodes[ne.Node])
+		if i, cause, ok := say.nodeOf(e); ok && errors.Is(cause, node.ErrTimeout) && p.nodes[i].LastErr.Load() == nil {
+			silent = append(silent, p.nodes[i])
 		}
 	}
 	if len(silent) == 0 {
@@ -46,8 +46,8 @@ func (p *pool) diagnose(errs []error) []error {
 	out := make([]error, len(errs))
 	for i, e := range errs {
 		out[i] = e
-		if ne, ok := e.(*NodeError); ok && errors.Is(ne.Err, node.ErrTimeout) {
-			out[i] = p.nodeErr(ne.Node, p.nodes[ne.Node].TimedOut())
+		if n, cause, ok := say.nodeOf(e); ok && errors.Is(cause, node.ErrTimeout) {
+			out[i] = p.nodeErr(n, p.nodes[n].TimedOut())
 		}
 	}
 	return out
@@ -76,5 +76,5 @@ func ping(ctx context.Context, c *core) error {
 	if t.ok >= p.quorum && !interrupted {
 		return nil
 	}
-	return join(append(append([]error{fmt.Errorf("redlock: ping: %d of %d nodes answer as writable masters, need %d", t.ok, len(p.nodes), p.quorum)}, t.errs...), ctxErrIf(ctx, interrupted))...)
+	return say.join(append(append([]error{fmt.Errorf("redlock: ping: %d of %d nodes answer as writable masters, need %d", t.ok, len(p.nodes), p.quorum)}, t.errs...), ctxErrIf(ctx, interrupted))...)
 }

@@ -86,7 +86,7 @@ func newElection(c *core, name string, opts []Option) *Election {
 		e.err = errors.New("redlock: empty election name")
 		return e
 	}
-	a, err := c.named(name, opts)
+	a, err := named(c, name, opts)
 	if err != nil {
 		e.err = err
 		return e
@@ -128,14 +128,14 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Lock, error) {
 		return nil, err
 	}
 	opts := append(slices.Clip(e.opts), WithFencing(true), WithAutoRenew(true), WithMetadata(value), announced())
-	l, err := e.c.lock(ctx, e.name, opts)
+	l, err := lockName(ctx, e.c, e.name, opts)
 	if err != nil {
 		return nil, err
 	}
 	// Whatever the announcement's fate, the lock is ours: a lost reply must
 	// not turn a won election into an error and a name held for a lease.
 	_ = e.announce(ctx, l, value, value != "")
-	return l.lock(), nil
+	return lockOf(l), nil
 }
 
 // Proclaim changes the value that the leader lead announces, keeping its

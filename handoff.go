@@ -55,13 +55,13 @@ func (h handOff) run(ctx context.Context) (done bool, err error) {
 		nl.finish(stateFailed, "")
 		c.pool.releaseInBackground(ctx, c.pool.nodes, l, nl)
 		c.waits.unreserve(l.channel, w, true)
-		return true, join(fmt.Errorf("redlock: unlock %q: hand-off outcome unknown; the lock frees itself when its lease ends", l.name), c.pool.nodeErr(r.node, r.err))
+		return true, say.join(fmt.Errorf("redlock: unlock %q: hand-off outcome unknown; the lock frees itself when its lease ends", l.name), c.pool.nodeErr(r.node, r.err))
 	case r.code == scripts.ReplyAlready:
 		c.waits.unreserve(l.channel, w, true)
 		return true, nil
 	case r.code == scripts.ReplyNotOurs:
 		c.waits.unreserve(l.channel, w, true) // the key is gone: the name may be free
-		return true, notHeld("unlock", l.name, errors.New("the key is gone or another owner's"))
+		return true, say.notHeld("unlock", l.name, errors.New("the key is gone or another owner's"))
 	case !r.ok:
 		// No token, or scripts.ReplyOOM (a full server refused its first
 		// write): the ordinary release runs and reports it.

@@ -84,7 +84,7 @@ func (ids *idents) duplicates() error {
 		}
 	}
 	if len(errs) > 0 {
-		return join(append([]error{errors.New("redlock: Redlock needs independent masters")}, errs...)...)
+		return say.join(append([]error{errors.New("redlock: Redlock needs independent masters")}, errs...)...)
 	}
 	return nil
 }

@@ -46,16 +46,6 @@ type Holder struct {
 	Readers int
 }
 
-// nodeHolder is inspect.lua's answer from one node.
-type nodeHolder struct {
-	owner    string // "" when the name is free on the node
-	pttl     int64  // ms; -1: no expiry; -2: no key
-	token    int64
-	metadata string
-	readers  int   // live read holds
-	rpttl    int64 // ms until the last of them ends
-}
-
 // Inspect reports who holds the lock name, its remaining lease on the
 // server, the last fencing token issued for it, the holder's metadata and the
 // number of read holds, in one round trip of a read-only script. It uses the Locker's key prefix

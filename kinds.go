@@ -392,12 +392,13 @@ func foldPTTL(acc, v int64, first bool) int64 {
 // allocation: enough for the usual Redlock of 3, 5 or 7 masters.
 const inlineNodes = 8
 
-// lockAlloc is a Lock together with the backing arrays of its keys and
-// outcome slices, so that the slices cost no allocation of their own: a
-// Lock is made per acquire attempt, on the hot path. The Lock is used by
-// its address inside; the arrays live as long as it does.
+// lockAlloc is a Lock's state together with the backing arrays of its keys
+// and outcome slices, so that the slices cost no allocation of their own: a
+// Lock is made per acquire attempt, on the hot path. It lives inside its
+// Lock (say.newAlloc: one allocation for both); the arrays live as long as
+// the state does.
 type lockAlloc struct {
-	Lock
+	hold
 	keys    [9]string
 	outcome [inlineNodes]outcome
 }
@@ -407,7 +408,9 @@ type lockAlloc struct {
 // nodes how many nodes it is acquired on. Nothing here does I/O.
 func (a *acquisition) newLock(eng engine, nodes int) *hold {
 	cfg := a.cfg
-	la := &lockAlloc{Lock: Lock{h: hold{
+	la, user := say.newAlloc()
+	la.hold = hold{
+		user:          user,
 		eng:           eng,
 		name:          a.name,
 		channel:       a.channel,
@@ -427,9 +430,8 @@ func (a *acquisition) newLock(eng engine, nodes int) *hold {
 		lease:         lease{ttl: cfg.ttl, driftFactor: cfg.driftFactor},
 		renewal:       slot{index: -1},
 		loss:          slot{index: -1},
-	}}}
-	l := &la.h
-	l.user = &la.Lock
+	}
+	l := &la.hold
 	if nodes <= len(la.outcome) {
 		l.outcome = la.outcome[:nodes]
 	} else {
@@ -447,24 +449,25 @@ func (a *acquisition) newLock(eng engine, nodes int) *hold {
 // l because another owner held the key; hint is the shortest lease among
 // them. For a multi-name lock it names the name that was held.
 func appendTaken(errs []error, l *hold, rs []reply, hint time.Duration) []error {
-	var te *TakenError
+	var name, owner string
+	var nodes []int
 	for _, r := range rs {
 		if r.err != nil || r.ok {
 			continue
 		}
-		if te == nil {
-			name := l.name
+		if nodes == nil {
+			name = l.name
 			if l.multi != nil && r.code >= 0 && int(r.code) < len(l.multi.names) {
 				name = l.multi.names[r.code]
 			}
-			te = &TakenError{Name: name, Owner: r.holder, TTL: hint}
+			owner = r.holder
 		}
-		te.Nodes = append(te.Nodes, r.node)
+		nodes = append(nodes, r.node)
 	}
-	if te == nil {
+	if nodes == nil {
 		return errs
 	}
-	return append(errs, te)
+	return append(errs, say.taken(name, owner, hint, nodes))
 }
 
 // acquireReply reads acquire.lua's reply: status and value, plus the

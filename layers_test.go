@@ -31,7 +31,7 @@ var layers = []struct {
 	{"waiting", []string{"queue*.go", "withdraw.go"}},
 	{"round", []string{"quorum.go", "release.go", "lease.go", "kinds.go", "fencearg.go", "acks.go", "diagnose.go"}},
 	{"node", []string{"identity.go"}},
-	{"values", []string{"lock.go", "outcome.go", "state.go", "validity.go", "keys.go", "names.go",
+	{"values", []string{"lock.go", "hold.go", "outcome.go", "state.go", "validity.go", "keys.go", "names.go",
 		"options.go", "retry.go", "observe.go", "errors.go", "errjoin.go", "loss.go"}},
 }
 

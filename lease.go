@@ -63,7 +63,7 @@ func (p *pool) remaining(ctx context.Context, l *hold) (time.Duration, error) {
 		return ttls[p.quorum-1], nil
 	}
 	if p.impossible(t.no) {
-		return 0, notHeld("TTL of", l.name, p.notOurs(t))
+		return 0, say.notHeld("TTL of", l.name, p.notOurs(t))
 	}
 	return 0, p.shortOf("TTL of", l.name, t, "", ctxErrIf(ctx, interrupted))
 }

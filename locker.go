@@ -68,14 +68,14 @@ func NewLocker(client Client, opts ...Option) (*Locker, error) {
 // name or invalid option, ErrClosed after Close, and an error matching
 // ErrNotObtained when Redis refuses in a way retrying cannot fix.
 func (lk *Locker) Lock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
-	return handle(lk.core().lock(ctx, name, opts))
+	return handle(lockName(ctx, lk.core(), name, opts))
 }
 
 // TryLock makes one attempt to acquire the lock name. When another owner
 // holds it, or Redis did not answer within the node timeout, the error
 // matches ErrNotObtained.
 func (lk *Locker) TryLock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
-	return handle(lk.core().tryLock(ctx, name, opts))
+	return handle(tryLockName(ctx, lk.core(), name, opts))
 }
 
 // Do acquires the lock name as Lock does, runs fn while holding it (renewed
@@ -92,7 +92,7 @@ func (lk *Locker) TryLock(ctx context.Context, name string, opts ...Option) (*Lo
 // when the release found the key no longer ours), even when fn returned nil.
 func (lk *Locker) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
 	c := lk.core()
-	return do(ctx, c, fn, func() (*hold, error) { return c.lock(ctx, name, opts) })
+	return do(ctx, c, fn, func() (*hold, error) { return lockName(ctx, c, name, opts) })
 }
 
 // Close marks every held lock released (their Done channels close, the
@@ -141,7 +141,7 @@ func do(ctx context.Context, c *core, fn func(context.Context) error, take func(
 	if err != nil {
 		return err
 	}
-	fctx, cancel := context.WithCancelCause(context.WithValue(ctx, lockKeyCtx{}, l.lock()))
+	fctx, cancel := context.WithCancelCause(context.WithValue(ctx, lockKeyCtx{}, lockOf(l)))
 	defer cancel(nil)
 	// fn's ctx ends the moment the lock stops being held for any reason
 	// other than Do's own Unlock below: lost, Close, an Unlock through

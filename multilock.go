@@ -42,17 +42,6 @@ func (lk *Locker) TryLockAll(ctx context.Context, names []string, opts ...Option
 	return handle(lk.lockAll(ctx, names, opts, false))
 }
 
-// Names is [Lock.Names].
-func (l *hold) Names() []string {
-	switch {
-	case l == nil:
-		return nil
-	case l.multi != nil:
-		return slices.Clone(l.multi.names)
-	}
-	return []string{l.name}
-}
-
 func (lk *Locker) lockAll(ctx context.Context, names []string, opts []Option, wait bool) (*hold, error) {
 	c := lk.core()
 	if c == nil {
@@ -64,7 +53,7 @@ func (lk *Locker) lockAll(ctx context.Context, names []string, opts []Option, wa
 	if slices.Contains(names, "") {
 		return nil, errors.New("redlock: LockAll: empty lock name")
 	}
-	cfg, err := c.cfg.call(opts)
+	cfg, err := callOptions(&c.cfg, opts)
 	if err != nil {
 		return nil, err
 	}

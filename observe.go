@@ -49,7 +49,7 @@ func (NopObserver) OnNodeError(NodeErrorEvent) {}
 // WithObserver sets the Observer of acquisitions, renewals, releases, losses
 // and node failures. Default none; nil removes it. Set on the constructor
 // it sees every call; set per call it sees that call's lock.
-func WithObserver(o Observer) Option { return func(c *config) { c.observer = o } }
+func WithObserver(o Observer) Option { return func(c *config) { c.observer = observing(o) } }
 
 // AcquireOutcome classifies how an acquire call ended.
 type AcquireOutcome uint8
@@ -155,34 +155,35 @@ type NodeErrorEvent struct {
 	Err *NodeError
 }
 
-// Operations named in NodeErrorEvent.Op.
-const (
-	opAcquire = "acquire"
-	opRenew   = "renew"
-	opExtend  = "extend"
-	opRelease = "release"
-)
-
-// noteEnd tells the observer and the log that l stopped being held for to,
-// with cause.
-func noteEnd(l *hold, to lockState, cause error) {
-	if l.obs != nil && to != stateFailed {
-		if le, lost := cause.(*LostError); lost {
-			l.obs.OnLoss(LossEvent{Lock: l.lock(), Name: l.name, Held: heldFor(l), Err: le})
-		}
+// observing is o as the engine calls it (reporter), nil for none.
+func observing(o Observer) reporter {
+	if o == nil {
+		return nil
 	}
-	if to == stateLost {
-		l.logger.Warn("redlock: lock lost", "name", l.name, "token", l.token, "reason", l.why)
-	}
+	return observed{o}
 }
 
-// observeRenew reports one renewal or Extend of l, whose outcome is err
-// and whose failing nodes are in nodeErrs.
-func observeRenew(l *hold, manual bool, ttl time.Duration, start time.Time, err, nodeErrs error) {
-	op := opRenew
-	if manual {
-		op = opExtend
-	}
-	observeNodes(l.obs, l.name, op, nodeErrs)
-	l.obs.OnRenew(RenewEvent{Lock: l.lock(), Name: l.name, Manual: manual, TTL: ttl, Start: start, Duration: time.Since(start), Err: err})
+// observed turns the engine's reports into o's events.
+type observed struct{ o Observer }
+
+func (a observed) acquired(e acquireNote) {
+	a.o.OnAcquire(AcquireEvent{Ctx: e.Ctx, Name: e.Name, Wait: e.Wait, Start: e.Start, Duration: e.Duration,
+		WaitTime: e.WaitTime, Attempts: e.Attempts, Contended: e.Contended, Outcome: AcquireOutcome(e.Outcome),
+		Lock: lockOf(e.Hold), Err: e.Err})
 }
+
+func (a observed) renewed(e renewNote) {
+	a.o.OnRenew(RenewEvent{Lock: lockOf(e.Hold), Name: e.Name, Manual: e.Manual, TTL: e.TTL, Start: e.Start,
+		Duration: e.Duration, Err: e.Err})
+}
+
+func (a observed) released(e releaseNote) {
+	a.o.OnRelease(ReleaseEvent{Lock: lockOf(e.Hold), Name: e.Name, Held: e.Held, Duration: e.Duration, Err: e.Err})
+}
+
+func (a observed) lost(e lossNote) {
+	le, _ := e.Err.(*LostError)
+	a.o.OnLoss(LossEvent{Lock: lockOf(e.Hold), Name: e.Name, Held: e.Held, Err: le})
+}
+
+func (a observed) nodeErrors(name, op string, err error) { observeNodes(a.o, name, op, err) }

@@ -238,7 +238,7 @@ func TestObserverUnsetAllocatesNothing(t *testing.T) {
 		tr := newAcquireTrace(ctx, &cfg, "x", true)
 		tr.attempted(err)
 		tr.done(l, nil)
-		observeNodes(cfg.observer, "x", opAcquire, err)
+		reportNodes(cfg.observer, "x", opAcquire, err)
 	})
 	assert.Zero(t, allocs)
 }

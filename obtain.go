@@ -53,7 +53,7 @@ func (o *obtaining) run(ctx context.Context) (l *hold, err error) {
 		woke, handed, err := o.await(ctx, d)
 		switch {
 		case err != nil:
-			return nil, join(o.last(), err)
+			return nil, say.join(o.last(), err)
 		case handed != nil:
 			o.acquired = true
 			return handed, nil
@@ -64,7 +64,7 @@ func (o *obtaining) run(ctx context.Context) (l *hold, err error) {
 		}
 		if woke == wokeMessage && o.contested {
 			if err := o.jitter(ctx); err != nil {
-				return nil, join(o.last(), err)
+				return nil, say.join(o.last(), err)
 			}
 		}
 	}
@@ -85,7 +85,7 @@ func (o *obtaining) jitter(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-o.c.life.Closing:
-		return ErrClosed
+		return say.errClosed
 	}
 }
 
@@ -95,9 +95,8 @@ func (a *acquisition) refusedBy(err error) {
 	if a.kind != kindMulti || err == nil {
 		return // (te below would cost every attempt an allocation)
 	}
-	var te *TakenError
-	if errors.As(err, &te) && te.Name != "" {
-		a.queue = queueKey(releaseChannel(lockKey(a.cfg.prefix, te.Name)), queueMulti)
+	if name, _, ok := say.takenBy(err); ok && name != "" {
+		a.queue = queueKey(releaseChannel(lockKey(a.cfg.prefix, name)), queueMulti)
 	}
 }
 
@@ -145,7 +144,7 @@ type obtaining struct {
 // needs it).
 func (o *obtaining) last() error {
 	if o.lastErr == nil {
-		return notObtained(o.a.name)
+		return say.notObtained(o.a.name)
 	}
 	return o.lastErr
 }
@@ -186,7 +185,7 @@ func (o *obtaining) attemptOnce(ctx context.Context, attempt int) (l *hold, err 
 			err = o.last()
 		}
 		if !errors.Is(err, cerr) {
-			err = join(err, cerr)
+			err = say.join(err, cerr)
 		}
 		return nil, err, true
 	}
@@ -196,9 +195,8 @@ func (o *obtaining) attemptOnce(ctx context.Context, attempt int) (l *hold, err 
 		return nil, err, true
 	}
 	if a.writer {
-		var te *TakenError
-		if errors.As(err, &te) {
-			c.waits.reservedFor(a.channel, te.Owner)
+		if _, owner, ok := say.takenBy(err); ok {
+			c.waits.reservedFor(a.channel, owner)
 		}
 	}
 	if redis.IsReadOnlyError(err) {
@@ -229,13 +227,13 @@ func (o *obtaining) unanswered(answered bool, began time.Time, err error) error 
 	}
 	silent := now.Sub(o.silentSince)
 	if lim := o.a.cfg.unanswered; lim > 0 && silent >= lim {
-		causes := []error{notObtained(o.a.name), fmt.Errorf("%w for %v", ErrUnreachable, silent.Round(time.Millisecond))}
-		if j, ok := err.(*joinedError); ok {
-			causes = append(causes, j.errs[1:]...) // after its head, which says "not obtained" again
+		causes := []error{say.notObtained(o.a.name), fmt.Errorf("%w for %v", say.errUnreachable, silent.Round(time.Millisecond))}
+		if parts, ok := say.parts(err); ok {
+			causes = append(causes, parts[1:]...) // after its head, which says "not obtained" again
 		} else {
 			causes = append(causes, err)
 		}
-		return join(o.c.pool.diagnose(causes)...)
+		return say.join(o.c.pool.diagnose(causes)...)
 	}
 	if o.warned.IsZero() || now.Sub(o.warned) >= unansweredWarnGap {
 		o.warned = now
@@ -380,7 +378,7 @@ func (o *obtaining) await(ctx context.Context, delay time.Duration) (wokeBy, *ho
 		case <-ctx.Done():
 			return wokeNone, nil, ctx.Err()
 		case <-c.life.Closing:
-			return wokeNone, nil, ErrClosed
+			return wokeNone, nil, say.errClosed
 		}
 	}
 }
@@ -395,14 +393,14 @@ const (
 
 // named checks a call on the exclusive lock name and returns its
 // acquisition: its config, lock key and release channel.
-func (c *core) named(name string, opts []Option) (acquisition, error) {
+func named[O ~func(*config)](c *core, name string, opts []O) (acquisition, error) {
 	if c == nil {
 		return acquisition{}, errNoCore
 	}
 	if name == "" {
 		return acquisition{}, errors.New("redlock: empty lock name")
 	}
-	cfg, err := c.cfg.call(opts)
+	cfg, err := callOptions(&c.cfg, opts)
 	if err != nil {
 		return acquisition{}, err
 	}
@@ -412,8 +410,8 @@ func (c *core) named(name string, opts []Option) (acquisition, error) {
 
 // lock is Lock: a waiting writer, which keeps new read holds out (writer
 // preference; a Redlock offers no read holds, so its masters need no entry).
-func (c *core) lock(ctx context.Context, name string, opts []Option) (*hold, error) {
-	a, err := c.named(name, opts)
+func lockName[O ~func(*config)](ctx context.Context, c *core, name string, opts []O) (*hold, error) {
+	a, err := named(c, name, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -422,8 +420,8 @@ func (c *core) lock(ctx context.Context, name string, opts []Option) (*hold, err
 }
 
 // tryLock is TryLock: one attempt.
-func (c *core) tryLock(ctx context.Context, name string, opts []Option) (*hold, error) {
-	a, err := c.named(name, opts)
+func tryLockName[O ~func(*config)](ctx context.Context, c *core, name string, opts []O) (*hold, error) {
+	a, err := named(c, name, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -458,10 +456,10 @@ func (c *core) try(ctx context.Context, a *acquisition) (l *hold, err error) {
 // acquirable refuses an acquire call whose ctx has ended, or after Close.
 func (c *core) acquirable(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
-		return join(ErrNotObtained, err)
+		return say.join(say.errNotObtained, err)
 	}
 	if c.life.IsClosing() {
-		return join(ErrNotObtained, ErrClosed)
+		return say.join(say.errNotObtained, say.errClosed)
 	}
 	return nil
 }

@@ -138,9 +138,9 @@ func TestLockEndsWhenNotContention(t *testing.T) {
 func TestUnansweredLimitDefault(t *testing.T) {
 	t.Parallel()
 	assert.Equal(t, 10*time.Second, defaultConfig().unanswered)
-	cfg, err := defaultConfig().with([]Option{WithUnansweredLimit(0)})
+	cfg, err := withOptions(defaultConfig(), []Option{WithUnansweredLimit(0)})
 	require.NoError(t, err)
 	assert.Zero(t, cfg.unanswered)
-	_, err = defaultConfig().with([]Option{WithUnansweredLimit(-time.Second)})
+	_, err = withOptions(defaultConfig(), []Option{WithUnansweredLimit(-time.Second)})
 	assert.ErrorContains(t, err, "unanswered limit")
 }

@@ -264,7 +264,7 @@ func (p *pool) fanOut(ctx context.Context, nodes []*node.Node, timeout, callLimi
 func (p *pool) spawn(ctx context.Context, nodes []*node.Node, timeout, callLimit time.Duration, call func(context.Context, *node.Node, Client) reply) (<-chan reply, error) {
 	ch := make(chan reply, len(nodes))
 	if !p.life.GoCount(len(nodes)) {
-		return nil, ErrClosed
+		return nil, say.errClosed
 	}
 	limit := max(timeout, callLimit)
 	var bound time.Duration // see node.CallClient
@@ -377,7 +377,7 @@ func (p *pool) shortOf(op, name string, t tally, after string, ctxErr error) err
 	if ctxErr != nil {
 		errs = append(errs, ctxErr)
 	}
-	return join(errs...)
+	return say.join(errs...)
 }
 
 // notOurs says on how many nodes a round found the key gone or another
@@ -417,5 +417,15 @@ func (p *pool) settled(rs []reply) bool {
 func (p *pool) impossible(no int) bool { return no > len(p.nodes)-p.quorum }
 
 func (p *pool) nodeErr(i int, err error) error {
-	return &NodeError{Node: i, Addr: p.nodes[i].Addr, Err: err}
+	return say.nodeError(i, p.nodes[i].Addr, err)
+}
+
+// nodeHolder is inspect.lua's answer from one node.
+type nodeHolder struct {
+	owner    string // "" when the name is free on the node
+	pttl     int64  // ms; -1: no expiry; -2: no key
+	token    int64
+	metadata string
+	readers  int   // live read holds
+	rpttl    int64 // ms until the last of them ends
 }

@@ -88,7 +88,7 @@ func (r *recorder) fenced(f *Fence, l *Lock) error {
 
 // doneAt is when l's Done closed (zero while it is open).
 func doneAt(l *Lock) time.Time {
-	l.h.mu.Lock()
-	defer l.h.mu.Unlock()
-	return l.h.ended
+	l.ref().mu.Lock()
+	defer l.ref().mu.Unlock()
+	return l.ref().ended
 }

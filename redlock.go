@@ -90,20 +90,20 @@ func NewRedlock(clients []Client, opts ...Option) (*Redlock, error) {
 // [Locker.Lock]; a failed attempt's error joins one [NodeError] per master
 // that did not grant.
 func (r *Redlock) Lock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
-	return handle(r.core().lock(ctx, name, opts))
+	return handle(lockName(ctx, r.core(), name, opts))
 }
 
 // TryLock makes one attempt to acquire the lock name on a quorum of masters.
 // The error matches ErrNotObtained and joins one [NodeError] per master that
 // did not grant.
 func (r *Redlock) TryLock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
-	return handle(r.core().tryLock(ctx, name, opts))
+	return handle(tryLockName(ctx, r.core(), name, opts))
 }
 
 // Do runs fn while holding the lock name, as [Locker.Do] does.
 func (r *Redlock) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
 	c := r.core()
-	return do(ctx, c, fn, func() (*hold, error) { return c.lock(ctx, name, opts) })
+	return do(ctx, c, fn, func() (*hold, error) { return lockName(ctx, c, name, opts) })
 }
 
 // Close stops background work and releases held locks, as [Locker.Close]

@@ -17,7 +17,7 @@ func (p *pool) released(l *hold, rs []reply) error {
 	case t.ok >= p.quorum:
 		return nil
 	case p.impossible(t.no):
-		return notHeld("unlock", l.name, p.notOurs(t))
+		return say.notHeld("unlock", l.name, p.notOurs(t))
 	}
 	return p.shortOf("unlock", l.name, t, "; the lock frees itself when its lease ends", nil)
 }

@@ -208,7 +208,7 @@ func (b *batchRound) partial(nodes []*node.Node) {
 		res.partial = true
 		for _, n := range nodes {
 			if _, ok := replyOf(b.rs, n.Idx); !ok {
-				res.err = join(res.err, b.p.nodeErr(n.Idx, node.ErrTimeout))
+				res.err = say.join(res.err, b.p.nodeErr(n.Idx, node.ErrTimeout))
 			}
 		}
 		b.settle(i, res)
@@ -255,7 +255,7 @@ func (b *batchRound) tallyBatch(res *batchResult, r reply, i int, withErr bool) 
 		if err == nil {
 			err = node.ErrDuplicate
 		}
-		res.err = join(res.err, b.p.nodeErr(r.node, err))
+		res.err = say.join(res.err, b.p.nodeErr(r.node, err))
 	case r.codes[i] == 1:
 		res.ok++
 	default:
@@ -267,7 +267,7 @@ func (b *batchRound) tallyBatch(res *batchResult, r reply, i int, withErr bool) 
 			res.late++
 		}
 		if withErr {
-			res.err = join(res.err, b.p.nodeErr(r.node, refusalOf(int64(r.codes[i]))))
+			res.err = say.join(res.err, b.p.nodeErr(r.node, refusalOf(int64(r.codes[i]))))
 		}
 	}
 }

@@ -20,7 +20,10 @@ type RetryFunc func(attempt int) time.Duration
 // [max(lo, hi/2), hi]. The jitter spreads contending clients instead of
 // retrying in step (the Redlock spec's "random delay"). hi below lo counts
 // as lo.
-func ExponentialRetry(lo, hi time.Duration) RetryFunc {
+func ExponentialRetry(lo, hi time.Duration) RetryFunc { return exponentialRetry(lo, hi) }
+
+// exponentialRetry is ExponentialRetry, as the engine's default.
+func exponentialRetry(lo, hi time.Duration) func(attempt int) time.Duration {
 	lo = max(lo, 0)
 	hi = max(hi, lo)
 	return func(attempt int) time.Duration {

@@ -53,7 +53,7 @@ func (lk *Locker) DoRead(ctx context.Context, name string, fn func(ctx context.C
 
 func (lk *Locker) rlock(ctx context.Context, name string, opts []Option, wait bool) (*hold, error) {
 	c := lk.core()
-	a, err := c.named(name, opts)
+	a, err := named(c, name, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -315,7 +315,7 @@ func TestRWLockHandle(t *testing.T) {
 	assert.True(t, ok)
 
 	cl := srv.Client(t)
-	v, err := scripts.ZRelease.Run(ctx, cl, l.h.keys[:2], l.h.owner, l.h.channel, 1000, "1").Int64()
+	v, err := scripts.ZRelease.Run(ctx, cl, l.ref().keys[:2], l.ref().owner, l.ref().channel, 1000, "1").Int64()
 	require.NoError(t, err)
 	require.EqualValues(t, scripts.ReplyOK, v)
 	require.NoError(t, l.Unlock(ctx), "the release ran already: a retried call, not a loss")

@@ -89,7 +89,7 @@ func (s *Semaphore) acquire(ctx context.Context, opts []Option, wait bool) (*hol
 		return nil, errNoCore
 	}
 	c := s.c
-	cfg, err := c.cfg.call(opts)
+	cfg, err := callOptions(&c.cfg, opts)
 	if err != nil {
 		return nil, err
 	}

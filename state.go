@@ -14,9 +14,9 @@ type status struct {
 	// With stateLost: why, and what was last heard. The LostError is built
 	// on first use (lossErr), not in the loss clock's loop that closes Done
 	// channels, where every nanosecond per lock counts.
-	lossReason LossReason
+	lossReason lossReason
 	lossCause  error
-	lossErr    *LostError
+	lossErr    error
 	done       chan struct{} // made by Done on first use; closed when the lock ends
 	ended      time.Time     // when Done closed
 }
@@ -41,21 +41,21 @@ func (st *status) errLocked(name string) error {
 	case stateLost:
 		if st.lossReason != 0 {
 			if st.lossErr == nil {
-				st.lossErr = &LostError{Name: name, Reason: st.lossReason, Err: st.lossCause}
+				st.lossErr = say.lostError(name, st.lossReason, st.lossCause)
 			}
 			return st.lossErr
 		}
-		return fmt.Errorf("%w: %s", ErrLost, st.why)
+		return fmt.Errorf("%w: %s", say.errLost, st.why)
 	}
 	if st.why == whyClosed {
-		return &LostError{Name: name, Reason: LossClosed}
+		return say.lostError(name, lossClosed, nil)
 	}
-	return ErrReleased
+	return say.errReleased
 }
 
 // loseLocked is lose's transition (the Lock's mu held); the engine's ended must follow
 // when it returns true.
-func (st *status) loseLocked(reason LossReason, err error) bool {
+func (st *status) loseLocked(reason lossReason, err error) bool {
 	if !st.transition(stateLost, reason.String()) {
 		return false
 	}

@@ -69,7 +69,7 @@ func (v *verifier) verify(locks []*hold, via []Client) (later, failed []bool) {
 				lrs = append(lrs, lr)
 				failed[at[j]] = failed[at[j]] || lr.err != nil && via != nil && via[r.node] != nil
 			} else {
-				lrs = append(lrs, reply{node: r.node, err: join(r.err, node.ErrTimeout)})
+				lrs = append(lrs, reply{node: r.node, err: say.join(r.err, node.ErrTimeout)})
 				failed[at[j]] = failed[at[j]] || via != nil && via[r.node] != nil
 			}
 		}

@@ -237,7 +237,7 @@ func (w *watchdog) apply(l *hold, ttl time.Duration, t1 time.Time, r batchResult
 	case c.pool.impossible(r.no):
 		reason := refusalReason(r.no, r.taken, r.late)
 		if l.obs != nil {
-			observeRenew(l, false, ttl, t1, reason, r.err)
+			observeRenew(l, false, ttl, t1, say.reason(reason), r.err)
 		}
 		l.lose(reason, r.err)
 	default:

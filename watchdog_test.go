@@ -575,9 +575,9 @@ func TestLossClockScales(t *testing.T) {
 		rec.Renewed(acqs[i], l.Until())
 		rec.DoneClosed(acqs[i], doneAt(l))
 		rec.Lost(acqs[i], doneAt(l))
-		l.h.mu.Lock()
-		late := l.h.ended.Sub(l.h.until)
-		l.h.mu.Unlock()
+		l.ref().mu.Lock()
+		late := l.ref().ended.Sub(l.ref().until)
+		l.ref().mu.Unlock()
 		if late > 0 {
 			open++
 		}
