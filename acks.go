@@ -23,7 +23,7 @@ import (
 // key: the client's own for a single-server client (a Sentinel failover
 // client included), the key's shard's for a Cluster or Ring client, whose
 // pipelines would send a keyless WAIT to an arbitrary shard.
-func ackPipeline(ctx context.Context, cl Client, key string) (redis.Pipeliner, error) {
+func ackPipeline(ctx context.Context, cl node.Client, key string) (redis.Pipeliner, error) {
 	switch c := cl.(type) {
 	case *redis.ClusterClient:
 		m, err := c.MasterForKey(ctx, key)
@@ -44,7 +44,7 @@ func ackPipeline(ctx context.Context, cl Client, key string) (redis.Pipeliner, e
 // allClusters reports that every client is a *redis.ClusterClient: the
 // releases then publish with SPUBLISH (sharded pub/sub), which keeps each
 // message on the shard of its channel's slot, and waiters SSUBSCRIBE.
-func allClusters(clients []Client) bool {
+func allClusters(clients []node.Client) bool {
 	for _, cl := range clients {
 		if _, ok := cl.(*redis.ClusterClient); !ok {
 			return false
@@ -55,7 +55,7 @@ func allClusters(clients []Client) bool {
 
 // keyRouted reports a client whose pipelines spread over several servers by
 // key, so that one WAIT per pipeline does not cover every script in it.
-func keyRouted(cl Client) bool {
+func keyRouted(cl node.Client) bool {
 	switch cl.(type) {
 	case *redis.ClusterClient, *redis.Ring:
 		return true
@@ -71,7 +71,7 @@ func ackTimeout(l *hold) time.Duration { return time.Duration(l.ackMillis) * tim
 // script succeeded but WAIT failed or counted fewer than replicas
 // acknowledgements (a *ReplicaAcksError). A NOSCRIPT is answered by EVAL and
 // a WAIT of its own, on the connection that EVAL ran on.
-func scriptAcked(ctx context.Context, cl Client, script *redis.Script, keys []string, replicas int, timeout time.Duration, args ...any) (*redis.Cmd, error) {
+func scriptAcked(ctx context.Context, cl node.Client, script *redis.Script, keys []string, replicas int, timeout time.Duration, args ...any) (*redis.Cmd, error) {
 	run := func(eval func(context.Context, redis.Scripter, []string, ...any) *redis.Cmd) (*redis.Cmd, *redis.Cmd) {
 		pipe, err := ackPipeline(ctx, cl, keys[0])
 		if err != nil {

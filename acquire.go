@@ -90,7 +90,7 @@ func (at *attempt) run(ctx context.Context, ttl any, wait string) (bool, error) 
 	// attempt expires no earlier than T1+TTL on its server.
 	t1 := time.Now()
 	at.until = validUntil(t1, cfg.ttl, cfg.driftFactor)
-	call := func(ctx context.Context, n *node.Node, cl Client) reply {
+	call := func(ctx context.Context, n *node.Node, cl node.Client) reply {
 		if !p.send(n) {
 			// A master that did not answer its last call gets no more
 			// than a probe now and then (node.admit): the others' answers
@@ -240,7 +240,7 @@ func (at *attempt) settleToken(ctx context.Context, rs []reply, fence any) (int6
 	}
 	arg, counter, timeout := strconv.FormatInt(token, 10), fenceKeys(l), at.timeout
 	need := p.quorum - atToken
-	got, _, err := p.round(detached(ctx), behind, timeout, timeout, func(ctx context.Context, n *node.Node, cl Client) reply {
+	got, _, err := p.round(detached(ctx), behind, timeout, timeout, func(ctx context.Context, n *node.Node, cl node.Client) reply {
 		v, err := scripts.Raise.Run(ctx, cl, counter, arg, fence).Int64()
 		return reply{ok: err == nil && v >= token, val: v, err: err}
 	}, earliest(time.Now().Add(timeout), at.until), ctx.Done(), func(rs []reply) bool {
@@ -256,7 +256,7 @@ func (at *attempt) settleToken(ctx context.Context, rs []reply, fence any) (int6
 }
 
 // acquireOn runs acquire.lua on one node and says how it answered.
-func acquireOn(ctx context.Context, p *pool, n *node.Node, cl Client, l *hold, cfg *config, script *redis.Script, keys []string, args, argv []any) (reply, outcome) {
+func acquireOn(ctx context.Context, p *pool, n *node.Node, cl node.Client, l *hold, cfg *config, script *redis.Script, keys []string, args, argv []any) (reply, outcome) {
 	if err := p.ids.identify(ctx, n); err != nil {
 		return reply{err: err}, taken // nothing was sent: nothing of ours there
 	}
@@ -301,7 +301,7 @@ func acquireOn(ctx context.Context, p *pool, n *node.Node, cl Client, l *hold, c
 // Each part mints its token from one time floor; when they differ, the
 // counters below the largest are raised to it, so that one token is valid
 // for every name.
-func multiAcquireOn(ctx context.Context, cl Client, l *hold, cfg *config) (reply, outcome) {
+func multiAcquireOn(ctx context.Context, cl node.Client, l *hold, cfg *config) (reply, outcome) {
 	fence, floor := fenceArg(cfg), ""
 	if cfg.fencing {
 		floor = strconv.FormatInt(time.Now().UnixMicro(), 10)

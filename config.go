@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -171,3 +172,21 @@ func defaultNodeTimeout(ttl time.Duration) time.Duration {
 }
 
 func ttlMillis(ttl time.Duration) int64 { return max(ttl.Milliseconds(), 1) }
+
+// exponentialRetry is ExponentialRetry, as the engine's default.
+func exponentialRetry(lo, hi time.Duration) func(attempt int) time.Duration {
+	lo = max(lo, 0)
+	hi = max(hi, lo)
+	return func(attempt int) time.Duration {
+		u := lo
+		for i := 0; i <= attempt && u < hi; i++ {
+			u *= 2
+		}
+		u = min(u, hi)
+		lower := max(lo, u/2)
+		if u <= lower {
+			return lower
+		}
+		return lower + rand.N(u-lower+1)
+	}
+}

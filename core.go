@@ -52,7 +52,7 @@ type hooks struct {
 // dialled by its first call.
 const warmUpLimit = time.Second
 
-func newCore[O ~func(*config)](clients []Client, opts []O) (*core, error) {
+func newCore[O ~func(*config)](clients []node.Client, opts []O) (*core, error) {
 	if len(clients) == 0 {
 		return nil, errors.New("redlock: no clients")
 	}

@@ -36,7 +36,7 @@ func (p *pool) diagnose(errs []error) []error {
 	if len(silent) == 0 {
 		return errs
 	}
-	ch, err := p.fanOut(context.Background(), silent, diagnoseLimit, diagnoseLimit, func(ctx context.Context, n *node.Node, cl Client) reply {
+	ch, err := p.fanOut(context.Background(), silent, diagnoseLimit, diagnoseLimit, func(ctx context.Context, n *node.Node, cl node.Client) reply {
 		return reply{err: scriptPing.Run(ctx, cl, nil).Err()} // noted by fanOut
 	})
 	if err != nil {
@@ -61,7 +61,7 @@ func ping(ctx context.Context, c *core) error {
 		return errNoCore
 	}
 	p, timeout := c.pool, c.cfg.timeout(c.cfg.ttl)
-	call := func(ctx context.Context, n *node.Node, cl Client) reply {
+	call := func(ctx context.Context, n *node.Node, cl node.Client) reply {
 		if err := p.ids.identify(ctx, n); err != nil {
 			return reply{err: err}
 		}

@@ -160,14 +160,14 @@ func (e *Election) Proclaim(ctx context.Context, lead *Lock, value string) error
 	case l == nil:
 		return errors.New("redlock: proclaim: nil leader lock")
 	case l.eng != engine(e.c) || l.kind != kindExclusive || l.Key() != e.key:
-		return fmt.Errorf("redlock: proclaim: lock %q is not a leader of election %q", l.Name(), e.name)
-	case l.Metadata() == "" && value != "":
+		return fmt.Errorf("redlock: proclaim: lock %q is not a leader of election %q", lead.Name(), e.name)
+	case lead.Metadata() == "" && value != "":
 		return fmt.Errorf("redlock: proclaim on %q: the leader campaigned with an empty value, which it cannot change", e.name)
 	}
 	if err := l.Err(); err != nil {
 		return notHeld("proclaim", e.name, err)
 	}
-	return e.announce(ctx, l, value, l.Metadata() != "")
+	return e.announce(ctx, l, value, lead.Metadata() != "")
 }
 
 // announce runs proclaim.lua for l on every node: value written as the
@@ -185,12 +185,12 @@ func (e *Election) announce(ctx context.Context, l *hold, value string, write bo
 		flag = "1"
 	}
 	keys := []string{e.key, e.key + scripts.MetaSuffix}
-	msg := strconv.FormatInt(l.Token(), 10) + "." + strconv.FormatInt(l.proclaims.Add(1), 10) + "\n" + value
-	args := []any{l.Owner(), flag, value, e.elect, msg}
+	msg := strconv.FormatInt(l.token, 10) + "." + strconv.FormatInt(l.proclaims.Add(1), 10) + "\n" + value
+	args := []any{l.owner, flag, value, e.elect, msg}
 	p := e.c.pool
 	// Detached, as every call of the core: gather stops waiting when ctx
 	// ends, and the call left behind is bounded by the node timeout.
-	rs, interrupted, err := p.round(detached(ctx), p.nodes, e.timeout, e.timeout, func(ctx context.Context, n *node.Node, cl Client) reply {
+	rs, interrupted, err := p.round(detached(ctx), p.nodes, e.timeout, e.timeout, func(ctx context.Context, n *node.Node, cl node.Client) reply {
 		v, err := scripts.Proclaim.Run(ctx, cl, keys, args...).Int64()
 		if err != nil {
 			return reply{err: err}

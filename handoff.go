@@ -80,7 +80,7 @@ func (h handOff) call(ctx context.Context, nl *hold) (reply, time.Time, error) {
 	keys, args := handOffArgs(l, nl, w.cfg, w.wid)
 	t1 := time.Now()
 	until := validUntil(t1, w.cfg.ttl, w.cfg.driftFactor)
-	ch, err := p.fanOut(context.WithoutCancel(ctx), p.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node.Node, cl Client) reply {
+	ch, err := p.fanOut(context.WithoutCancel(ctx), p.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node.Node, cl node.Client) reply {
 		var again node.TryingAgain
 		res, err := scripts.HandOff.Run(ctx, cl, keys, args...).Int64Slice()
 		for again.Retry(ctx, err) {

@@ -125,47 +125,12 @@ var closedChan = func() chan struct{} {
 	return ch
 }()
 
-// Name is [Lock.Name].
-func (l *hold) Name() string {
-	if l == nil {
-		return ""
-	}
-	return l.name
-}
-
-// Owner is [Lock.Owner].
-func (l *hold) Owner() string {
-	if l == nil {
-		return ""
-	}
-	return l.owner
-}
-
-// Metadata is [Lock.Metadata].
-func (l *hold) Metadata() string {
-	if l == nil {
-		return ""
-	}
-	return l.metadata
-}
-
 // metaValue is what l stores at its metadata key: its owner value first, so
 // that a holder after it without metadata never shows l's.
 func metaValue(owner, metadata string) string { return owner + "\n" + metadata }
 
-// Token is [Lock.Token].
-func (l *hold) Token() int64 {
-	if l == nil {
-		return 0
-	}
-	return l.token
-}
-
-// Until is [Lock.Until].
-func (l *hold) Until() time.Time {
-	if l == nil {
-		return time.Time{}
-	}
+// lockedUntil is the end of l's local validity (Lock.Until).
+func (l *hold) lockedUntil() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.until

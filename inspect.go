@@ -102,7 +102,7 @@ func inspectKey(ctx context.Context, c *core, op, name, key string, timeout time
 	keys := []string{key, key + scripts.FenceSuffix, key + scripts.MetaSuffix, key + scripts.ReadersSuffix}
 	// Detached, as every call of the core: gather stops waiting when ctx
 	// ends, and the read left behind is bounded by the node timeout.
-	rs, interrupted, err := c.pool.round(detached(ctx), c.pool.nodes, timeout, timeout, func(ctx context.Context, n *node.Node, cl Client) reply {
+	rs, interrupted, err := c.pool.round(detached(ctx), c.pool.nodes, timeout, timeout, func(ctx context.Context, n *node.Node, cl node.Client) reply {
 		if err := c.pool.ids.identify(ctx, n); err != nil {
 			return reply{err: err}
 		}

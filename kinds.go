@@ -302,7 +302,7 @@ func companions(l *hold, ttl time.Duration, buf []keepCall) []keepCall {
 // per key, so that none is ever split from another by a slot migration.
 // Errors are dropped: the next renewal sends them again, and what a missed
 // one costs is the key's life, never the lock.
-func keepCompanions(ctx context.Context, cl Client, l *hold, ttl time.Duration) {
+func keepCompanions(ctx context.Context, cl node.Client, l *hold, ttl time.Duration) {
 	for _, k := range companions(l, ttl, nil) {
 		_ = scripts.Keep.Run(ctx, cl, []string{k.key}, k.args...).Err()
 	}
@@ -320,7 +320,7 @@ func parts(l *hold) int {
 // runParts runs call for each part of l on cl, in the parts' order, and
 // folds the replies: the first error ends it. TRYAGAIN is retried
 // (node.TryingAgain).
-func runParts(ctx context.Context, cl Client, l *hold, call scriptCall, ttl time.Duration, fold func(acc, v int64, first bool) int64) (int64, error) {
+func runParts(ctx context.Context, cl node.Client, l *hold, call scriptCall, ttl time.Duration, fold func(acc, v int64, first bool) int64) (int64, error) {
 	var acc int64
 	for p := range parts(l) {
 		s, keys, args := call(l, p, ttl)

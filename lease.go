@@ -17,7 +17,7 @@ import (
 // gathers the replies until the outcome is settled, deadline passes or ctx
 // ends (interrupted).
 func (p *pool) extend(ctx context.Context, l *hold, ttl time.Duration, deadline time.Time) (rs []reply, interrupted bool, err error) {
-	return p.round(detached(ctx), p.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node.Node, cl Client) reply {
+	return p.round(detached(ctx), p.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node.Node, cl node.Client) reply {
 		defer keepCompanions(ctx, cl, l, ttl)
 		if l.replicas == 0 {
 			v, err := runParts(ctx, cl, l, kinds[l.kind].extend, ttl, foldExtend)
@@ -72,7 +72,7 @@ func (p *pool) remaining(ctx context.Context, l *hold) (time.Duration, error) {
 // is a lease in ms (-1: no expiry), or scripts.ReplyNotOurs (gone) or scripts.ReplyOthers
 // (another owner's, or a key of another type) with ok false.
 func (p *pool) leases(ctx context.Context, l *hold) (rs []reply, interrupted bool, err error) {
-	ch, err := p.fanOut(ctx, p.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node.Node, cl Client) reply {
+	ch, err := p.fanOut(ctx, p.nodes, l.timeout, l.timeout, func(ctx context.Context, n *node.Node, cl node.Client) reply {
 		v, err := runParts(ctx, cl, l, kinds[l.kind].pttl, 0, foldPTTL)
 		if redis.HasErrorPrefix(err, "WRONGTYPE") {
 			v, err = scripts.ReplyOthers, nil // a value of another type where the set of holds was

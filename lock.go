@@ -40,14 +40,29 @@ func handle(h *hold, err error) (*Lock, error) { return lockOf(h), err }
 
 // Name returns the lock's name as given to the acquire call; for a
 // [Locker.LockAll] lock, its names in order, joined by commas (see Names).
-func (l *Lock) Name() string { return l.ref().Name() }
+func (l *Lock) Name() string {
+	if l == nil {
+		return ""
+	}
+	return l.a.name
+}
 
 // Owner returns the random owner value (a UUID) stored in Redis under the
 // lock's key while it is held.
-func (l *Lock) Owner() string { return l.ref().Owner() }
+func (l *Lock) Owner() string {
+	if l == nil {
+		return ""
+	}
+	return l.a.owner
+}
 
 // Metadata returns what [WithMetadata] attached to the lock, "" if nothing.
-func (l *Lock) Metadata() string { return l.ref().Metadata() }
+func (l *Lock) Metadata() string {
+	if l == nil {
+		return ""
+	}
+	return l.a.metadata
+}
 
 // Token returns the lock's fencing token: strictly increasing across
 // acquisitions of one name, and >= 1. Pass it to a [Fence] or [RedisFence]
@@ -55,14 +70,24 @@ func (l *Lock) Metadata() string { return l.ref().Metadata() }
 // for a read hold ([Locker.RLock]), which shares the name and so cannot be
 // told apart by a token; a [Semaphore]'s permits count on their own, and a
 // [Locker.LockAll] lock has one token valid for each of its names.
-func (l *Lock) Token() int64 { return l.ref().Token() }
+func (l *Lock) Token() int64 {
+	if l == nil {
+		return 0
+	}
+	return l.a.token
+}
 
 // Until returns the end of the lock's local validity: the instant read before
 // the last successful acquire, extend or renewal was sent, plus its TTL,
 // minus the drift allowance. No other owner can be granted the name before
 // it. The value carries a monotonic clock reading; compare it with time.Now
 // or time.Until, not after serialising it.
-func (l *Lock) Until() time.Time { return l.ref().Until() }
+func (l *Lock) Until() time.Time {
+	if l == nil {
+		return time.Time{}
+	}
+	return l.a.lockedUntil()
+}
 
 // Done returns a channel closed once the lock is no longer held: after
 // Unlock or Close, or when it is lost. Loss by time is signalled by one loss

@@ -48,7 +48,7 @@ func NewLocker(client Client, opts ...Option) (*Locker, error) {
 	if node.IsNil(client) {
 		return nil, errors.New("redlock: nil client")
 	}
-	c, err := newCore([]Client{client}, opts)
+	c, err := newCore([]node.Client{client}, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -87,14 +87,14 @@ type fan struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	nodes   []*node.Node
-	call    func(context.Context, *node.Node, Client) reply
+	call    func(context.Context, *node.Node, node.Client) reply
 	ch      chan reply
 	timeout time.Duration // the node timeout, when the calls are bounded by it (see node.CallClient); else 0
 	next    atomic.Int32  // index in nodes of the next goroutine's node
 	left    atomic.Int32  // calls not finished yet
 }
 
-func (f *fan) client(n *node.Node) Client { return node.CallClient(n, f.timeout) }
+func (f *fan) client(n *node.Node) node.Client { return node.CallClient(n, f.timeout) }
 
 func (f *fan) run() {
 	defer f.life.WG.Done()
@@ -251,7 +251,7 @@ func latest(a, b time.Time) time.Time {
 // itself (see node.bounded) is called inline, when nothing can cancel ctx
 // (a caller that gathers until its own ctx ends uses round): no goroutine,
 // no timer.
-func (p *pool) fanOut(ctx context.Context, nodes []*node.Node, timeout, callLimit time.Duration, call func(context.Context, *node.Node, Client) reply) (<-chan reply, error) {
+func (p *pool) fanOut(ctx context.Context, nodes []*node.Node, timeout, callLimit time.Duration, call func(context.Context, *node.Node, node.Client) reply) (<-chan reply, error) {
 	if withDeadline, ok := inline(ctx, nil, nodes, timeout); ok {
 		ch := make(chan reply, 1)
 		ch <- p.callInline(ctx, nodes[0], withDeadline, timeout, call)
@@ -261,7 +261,7 @@ func (p *pool) fanOut(ctx context.Context, nodes []*node.Node, timeout, callLimi
 }
 
 // spawn is fanOut's goroutine path: a goroutine per node.
-func (p *pool) spawn(ctx context.Context, nodes []*node.Node, timeout, callLimit time.Duration, call func(context.Context, *node.Node, Client) reply) (<-chan reply, error) {
+func (p *pool) spawn(ctx context.Context, nodes []*node.Node, timeout, callLimit time.Duration, call func(context.Context, *node.Node, node.Client) reply) (<-chan reply, error) {
 	ch := make(chan reply, len(nodes))
 	if !p.life.GoCount(len(nodes)) {
 		return nil, say.errClosed
@@ -309,7 +309,7 @@ func (p *pool) spawn(ctx context.Context, nodes []*node.Node, timeout, callLimit
 
 // round is fanOut then gather, for the hot paths: a reply made inline goes
 // straight into the result, with no channel to allocate for it.
-func (p *pool) round(ctx context.Context, nodes []*node.Node, timeout, callLimit time.Duration, call func(context.Context, *node.Node, Client) reply,
+func (p *pool) round(ctx context.Context, nodes []*node.Node, timeout, callLimit time.Duration, call func(context.Context, *node.Node, node.Client) reply,
 	deadline time.Time, done <-chan struct{}, stop func([]reply) bool) (rs []reply, interrupted bool, err error) {
 	if withDeadline, ok := inline(ctx, done, nodes, timeout); ok {
 		return []reply{p.callInline(ctx, nodes[0], withDeadline, timeout, call)}, false, nil
@@ -324,7 +324,7 @@ func (p *pool) round(ctx context.Context, nodes []*node.Node, timeout, callLimit
 
 // callInline runs call on a node whose client bounds the call itself (by
 // its socket timeouts, or by the ctx deadline set here when withDeadline).
-func (p *pool) callInline(ctx context.Context, n *node.Node, withDeadline bool, timeout time.Duration, call func(context.Context, *node.Node, Client) reply) reply {
+func (p *pool) callInline(ctx context.Context, n *node.Node, withDeadline bool, timeout time.Duration, call func(context.Context, *node.Node, node.Client) reply) reply {
 	start := time.Now()
 	if withDeadline {
 		var cancel context.CancelFunc

@@ -76,7 +76,11 @@ type Redlock struct{ c *core }
 // maxmemory-policy is anything but noeviction gets one warning through
 // [WithLogger]'s logger, as for [NewLocker].
 func NewRedlock(clients []Client, opts ...Option) (*Redlock, error) {
-	c, err := newCore(clients, opts)
+	nodes := make([]node.Client, len(clients))
+	for i, cl := range clients {
+		nodes[i] = cl
+	}
+	c, err := newCore(nodes, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -37,7 +37,7 @@ func (p *pool) releaseOn(ctx context.Context, l *hold, nodes []*node.Node, timeo
 		return nil
 	}
 	argv := releaseArgv(l) // one command for every node: go-redis only reads it
-	call := func(ctx context.Context, n *node.Node, cl Client) reply {
+	call := func(ctx context.Context, n *node.Node, cl node.Client) reply {
 		if ch := l.rel.await(n.Idx); ch != nil {
 			return awaitRelease(ctx, n, ch)
 		}
@@ -206,7 +206,7 @@ func (p *cleanup) releaseNode(ctx context.Context, n *node.Node, l *hold, ran bo
 
 // releaseCall runs the release script of l: release.lua by argv (from
 // releaseArgv), or, for the kinds with no argv, their own script.
-func releaseCall(ctx context.Context, cl Client, l *hold, argv []any) reply {
+func releaseCall(ctx context.Context, cl node.Client, l *hold, argv []any) reply {
 	if retracts(l) {
 		v, err := scripts.Sharded(scripts.Retract, l.sharded).Run(ctx, cl, l.keys[:1], l.owner).Int64()
 		return releaseReply(l, v, err)

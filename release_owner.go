@@ -73,7 +73,7 @@ func releaseOwner(ctx context.Context, c *core, name, owner string) error {
 	keys := []string{key, key + scripts.OperatorSuffix, key + scripts.QueueSuffix, key + scripts.WaitSuffix}
 	args := []any{owner, 1, 1, "1"}
 	timeout := c.cfg.timeout(c.cfg.ttl)
-	rs, interrupted, err := c.pool.round(detached(ctx), c.pool.nodes, timeout, timeout, func(ctx context.Context, n *node.Node, cl Client) reply {
+	rs, interrupted, err := c.pool.round(detached(ctx), c.pool.nodes, timeout, timeout, func(ctx context.Context, n *node.Node, cl node.Client) reply {
 		if err := c.pool.ids.identify(ctx, n); err != nil {
 			return reply{err: err}
 		}
@@ -117,7 +117,7 @@ func releaseSetOwner(ctx context.Context, c *core, name, key, owner string, time
 	}
 	for _, set := range sets {
 		keys := []string{set.key, ownerKey(set.key, scripts.OperatorSuffix, owner), set.third}
-		rs, interrupted, err := c.pool.round(detached(ctx), c.pool.nodes, timeout, timeout, func(ctx context.Context, n *node.Node, cl Client) reply {
+		rs, interrupted, err := c.pool.round(detached(ctx), c.pool.nodes, timeout, timeout, func(ctx context.Context, n *node.Node, cl node.Client) reply {
 			v, err := scripts.Sharded(scripts.ZRelease, c.cfg.sharded).Run(ctx, cl, keys, owner, set.channel, 1, set.reads).Int64()
 			if err == nil && v == scripts.ReplyUnpublished {
 				c.cfg.logger.Warn("redlock: released, but the server refused to publish the release message; waiters wake by their timers", "name", name)

@@ -68,7 +68,7 @@ func (b *batchRound) run(ctx context.Context, locks []*hold, ttls []time.Duratio
 		b.decide(true, false)
 		return b.out
 	}
-	ch, err := p.fanOut(ctx, nodes, b.timeout, time.Until(deadline), func(ctx context.Context, n *node.Node, cl Client) reply {
+	ch, err := p.fanOut(ctx, nodes, b.timeout, time.Until(deadline), func(ctx context.Context, n *node.Node, cl node.Client) reply {
 		if renew {
 			defer n.Renewing.Store(false)
 		} else { // Close's release: see releasesSent
@@ -279,7 +279,7 @@ func (b *batchRound) tallyBatch(res *batchResult, r reply, i int, withErr bool) 
 // failover) are sent again with EVAL: a missing script must never read as
 // "not held". rearm: the renewals read their keys again after moving them
 // (on a tracking data connection, where the move untracked them).
-func pipelineScript(ctx context.Context, cl Client, locks []*hold, ttls []time.Duration, rearm bool) ([]int8, error) {
+func pipelineScript(ctx context.Context, cl node.Client, locks []*hold, ttls []time.Duration, rearm bool) ([]int8, error) {
 	p := pipelined{locks: locks, ttls: ttls, rearm: rearm}
 	if p.renew() {
 		if p.replicas, p.ackTimeout = batchAcks(locks); p.replicas > 0 && keyRouted(cl) {
@@ -333,7 +333,7 @@ func (p *pipelined) call(i, part int) (*redis.Script, []string, []any) {
 
 // send runs the pipeline, then again with EVAL the calls that found no
 // script; errors are read per command by codes.
-func (p *pipelined) send(ctx context.Context, cl Client) {
+func (p *pipelined) send(ctx context.Context, cl node.Client) {
 	p.cmds = make([]sentScript, 0, len(p.locks))
 	pipe := cl.Pipeline()
 	for i, l := range p.locks {
@@ -455,7 +455,7 @@ func batchAcks(locks []*hold) (int, time.Duration) {
 // renewAcked renews each lock on its own connection with its own WAIT: the
 // path of a Cluster or Ring client, whose pipelines span shards. Slower than
 // one pipeline, but only locks that asked for acks pay for it.
-func renewAcked(ctx context.Context, cl Client, locks []*hold, ttls []time.Duration) ([]int8, error) {
+func renewAcked(ctx context.Context, cl node.Client, locks []*hold, ttls []time.Duration) ([]int8, error) {
 	codes := make([]int8, len(locks))
 	var firstErr error
 	for i, l := range locks {

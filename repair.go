@@ -82,7 +82,7 @@ func (w *watchdog) repair(l *hold, nodes []*node.Node, leaseEnd time.Time) {
 		keys = []string{l.keys[0], l.keys[1], l.keys[4]}
 		args = append(args, metaValue(l.owner, l.metadata))
 	}
-	_, _ = w.c.pool.spawn(context.Background(), nodes, l.timeout, l.timeout, func(ctx context.Context, n *node.Node, cl Client) reply {
+	_, _ = w.c.pool.spawn(context.Background(), nodes, l.timeout, l.timeout, func(ctx context.Context, n *node.Node, cl node.Client) reply {
 		v, err := scripts.Sharded(scripts.Repair, l.sharded).Run(ctx, cl, keys, args...).Int64()
 		set := err == nil && v == scripts.ReplyOK
 		if (set || (err != nil && !node.IsServerError(err))) && !l.is(stateHeld) {

@@ -1,7 +1,6 @@
 package redlock
 
 import (
-	"math/rand/v2"
 	"time"
 )
 
@@ -21,24 +20,6 @@ type RetryFunc func(attempt int) time.Duration
 // retrying in step (the Redlock spec's "random delay"). hi below lo counts
 // as lo.
 func ExponentialRetry(lo, hi time.Duration) RetryFunc { return exponentialRetry(lo, hi) }
-
-// exponentialRetry is ExponentialRetry, as the engine's default.
-func exponentialRetry(lo, hi time.Duration) func(attempt int) time.Duration {
-	lo = max(lo, 0)
-	hi = max(hi, lo)
-	return func(attempt int) time.Duration {
-		u := lo
-		for i := 0; i <= attempt && u < hi; i++ {
-			u *= 2
-		}
-		u = min(u, hi)
-		lower := max(lo, u/2)
-		if u <= lower {
-			return lower
-		}
-		return lower + rand.N(u-lower+1)
-	}
-}
 
 // ConstantRetry returns a RetryFunc that always waits d.
 func ConstantRetry(d time.Duration) RetryFunc {

@@ -136,7 +136,7 @@ type tracker struct {
 
 // newTracker prepares the tracking connections of each node whose client can
 // have one, and starts the keeper that opens them; nil if none can.
-func newTracker(nodes []*node.Node, life *lifecycle.Life, logger *slog.Logger, verify func([]*hold, []Client) ([]bool, []bool)) *tracker {
+func newTracker(nodes []*node.Node, life *lifecycle.Life, logger *slog.Logger, verify func([]*hold, []node.Client) ([]bool, []bool)) *tracker {
 	t := &tracker{life: life, logger: logger, nodes: len(nodes), watched: map[string]watchers{},
 		suspect: map[*hold]struct{}{}, unarmed: map[*hold]struct{}{}, byNode: make([]*trackConn, len(nodes))}
 	t.keeper = keeper{t: t, held: make(chan struct{}, 1)}

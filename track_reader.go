@@ -1,6 +1,10 @@
 package redlock
 
-import "time"
+import (
+	"time"
+
+	"github.com/redlockgo/redlock/internal/node"
+)
 
 // suspectReader reads the tracker's suspect locks through the core's
 // verify, which loses those that are no longer ours and arms the others (a
@@ -14,7 +18,7 @@ type suspectReader struct {
 	// connection) and through the pool elsewhere, and loses those that are
 	// not ours; later says a lock is still being acquired, to be read once
 	// it is held.
-	verify func(locks []*hold, via []Client) (later, failed []bool)
+	verify func(locks []*hold, via []node.Client) (later, failed []bool)
 	kick   chan struct{} // buffered 1: suspects (or locks to arm) were added
 }
 

@@ -1,6 +1,10 @@
 package redlock
 
-import "time"
+import (
+	"time"
+
+	"github.com/redlockgo/redlock/internal/node"
+)
 
 // Where the tracker's renewals and reads go: a node's data connection while
 // it is up (its reads keep their keys armed, and its renewals are silent),
@@ -11,7 +15,7 @@ import "time"
 // nodes': a data connection, or nil for the pool.
 type dataRoutes struct {
 	t       *tracker
-	clients []Client
+	clients []node.Client
 }
 
 // on reports whether node idx's renewals go to its data connection.
@@ -35,7 +39,7 @@ func (t *tracker) routes() (via *dataRoutes, credit uint64) {
 			continue
 		}
 		if via == nil {
-			via = &dataRoutes{t: t, clients: make([]Client, t.nodes)}
+			via = &dataRoutes{t: t, clients: make([]node.Client, t.nodes)}
 		}
 		tc.hooks.KeepInnermost()
 		via.clients[i] = dc.via
@@ -49,14 +53,14 @@ func (t *tracker) routes() (via *dataRoutes, credit uint64) {
 // readVia is verify's via: the data connections that are up; down says
 // that some node has one that is down (a read through the pool there does
 // not arm).
-func (t *tracker) readVia() (via []Client, down bool) {
+func (t *tracker) readVia() (via []node.Client, down bool) {
 	for i, tc := range t.byNode {
 		if tc == nil {
 			continue
 		}
 		if dc := tc.dataClient(); dc != nil {
 			if via == nil {
-				via = make([]Client, t.nodes)
+				via = make([]node.Client, t.nodes)
 			}
 			tc.hooks.KeepInnermost()
 			via[i] = dc.via
@@ -83,12 +87,12 @@ func (t *tracker) armUnarmed() {
 
 // dataDone records a call on the data connection that cl is, which ended
 // in err: an error of the connection puts it down.
-func (t *tracker) dataDone(cl Client, err error) {
+func (t *tracker) dataDone(cl node.Client, err error) {
 	if t == nil {
 		return
 	}
 	for _, tc := range t.conns {
-		if dc := tc.data.Load(); dc != nil && Client(dc.via) == cl {
+		if dc := tc.data.Load(); dc != nil && node.Client(dc.via) == cl {
 			dc.used.Store(time.Now().UnixNano())
 			dc.failed(err)
 		}

@@ -18,7 +18,7 @@ import (
 // core's, which releases a lost lock's key everywhere.
 type verifier struct {
 	pool     *pool
-	dataDone func(cl Client, err error)
+	dataDone func(cl node.Client, err error)
 	abandon  func(l *hold)
 }
 
@@ -32,7 +32,7 @@ type verifier struct {
 // through the nodes' own clients says so too. A read that fails decides
 // nothing: the renewals go on; failed says which locks were not read (nor
 // armed) on a data connection of via.
-func (v *verifier) verify(locks []*hold, via []Client) (later, failed []bool) {
+func (v *verifier) verify(locks []*hold, via []node.Client) (later, failed []bool) {
 	later, failed = make([]bool, len(locks)), make([]bool, len(locks))
 	var read []*hold
 	var at []int
@@ -96,10 +96,10 @@ func (v *verifier) verify(locks []*hold, via []Client) (later, failed []bool) {
 // read reads the leases of locks on every node, on via[node] where it is
 // not nil, and gathers the nodes' answers for up to timeout: rows[node] is
 // that node's per-lock replies once it has answered.
-func (v *verifier) read(locks []*hold, via []Client, timeout time.Duration) (rs []reply, rows [][]reply, err error) {
+func (v *verifier) read(locks []*hold, via []node.Client, timeout time.Duration) (rs []reply, rows [][]reply, err error) {
 	p := v.pool
 	rows = make([][]reply, len(p.nodes))
-	ch, err := p.fanOut(context.Background(), p.nodes, timeout, timeout, func(ctx context.Context, n *node.Node, cl Client) reply {
+	ch, err := p.fanOut(context.Background(), p.nodes, timeout, timeout, func(ctx context.Context, n *node.Node, cl node.Client) reply {
 		if via != nil && via[n.Idx] != nil {
 			cl = via[n.Idx]
 		}
@@ -135,7 +135,7 @@ func (v *verifier) lose(l *hold, rs []reply, t tally) {
 // pipeline, again with EVAL those that found no script): per lock, a
 // reply as pool.leases makes them; the error is the first, when no reply
 // came.
-func readLeases(ctx context.Context, cl Client, locks []*hold) ([]reply, error) {
+func readLeases(ctx context.Context, cl node.Client, locks []*hold) ([]reply, error) {
 	p := pipelined{locks: locks, read: true}
 	p.send(ctx, cl)
 	var perr error

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlockgo/redlock/internal/node"
 	"github.com/redlockgo/redlock/internal/redistest"
 )
 
@@ -22,12 +23,12 @@ func TestVerifyConfirmsThroughClient(t *testing.T) {
 	ctx := context.Background()
 	l, err := lk.TryLock(ctx, "confirm")
 	require.NoError(t, err)
-	v := &verifier{pool: lk.c.pool, abandon: lk.c.abandon, dataDone: func(Client, error) {}}
+	v := &verifier{pool: lk.c.pool, abandon: lk.c.abandon, dataDone: func(node.Client, error) {}}
 
-	v.verify([]*hold{l.ref()}, []Client{stale})
+	v.verify([]*hold{l.ref()}, []node.Client{stale})
 	require.NoError(t, l.Err(), "lock lost on the word of a data connection to another server")
 
 	require.NoError(t, srv.Client(t).Del(ctx, l.Key()).Err())
-	v.verify([]*hold{l.ref()}, []Client{stale})
+	v.verify([]*hold{l.ref()}, []node.Client{stale})
 	require.ErrorIs(t, l.Err(), ErrLost, "a key gone on the master too")
 }

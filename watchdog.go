@@ -163,7 +163,7 @@ func (w *watchdog) renew(due []*hold) {
 	deadline := time.Time{}
 	for i, l := range due {
 		ttls[i] = l.leaseTTL()
-		if u := l.Until(); deadline.IsZero() || u.Before(deadline) {
+		if u := l.lockedUntil(); deadline.IsZero() || u.Before(deadline) {
 			deadline = u
 		}
 	}

@@ -25,7 +25,7 @@ import (
 func unwait(ctx context.Context, p *pool, w withdrawal) {
 	keys := []string{w.tag + scripts.QueueSuffix, w.tag}
 	timeout := w.timeout
-	call := func(ctx context.Context, n *node.Node, cl Client) reply {
+	call := func(ctx context.Context, n *node.Node, cl node.Client) reply {
 		return reply{err: scripts.Sharded(scripts.Unwait, w.sharded).Run(ctx, cl, keys, w.id, w.channel, ttlMillis(timeout)).Err()}
 	}
 	if _, _, err := p.round(detached(ctx), p.nodes, timeout, timeout, call, time.Now().Add(timeout), nil, never); err != nil {
