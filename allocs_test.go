@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlockgo/redlock/internal/engine"
 	"github.com/redlockgo/redlock/internal/redistest"
 )
 
@@ -79,7 +80,7 @@ func BenchmarkLockUnlockAllocs(b *testing.B) {
 func TestOwnerAndKeys(t *testing.T) {
 	t.Parallel()
 	for _, metadata := range []bool{false, true} {
-		owner, keys := ownerAndKeys(nil, "{redlock:x}", metadata)
+		owner, keys := engine.OwnerAndKeys(nil, "{redlock:x}", metadata)
 		want := []string{"{redlock:x}", "{redlock:x}:fence", "{redlock:x}:queue", "{redlock:x}:waiting"}
 		if metadata {
 			want = append(want, "{redlock:x}:meta")
@@ -92,21 +93,21 @@ func TestOwnerAndKeys(t *testing.T) {
 		if err != nil || u.Version() != 4 || u.Variant() != uuid.RFC4122 || u.String() != owner {
 			t.Errorf("owner = %q (%v), want a canonical random UUID", owner, err)
 		}
-		if other, _ := ownerAndKeys(nil, "{redlock:x}", metadata); other == owner {
+		if other, _ := engine.OwnerAndKeys(nil, "{redlock:x}", metadata); other == owner {
 			t.Errorf("two owners = %q, want distinct", owner)
 		}
 	}
 }
 
 // TestKeyAndChannel: the Lock call's one-allocation key and channel are
-// lockKey's and releaseChannel's.
+// LockKey's and ReleaseChannel's.
 func TestKeyAndChannel(t *testing.T) {
 	t.Parallel()
-	key, channel := keyAndChannel("redlock:", "x")
-	if want := lockKey("redlock:", "x"); key != want {
+	key, channel := engine.KeyAndChannel("redlock:", "x")
+	if want := engine.LockKey("redlock:", "x"); key != want {
 		t.Errorf("keyAndChannel() key = %q, want %q", key, want)
 	}
-	if want := releaseChannel(lockKey("redlock:", "x")); channel != want {
+	if want := engine.ReleaseChannel(engine.LockKey("redlock:", "x")); channel != want {
 		t.Errorf("keyAndChannel() channel = %q, want %q", channel, want)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlockgo/redlock/internal/engine"
 	"github.com/redlockgo/redlock/internal/history"
 	"github.com/redlockgo/redlock/internal/node"
 	"github.com/redlockgo/redlock/internal/redistest"
@@ -29,7 +30,7 @@ func handOffs(t *testing.T, lks [2]*Locker, name string, n, migrateAt int, migra
 	ctx := context.Background()
 	cur, err := lks[0].Lock(ctx, name)
 	require.NoError(t, err)
-	_, channel := keyAndChannel("redlock:", name)
+	_, channel := engine.KeyAndChannel("redlock:", name)
 	waits := make([]time.Duration, 0, n)
 	for i := range n {
 		waiter := lks[(i+1)%2]
@@ -43,7 +44,7 @@ func handOffs(t *testing.T, lks [2]*Locker, name string, n, migrateAt int, migra
 			l, err := waiter.Lock(ctx, name)
 			ch <- got{l, time.Now(), err}
 		}()
-		require.Eventually(t, func() bool { return waiter.core().waits.ps.Listening(channel) }, 10*time.Second, time.Millisecond,
+		require.Eventually(t, func() bool { return waiter.core().Waits.PS.Listening(channel) }, 10*time.Second, time.Millisecond,
 			"round %d: the waiter's subscription", i)
 		if i == migrateAt {
 			migrate()
@@ -81,7 +82,7 @@ func TestClusterReleasesStayOnShard(t *testing.T) {
 			c := redistest.StartCluster(t, 3)
 			lks := [2]*Locker{newLocker(t, c.Client(t)), newLocker(t, c.Client(t))}
 			const name, rounds = "cluster-handoff", 200
-			slot := int(c.Masters[0].Do(t, "CLUSTER", "KEYSLOT", lockKey("redlock:", name)).(int64))
+			slot := int(c.Masters[0].Do(t, "CLUSTER", "KEYSLOT", engine.LockKey("redlock:", name)).(int64))
 			from := c.Owner(t, slot)
 			migrateAt := -1
 			if tc.migrate {
@@ -252,7 +253,7 @@ func TestClusterWaiterAfterSlotMove(t *testing.T) {
 	holder := newLocker(t, c.Client(t))
 	waiter := newLocker(t, c.Client(t), WithRetry(ConstantRetry(time.Hour)))
 	const name = "cluster-moved-waiter"
-	slot := int(c.Masters[0].Do(t, "CLUSTER", "KEYSLOT", lockKey("redlock:", name)).(int64))
+	slot := int(c.Masters[0].Do(t, "CLUSTER", "KEYSLOT", engine.LockKey("redlock:", name)).(int64))
 	from := c.Owner(t, slot)
 	ctx := context.Background()
 	l, err := holder.TryLock(ctx, name)
@@ -267,8 +268,8 @@ func TestClusterWaiterAfterSlotMove(t *testing.T) {
 		}
 		got <- err
 	}()
-	ch := releaseChannel(lockKey("redlock:", name))
-	require.True(t, eventually(5*time.Second, func() bool { return waiter.c.waits.ps.Listening(ch) }), "the waiter subscribed")
+	ch := engine.ReleaseChannel(engine.LockKey("redlock:", name))
+	require.True(t, eventually(5*time.Second, func() bool { return waiter.c.Waits.PS.Listening(ch) }), "the waiter subscribed")
 	c.Migrate(t, slot, from, (from+1)%3)
 	start := time.Now()
 	require.NoError(t, l.Unlock(ctx))

@@ -242,8 +242,8 @@ func TestCloseBoundedDuringInlineRenewal(t *testing.T) {
 	defer srv.Resume(t)
 	// The watchdog holds the lock's io mutex while its renewal is on the wire.
 	require.True(t, eventually(2*time.Second, func() bool {
-		if l.ref().io.TryLock() {
-			l.ref().io.Unlock()
+		if l.ref().IO.TryLock() {
+			l.ref().IO.Unlock()
 			return false
 		}
 		return true

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlockgo/redlock/internal/engine"
 	"github.com/redlockgo/redlock/internal/redistest"
 	"github.com/redlockgo/redlock/internal/scripts"
 )
@@ -128,11 +129,11 @@ func TestReleasePublishesOnlyWhenWaited(t *testing.T) {
 				// the waiter asleep until the lease ends.
 				waitSubscribers(t, srv, "{redlock:"+name+"}:rel", 1)
 			} else {
-				qk := releaseChannel(lockKey("redlock:", name))
+				qk := engine.ReleaseChannel(engine.LockKey("redlock:", name))
 				if tc.read {
-					qk = queueKey(qk, queueReaders)
+					qk = engine.QueueKey(qk, engine.QueueReaders)
 				}
-				require.True(t, eventually(5*time.Second, func() bool { return lks[0].c.waits.busy(qk) }), "the waiter queued")
+				require.True(t, eventually(5*time.Second, func() bool { return lks[0].c.Waits.Busy(qk) }), "the waiter queued")
 			}
 			before := commandCalls(t, srv, "publish")
 			require.NoError(t, holder.Unlock(ctx))

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redlockgo/redlock/internal/engine"
 	"github.com/redlockgo/redlock/internal/node"
 	"github.com/redlockgo/redlock/internal/scripts"
 )
@@ -37,7 +38,7 @@ const electionSuffix = ":elect"
 // and several Elections on one name (in one process or many) take part in
 // the same election.
 type Election struct {
-	c       *core
+	c       *engine.Core
 	name    string
 	opts    []Option
 	err     error // the election cannot work: nil Locker, empty name, bad option
@@ -80,19 +81,19 @@ func (r *Redlock) Election(name string, opts ...Option) *Election {
 	return newElection(r.core(), name, opts)
 }
 
-func newElection(c *core, name string, opts []Option) *Election {
+func newElection(c *engine.Core, name string, opts []Option) *Election {
 	e := &Election{c: c, name: name, opts: slices.Clone(opts)}
 	if c != nil && name == "" {
 		e.err = errors.New("redlock: empty election name")
 		return e
 	}
-	a, err := named(c, name, opts)
+	a, err := engine.Named(c, name, opts)
 	if err != nil {
 		e.err = err
 		return e
 	}
-	e.key, e.rel, e.elect = a.tag, a.channel, a.tag+electionSuffix
-	e.timeout = a.cfg.timeout(a.cfg.ttl)
+	e.key, e.rel, e.elect = a.Tag, a.Channel, a.Tag+electionSuffix
+	e.timeout = a.Cfg.Timeout(a.Cfg.TTL)
 	return e
 }
 
@@ -128,7 +129,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Lock, error) {
 		return nil, err
 	}
 	opts := append(slices.Clip(e.opts), WithFencing(true), WithAutoRenew(true), WithMetadata(value), announced())
-	l, err := lockName(ctx, e.c, e.name, opts)
+	l, err := engine.LockName(ctx, e.c, e.name, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +160,7 @@ func (e *Election) Proclaim(ctx context.Context, lead *Lock, value string) error
 	switch {
 	case l == nil:
 		return errors.New("redlock: proclaim: nil leader lock")
-	case l.eng != engine(e.c) || l.kind != kindExclusive || l.Key() != e.key:
+	case l.Eng != engine.Engine(e.c) || l.Kind != engine.KindExclusive || l.Key() != e.key:
 		return fmt.Errorf("redlock: proclaim: lock %q is not a leader of election %q", lead.Name(), e.name)
 	case lead.Metadata() == "" && value != "":
 		return fmt.Errorf("redlock: proclaim on %q: the leader campaigned with an empty value, which it cannot change", e.name)
@@ -176,7 +177,7 @@ func (e *Election) Proclaim(ctx context.Context, lead *Lock, value string) error
 // did it. The number orders them for observers exactly: every master
 // publishes each announcement, and one that runs it twice (go-redis's retry
 // after a reply that came late) publishes it twice.
-func (e *Election) announce(ctx context.Context, l *hold, value string, write bool) error {
+func (e *Election) announce(ctx context.Context, l *engine.Hold, value string, write bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -185,28 +186,28 @@ func (e *Election) announce(ctx context.Context, l *hold, value string, write bo
 		flag = "1"
 	}
 	keys := []string{e.key, e.key + scripts.MetaSuffix}
-	msg := strconv.FormatInt(l.token, 10) + "." + strconv.FormatInt(l.proclaims.Add(1), 10) + "\n" + value
-	args := []any{l.owner, flag, value, e.elect, msg}
-	p := e.c.pool
+	msg := strconv.FormatInt(l.Token, 10) + "." + strconv.FormatInt(l.Proclaims.Add(1), 10) + "\n" + value
+	args := []any{l.Owner, flag, value, e.elect, msg}
+	p := e.c.Pool
 	// Detached, as every call of the core: gather stops waiting when ctx
 	// ends, and the call left behind is bounded by the node timeout.
-	rs, interrupted, err := p.round(detached(ctx), p.nodes, e.timeout, e.timeout, func(ctx context.Context, n *node.Node, cl node.Client) reply {
+	rs, interrupted, err := p.Round(engine.Detached(ctx), p.Nodes, e.timeout, e.timeout, func(ctx context.Context, n *node.Node, cl node.Client) engine.Reply {
 		v, err := scripts.Proclaim.Run(ctx, cl, keys, args...).Int64()
 		if err != nil {
-			return reply{err: err}
+			return engine.Reply{Err: err}
 		}
-		return reply{ok: v == scripts.ReplyOK || v == scripts.ReplyUnpublished, code: v}
-	}, time.Now().Add(e.timeout), ctx.Done(), p.settled)
+		return engine.Reply{Ok: v == scripts.ReplyOK || v == scripts.ReplyUnpublished, Code: v}
+	}, time.Now().Add(e.timeout), ctx.Done(), p.Settled)
 	if err != nil {
 		return err
 	}
-	switch t := p.count(rs); {
-	case t.ok >= p.quorum && !interrupted:
+	switch t := p.Count(rs); {
+	case t.Ok >= p.Quorum && !interrupted:
 		return nil
-	case p.impossible(t.no):
-		return notHeld("proclaim", e.name, p.notOurs(t))
+	case p.Impossible(t.No):
+		return notHeld("proclaim", e.name, p.NotOurs(t))
 	default:
-		return p.shortOf("proclaim", e.name, t, "", ctxErrIf(ctx, interrupted))
+		return p.ShortOf("proclaim", e.name, t, "", engine.CtxErrIf(ctx, interrupted))
 	}
 }
 
@@ -238,7 +239,7 @@ func (e *Election) read(ctx context.Context) (Leader, error) {
 	if !h.Held || h.Owner == "" || strings.HasPrefix(h.Owner, scripts.ReservedPrefix) {
 		return Leader{}, &opError{msg: fmt.Sprintf("redlock: election %q: no leader", e.name), sentinel: ErrNoLeader}
 	}
-	return Leader{Value: h.Metadata, Term: termOf(e.c.pool, rs, h.Owner), TTL: h.TTL}, nil
+	return Leader{Value: h.Metadata, Term: termOf(e.c.Pool, rs, h.Owner), TTL: h.TTL}, nil
 }
 
 // termOf is the fencing token of the lock owner holds: the largest counter
@@ -250,11 +251,11 @@ func (e *Election) read(ctx context.Context) (Leader, error) {
 // token whenever the master that minted it answered. (Inspect's Token is
 // the largest counter of any answering node, which on a Redlock can be a
 // failed attempt's on a minority.)
-func termOf(p *pool, rs []reply, owner string) int64 {
+func termOf(p *engine.Pool, rs []engine.Reply, owner string) int64 {
 	var term int64
 	for _, r := range rs {
-		if r.err == nil && r.inspected != nil && r.inspected.owner == owner && !p.nodes[r.node].IsDup() {
-			term = max(term, r.inspected.token)
+		if r.Err == nil && r.Inspected != nil && r.Inspected.Owner == owner && !p.Nodes[r.Node].IsDup() {
+			term = max(term, r.Inspected.Token)
 		}
 	}
 	return term

@@ -79,7 +79,7 @@ const expiryMargin = 2 * time.Millisecond
 // is closed, gives a closed channel.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	out := make(chan Leader, observeBuffer)
-	if e.usable() != nil || ctx.Err() != nil || e.c.life.IsClosing() || !e.c.life.GoCount(len(e.c.pool.nodes)+1) {
+	if e.usable() != nil || ctx.Err() != nil || e.c.Life.IsClosing() || !e.c.Life.GoCount(len(e.c.Pool.Nodes)+1) {
 		close(out)
 		return out
 	}
@@ -88,10 +88,10 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 		out:    out,
 		events: make(chan observeEvent, 64),
 		stop:   make(chan struct{}),
-		up:     make([]bool, len(e.c.pool.nodes)),
-		conns:  make([]*redis.PubSub, len(e.c.pool.nodes)),
+		up:     make([]bool, len(e.c.Pool.Nodes)),
+		conns:  make([]*redis.PubSub, len(e.c.Pool.Nodes)),
 	}
-	for _, n := range e.c.pool.nodes {
+	for _, n := range e.c.Pool.Nodes {
 		go o.receive(n)
 	}
 	go o.run(ctx)
@@ -137,7 +137,7 @@ type observeEvent struct {
 // run is the observer's loop: it owns the state and is the only sender on
 // out.
 func (o *observer) run(ctx context.Context) {
-	defer o.e.c.life.WG.Done()
+	defer o.e.c.Life.WG.Done()
 	defer close(o.out)
 	defer o.shutdown()
 	o.timer = time.NewTimer(time.Hour)
@@ -147,7 +147,7 @@ func (o *observer) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-o.e.c.life.Closing:
+		case <-o.e.c.Life.Closing:
 			return
 		case ev := <-o.events:
 			anns, reread := o.take(ev)
@@ -181,7 +181,7 @@ func (o *observer) take(ev observeEvent) (anns []Leader, reread bool) {
 		if o.up[ev.node] {
 			o.up[ev.node] = false
 			o.nUp--
-			if o.nUp < o.e.c.pool.quorum {
+			if o.nUp < o.e.c.Pool.Quorum {
 				o.send(Leader{}) // cannot tell until a quorum is back and read
 			}
 		}
@@ -275,7 +275,7 @@ func (h *heardValues) older(term int64, v, w string) bool {
 // failed.
 func (o *observer) refresh(ctx context.Context, anns []Leader) {
 	o.timer.Stop()
-	if o.nUp < o.e.c.pool.quorum {
+	if o.nUp < o.e.c.Pool.Quorum {
 		// Not subscribed on a quorum: a message could be missed, so what a
 		// read says would not stay true. Wait for the subscriptions.
 		return
@@ -370,7 +370,7 @@ func parseAnnouncement(s string) (l Leader, n int64, ok bool) {
 // and release channels, and hands what it hears to run, until run stops.
 // go-redis re-dials and re-subscribes after an error on the next Receive.
 func (o *observer) receive(n *node.Node) {
-	defer o.e.c.life.WG.Done()
+	defer o.e.c.Life.WG.Done()
 	// The SUBSCRIBE is only written here (its confirmation comes through
 	// Receive), but a new connection's handshake is read: bound it.
 	sctx, cancel := context.WithTimeout(context.Background(), pubsub.SubTimeout)

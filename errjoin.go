@@ -183,13 +183,13 @@ func (e *opError) Error() string { return e.msg }
 
 func (e *opError) Unwrap() error { return e.sentinel }
 
-// notHeld is the error of op (unlock, extend, TTL) on the lock name that
+// NotHeld is the error of op (unlock, extend, TTL) on the lock name that
 // found it no longer ours, with its cause.
 func notHeld(op, name string, cause error) error {
 	return join(&opError{msg: fmt.Sprintf("redlock: %s %q: lock not held", op, name), sentinel: ErrNotHeld}, cause)
 }
 
-// notObtained is the head of a failed acquisition of name.
+// NotObtained is the head of a failed acquisition of name.
 func notObtained(name string) error {
 	return &opError{msg: fmt.Sprintf("redlock: lock %q not obtained", name), sentinel: ErrNotObtained}
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redlockgo/redlock/internal/engine"
 )
 
 // Sentinel errors. Match them with [errors.Is]; the library wraps and joins them
@@ -176,64 +178,64 @@ func (e *TakenError) clause() string {
 // Is reports whether target is ErrNotObtained.
 func (e *TakenError) Is(target error) bool { return target == ErrNotObtained }
 
-// errAlreadyReleased is Unlock's answer on a lock released before.
+// ErrAlreadyReleased is Unlock's answer on a lock released before.
 var errAlreadyReleased = fmt.Errorf("%w: already released", ErrNotHeld)
 
-// errNilLock is what the methods of a nil *Lock report.
+// ErrNilLock is what the methods of a nil *Lock report.
 var errNilLock = fmt.Errorf("%w: nil *Lock", ErrNotHeld)
 
 // The engine builds and reads these errors through say (public.go).
 func init() {
-	say = vocabulary{
-		errClosed: ErrClosed, errNotObtained: ErrNotObtained, errNotHeld: ErrNotHeld,
-		errLost: ErrLost, errReleased: ErrReleased, errUnreachable: ErrUnreachable,
-		errAlreadyReleased: errAlreadyReleased, errNilLock: errNilLock,
-		join:  join,
-		quiet: func(err error) error { return quietError{err} },
-		parts: func(err error) ([]error, bool) {
+	engine.Say = engine.Vocabulary{
+		ErrClosed: ErrClosed, ErrNotObtained: ErrNotObtained, ErrNotHeld: ErrNotHeld,
+		ErrLost: ErrLost, ErrReleased: ErrReleased, ErrUnreachable: ErrUnreachable,
+		ErrAlreadyReleased: errAlreadyReleased, ErrNilLock: errNilLock,
+		Join:  join,
+		Quiet: func(err error) error { return quietError{err} },
+		Parts: func(err error) ([]error, bool) {
 			if j, ok := err.(*joinedError); ok {
 				return j.errs, true
 			}
 			return nil, false
 		},
-		notHeld:     notHeld,
-		notObtained: notObtained,
-		nodeError:   func(node int, addr string, err error) error { return &NodeError{Node: node, Addr: addr, Err: err} },
-		nodeOf: func(err error) (int, error, bool) {
+		NotHeld:     notHeld,
+		NotObtained: notObtained,
+		NodeError:   func(node int, addr string, err error) error { return &NodeError{Node: node, Addr: addr, Err: err} },
+		NodeOf: func(err error) (int, error, bool) {
 			if ne, ok := err.(*NodeError); ok {
 				return ne.Node, ne.Err, true
 			}
 			return 0, nil, false
 		},
-		reason: func(r lossReason) error { return LossReason(r) },
-		newAlloc: func() (*lockAlloc, any) {
+		Reason: func(r engine.LossReason) error { return LossReason(r) },
+		NewAlloc: func() (*engine.LockAlloc, any) {
 			l := new(Lock)
 			return &l.a, l
 		},
-		taken: func(name, owner string, ttl time.Duration, nodes []int) error {
+		Taken: func(name, owner string, ttl time.Duration, nodes []int) error {
 			return &TakenError{Name: name, Owner: owner, TTL: ttl, Nodes: nodes}
 		},
-		takenBy: func(err error) (name, owner string, ok bool) {
+		TakenBy: func(err error) (name, owner string, ok bool) {
 			var te *TakenError
 			if !errors.As(err, &te) {
 				return "", "", false
 			}
 			return te.Name, te.Owner, true
 		},
-		replicaAcks: func(acked, wanted int, timeout time.Duration) error {
+		ReplicaAcks: func(acked, wanted int, timeout time.Duration) error {
 			return &ReplicaAcksError{Acked: acked, Wanted: wanted, Timeout: timeout}
 		},
-		lostError: func(name string, reason lossReason, cause error) error {
+		LostError: func(name string, reason engine.LossReason, cause error) error {
 			return &LostError{Name: name, Reason: LossReason(reason), Err: cause}
 		},
-		isLost: func(err error) bool { _, ok := err.(*LostError); return ok },
+		IsLost: func(err error) bool { _, ok := err.(*LostError); return ok },
 	}
 }
 
 // The engine's names for the loss reasons and outcomes have the same
 // values as the public ones (an index out of range fails the build).
 var (
-	_ = [1]int{}[int(LossMaxHold)-int(lossMaxHold)+int(LossExpired)-int(lossExpired)]
-	_ = [1]int{}[int(LossTaken)-int(lossTaken)+int(LossDeleted)-int(lossDeleted)+int(LossQuorum)-int(lossQuorum)+int(LossClosed)-int(lossClosed)]
-	_ = [1]int{}[int(Acquired)-int(outcomeAcquired)+int(Contended)-int(outcomeContended)+int(Canceled)-int(outcomeCanceled)+int(Failed)-int(outcomeFailed)]
+	_ = [1]int{}[int(LossMaxHold)-int(engine.LossMaxHold)+int(LossExpired)-int(engine.LossExpired)]
+	_ = [1]int{}[int(LossTaken)-int(engine.LossTaken)+int(LossDeleted)-int(engine.LossDeleted)+int(LossQuorum)-int(engine.LossQuorum)+int(LossClosed)-int(engine.LossClosed)]
+	_ = [1]int{}[int(Acquired)-int(engine.OutcomeAcquired)+int(Contended)-int(engine.OutcomeContended)+int(Canceled)-int(engine.OutcomeCanceled)+int(Failed)-int(engine.OutcomeFailed)]
 )

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlockgo/redlock/internal/engine"
 	"github.com/redlockgo/redlock/internal/redistest"
 	"github.com/redlockgo/redlock/internal/scripts"
 )
@@ -247,7 +248,7 @@ func TestWaitAcrossFailover(t *testing.T) {
 			first := handOff("fo-1")
 			second := handOff("fo-1")
 			t.Logf("after %s: first hand-off in %v, second in %v", tc.name, first, second)
-			assert.Less(t, first, maxTrustedSleep+500*time.Millisecond, "first hand-off after the failover took the lease, not the capped sleep")
+			assert.Less(t, first, engine.MaxTrustedSleep+500*time.Millisecond, "first hand-off after the failover took the lease, not the capped sleep")
 			assert.Less(t, second, 500*time.Millisecond, "second hand-off after the failover was not woken by a message")
 		})
 	}
@@ -444,7 +445,7 @@ func TestNameFreeAfterPartition(t *testing.T) {
 			ctx := context.Background()
 			for i := range 3 {
 				name := fmt.Sprintf("after-partition-%d", i)
-				key := lockKey(lk.c.cfg.prefix, name)
+				key := engine.LockKey(lk.c.Cfg.Prefix, name)
 				// A connection made fresh under Hold would wait for its
 				// handshake's reply and send nothing: the last partition
 				// cost the pool its connections, so one is opened (and
@@ -499,13 +500,13 @@ func TestReservationForGoneWaiter(t *testing.T) {
 	require.ErrorIs(t, <-gaveUp, context.Canceled)
 	// The withdrawal runs on after Lock returned (its ctx ended): the
 	// partition stays until it has given up.
-	require.True(t, eventually(5*time.Second, func() bool { return waiterLk.c.withdraw.n.Load() == 0 }), "the withdrawal never ended")
+	require.True(t, eventually(5*time.Second, func() bool { return waiterLk.c.Withdraw.N.Load() == 0 }), "the withdrawal never ended")
 	proxy.Blackhole(false)
 	writersQueued(t, srv, "gone-waiter", 1) // still queued on the server
 
 	require.NoError(t, holder.Unlock(ctx))
 	released := time.Now()
-	key := lockKey(holderLk.c.cfg.prefix, "gone-waiter")
+	key := engine.LockKey(holderLk.c.Cfg.Prefix, "gone-waiter")
 	assert.Contains(t, get(t, srv.Client(t), key), "queued:", "the release reserved the name for the queued entry")
 	// About the node timeout (100ms); before, the reservation lasted 1s.
 	takeWithin(t, other, "gone-waiter", released, 500*time.Millisecond)

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/redlockgo/redlock/internal/engine"
 	"github.com/redlockgo/redlock/internal/node"
 	"github.com/redlockgo/redlock/internal/scripts"
 )
@@ -78,57 +79,57 @@ func (r *Redlock) Inspect(ctx context.Context, name string) (Holder, error) {
 }
 
 // inspect is Inspect on any number of nodes.
-func inspect(ctx context.Context, c *core, name string) (Holder, error) {
+func inspect(ctx context.Context, c *engine.Core, name string) (Holder, error) {
 	if c == nil {
-		return Holder{}, errNoCore
+		return Holder{}, engine.ErrNoCore
 	}
 	if name == "" {
 		return Holder{}, errors.New("redlock: empty lock name")
 	}
-	h, _, err := inspectKey(ctx, c, "inspect", name, lockKey(c.cfg.prefix, name), c.cfg.timeout(c.cfg.ttl))
+	h, _, err := inspectKey(ctx, c, "inspect", name, engine.LockKey(c.Cfg.Prefix, name), c.Cfg.Timeout(c.Cfg.TTL))
 	return h, err
 }
 
 // inspectKey runs inspect.lua for the lock key key on every node and judges
 // the replies by quorum (judge): the holder, and the replies it was judged
 // from. op and name head the error of a round that reached too few nodes.
-func inspectKey(ctx context.Context, c *core, op, name, key string, timeout time.Duration) (Holder, []reply, error) {
+func inspectKey(ctx context.Context, c *engine.Core, op, name, key string, timeout time.Duration) (Holder, []engine.Reply, error) {
 	if err := ctx.Err(); err != nil {
 		return Holder{}, nil, err
 	}
-	if c.life.IsClosing() {
+	if c.Life.IsClosing() {
 		return Holder{}, nil, ErrClosed
 	}
 	keys := []string{key, key + scripts.FenceSuffix, key + scripts.MetaSuffix, key + scripts.ReadersSuffix}
 	// Detached, as every call of the core: gather stops waiting when ctx
 	// ends, and the read left behind is bounded by the node timeout.
-	rs, interrupted, err := c.pool.round(detached(ctx), c.pool.nodes, timeout, timeout, func(ctx context.Context, n *node.Node, cl node.Client) reply {
-		if err := c.pool.ids.identify(ctx, n); err != nil {
-			return reply{err: err}
+	rs, interrupted, err := c.Pool.Round(engine.Detached(ctx), c.Pool.Nodes, timeout, timeout, func(ctx context.Context, n *node.Node, cl node.Client) engine.Reply {
+		if err := c.Pool.Ids.Identify(ctx, n); err != nil {
+			return engine.Reply{Err: err}
 		}
 		return inspectOn(ctx, cl, keys)
-	}, time.Now().Add(timeout), ctx.Done(), func(rs []reply) bool {
-		_, decided := judge(c.pool, rs)
+	}, time.Now().Add(timeout), ctx.Done(), func(rs []engine.Reply) bool {
+		_, decided := judge(c.Pool, rs)
 		return decided
 	})
 	if err != nil {
 		return Holder{}, nil, err
 	}
-	h, decided := judge(c.pool, rs)
+	h, decided := judge(c.Pool, rs)
 	if decided && !interrupted {
 		return h, rs, nil
 	}
-	return Holder{}, rs, c.pool.shortOf(op, name, c.pool.count(rs), "", ctxErrIf(ctx, interrupted))
+	return Holder{}, rs, c.Pool.ShortOf(op, name, c.Pool.Count(rs), "", engine.CtxErrIf(ctx, interrupted))
 }
 
 // inspectOn runs inspect.lua on one node.
-func inspectOn(ctx context.Context, cl Client, keys []string) reply {
+func inspectOn(ctx context.Context, cl Client, keys []string) engine.Reply {
 	res, err := scripts.Inspect.Run(ctx, cl, keys).Slice()
 	if err != nil {
-		return reply{err: err}
+		return engine.Reply{Err: err}
 	}
 	if len(res) != 6 {
-		return reply{err: fmt.Errorf("%w: %v", node.ErrBadReply, res)}
+		return engine.Reply{Err: fmt.Errorf("%w: %v", node.ErrBadReply, res)}
 	}
 	owner, ok1 := res[0].(string)
 	pttl, ok2 := res[1].(int64)
@@ -137,72 +138,72 @@ func inspectOn(ctx context.Context, cl Client, keys []string) reply {
 	readers, ok5 := res[4].(int64)
 	rpttl, ok6 := res[5].(int64)
 	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 {
-		return reply{err: fmt.Errorf("%w: %v", node.ErrBadReply, res)}
+		return engine.Reply{Err: fmt.Errorf("%w: %v", node.ErrBadReply, res)}
 	}
-	h := &nodeHolder{owner: owner, pttl: pttl, metadata: meta, readers: int(readers), rpttl: rpttl}
+	h := &engine.NodeHolder{Owner: owner, PTTL: pttl, Metadata: meta, Readers: int(readers), RPTTL: rpttl}
 	if counter != "" {
-		if h.token, err = strconv.ParseInt(counter, 10, 64); err != nil {
-			return reply{err: fmt.Errorf("fence key %s does not hold a token: %q", keys[1], counter)}
+		if h.Token, err = strconv.ParseInt(counter, 10, 64); err != nil {
+			return engine.Reply{Err: fmt.Errorf("fence key %s does not hold a token: %q", keys[1], counter)}
 		}
 	}
-	return reply{ok: true, inspected: h}
+	return engine.Reply{Ok: true, Inspected: h}
 }
 
 // judge reads a round of inspect replies: the holder a quorum agrees on, and
 // whether the round is decided: a quorum answered and no owner can still
 // reach (or lose) a quorum, or every node replied. Undecided at the end of
 // the round means fewer than a quorum answered.
-func judge(p *pool, rs []reply) (Holder, bool) {
+func judge(p *engine.Pool, rs []engine.Reply) (Holder, bool) {
 	var (
-		answered []*nodeHolder
+		answered []*engine.NodeHolder
 		votes    = make(map[string]int)
 	)
 	for _, r := range rs {
-		if r.err != nil || r.inspected == nil || p.nodes[r.node].IsDup() {
+		if r.Err != nil || r.Inspected == nil || p.Nodes[r.Node].IsDup() {
 			continue
 		}
-		answered = append(answered, r.inspected)
-		if r.inspected.owner != "" {
-			votes[r.inspected.owner]++
+		answered = append(answered, r.Inspected)
+		if r.Inspected.Owner != "" {
+			votes[r.Inspected.Owner]++
 		}
 	}
-	if len(answered) < p.quorum {
+	if len(answered) < p.Quorum {
 		return Holder{}, false
 	}
 	var h Holder
 	for _, a := range answered {
-		h.Token = max(h.Token, a.token)
+		h.Token = max(h.Token, a.Token)
 	}
-	pending := len(p.nodes) - len(rs)
+	pending := len(p.Nodes) - len(rs)
 	for owner, v := range votes {
-		if v >= p.quorum {
+		if v >= p.Quorum {
 			h.Held, h.Owner = true, owner
-		} else if v+pending >= p.quorum {
+		} else if v+pending >= p.Quorum {
 			return Holder{}, false // an owner that may still reach a quorum
 		}
 	}
 	if !h.Held {
-		if len(p.nodes) == 1 && answered[0].readers > 0 {
+		if len(p.Nodes) == 1 && answered[0].Readers > 0 {
 			// Read holds live only on a Locker (RLock): one node.
 			a := answered[0]
-			h.Held, h.Readers, h.TTL = true, a.readers, time.Duration(a.rpttl)*time.Millisecond
+			h.Held, h.Readers, h.TTL = true, a.Readers, time.Duration(a.RPTTL)*time.Millisecond
 		}
 		return h, true
 	}
-	h.TTL, h.Metadata = quorumLease(answered, h.Owner, p.quorum)
+	h.TTL, h.Metadata = quorumLease(answered, h.Owner, p.Quorum)
 	return h, true
 }
 
 // quorumLease is how long owner keeps a quorum of the answers: until the
 // quorum-th longest lease among the nodes that hold it runs out (-1, no
 // expiry, outlasts every lease), and its metadata.
-func quorumLease(answered []*nodeHolder, owner string, quorum int) (ttl time.Duration, metadata string) {
+func quorumLease(answered []*engine.NodeHolder, owner string, quorum int) (ttl time.Duration, metadata string) {
 	var pttls []int64
 	for _, a := range answered {
-		if a.owner == owner {
-			pttls = append(pttls, a.pttl)
+		if a.Owner == owner {
+			pttls = append(pttls, a.PTTL)
 			if metadata == "" {
-				metadata = a.metadata
+				metadata = a.Metadata
 			}
 		}
 	}

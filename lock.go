@@ -3,6 +3,8 @@ package redlock
 import (
 	"context"
 	"time"
+
+	"github.com/redlockgo/redlock/internal/engine"
 )
 
 // Lock is a held lock: the handle one successful Lock, TryLock or Do returns.
@@ -14,29 +16,29 @@ import (
 // several concurrent Unlock calls returns nil. The methods of a nil *Lock
 // do not panic: it is not held.
 type Lock struct {
-	a lockAlloc
+	a engine.LockAlloc
 }
 
 // ref is the state of l, nil for a nil l (whose methods then report a lock
 // that is not held).
-func (l *Lock) ref() *hold {
+func (l *Lock) ref() *engine.Hold {
 	if l == nil {
 		return nil
 	}
-	return &l.a.hold
+	return &l.a.Hold
 }
 
 // lock is the handle of h, nil for a nil h.
-func lockOf(h *hold) *Lock {
+func lockOf(h *engine.Hold) *Lock {
 	if h == nil {
 		return nil
 	}
-	l, _ := h.user.(*Lock)
+	l, _ := h.User.(*Lock)
 	return l
 }
 
 // handle is what an acquire call returns to its user: the handle of h.
-func handle(h *hold, err error) (*Lock, error) { return lockOf(h), err }
+func handle(h *engine.Hold, err error) (*Lock, error) { return lockOf(h), err }
 
 // Name returns the lock's name as given to the acquire call; for a
 // [Locker.LockAll] lock, its names in order, joined by commas (see Names).
@@ -44,7 +46,7 @@ func (l *Lock) Name() string {
 	if l == nil {
 		return ""
 	}
-	return l.a.name
+	return l.a.Name
 }
 
 // Owner returns the random owner value (a UUID) stored in Redis under the
@@ -53,7 +55,7 @@ func (l *Lock) Owner() string {
 	if l == nil {
 		return ""
 	}
-	return l.a.owner
+	return l.a.Owner
 }
 
 // Metadata returns what [WithMetadata] attached to the lock, "" if nothing.
@@ -61,7 +63,7 @@ func (l *Lock) Metadata() string {
 	if l == nil {
 		return ""
 	}
-	return l.a.metadata
+	return l.a.Metadata
 }
 
 // Token returns the lock's fencing token: strictly increasing across
@@ -74,7 +76,7 @@ func (l *Lock) Token() int64 {
 	if l == nil {
 		return 0
 	}
-	return l.a.token
+	return l.a.Token
 }
 
 // Until returns the end of the lock's local validity: the instant read before
@@ -86,7 +88,7 @@ func (l *Lock) Until() time.Time {
 	if l == nil {
 		return time.Time{}
 	}
-	return l.a.lockedUntil()
+	return l.a.LockedUntil()
 }
 
 // Done returns a channel closed once the lock is no longer held: after

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlockgo/redlock/internal/engine"
 	"github.com/redlockgo/redlock/internal/node"
 	"github.com/redlockgo/redlock/internal/redistest"
 )
@@ -224,7 +225,7 @@ func TestExpiryTakeover(t *testing.T) {
 	<-a.Done() // closes by A.Until, before the server may grant anyone else
 	doneAt := time.Now()
 	// The loss lead, plus what a batch of one may add.
-	lead := timerLead + drift(300*time.Millisecond, 0.01)/2 + time.Millisecond
+	lead := engine.TimerLead + engine.Drift(300*time.Millisecond, 0.01)/2 + time.Millisecond
 	if early := a.Until().Sub(doneAt); early > lead {
 		t.Errorf("Done closed %v before Until, want at most the %v loss lead", early, lead)
 	}

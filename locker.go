@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/redlockgo/redlock/internal/engine"
 	"github.com/redlockgo/redlock/internal/node"
 )
 
@@ -16,7 +17,7 @@ import (
 // asynchronous, so a failover can lose a lock together with its fencing
 // counter. Tokens carry a server-time floor so that fencing still tells the
 // two holders apart; see the package documentation.
-type Locker struct{ c *core }
+type Locker struct{ c *engine.Core }
 
 // NewLocker returns a Locker on client with opts as defaults for every call.
 // It starts three goroutines (the watchdog, the loss clock and its
@@ -48,12 +49,12 @@ func NewLocker(client Client, opts ...Option) (*Locker, error) {
 	if node.IsNil(client) {
 		return nil, errors.New("redlock: nil client")
 	}
-	c, err := newCore([]node.Client{client}, opts)
+	c, err := engine.NewCore([]node.Client{client}, opts)
 	if err != nil {
 		return nil, err
 	}
-	node.WarnEviction(c.pool.nodes, c.cfg.logger)
-	node.WarnSentinel(c.pool.nodes, c.cfg.logger)
+	node.WarnEviction(c.Pool.Nodes, c.Cfg.Logger)
+	node.WarnSentinel(c.Pool.Nodes, c.Cfg.Logger)
 	return &Locker{c: c}, nil
 }
 
@@ -68,14 +69,14 @@ func NewLocker(client Client, opts ...Option) (*Locker, error) {
 // name or invalid option, ErrClosed after Close, and an error matching
 // ErrNotObtained when Redis refuses in a way retrying cannot fix.
 func (lk *Locker) Lock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
-	return handle(lockName(ctx, lk.core(), name, opts))
+	return handle(engine.LockName(ctx, lk.core(), name, opts))
 }
 
 // TryLock makes one attempt to acquire the lock name. When another owner
 // holds it, or Redis did not answer within the node timeout, the error
 // matches ErrNotObtained.
 func (lk *Locker) TryLock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
-	return handle(tryLockName(ctx, lk.core(), name, opts))
+	return handle(engine.TryLockName(ctx, lk.core(), name, opts))
 }
 
 // Do acquires the lock name as Lock does, runs fn while holding it (renewed
@@ -92,7 +93,7 @@ func (lk *Locker) TryLock(ctx context.Context, name string, opts ...Option) (*Lo
 // when the release found the key no longer ours), even when fn returned nil.
 func (lk *Locker) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
 	c := lk.core()
-	return do(ctx, c, fn, func() (*hold, error) { return lockName(ctx, c, name, opts) })
+	return do(ctx, c, fn, func() (*engine.Hold, error) { return engine.LockName(ctx, c, name, opts) })
 }
 
 // Close marks every held lock released (their Done channels close, the
@@ -112,17 +113,17 @@ func (lk *Locker) Do(ctx context.Context, name string, fn func(ctx context.Conte
 // started releases it and fails with ErrClosed; acquire calls after Close
 // fail with ErrClosed. It does not close the client. Close is idempotent and
 // returns nil; a concurrent second Close returns when the first does.
-func (lk *Locker) Close() error { return lk.core().close() }
+func (lk *Locker) Close() error { return lk.core().Close() }
 
 // Ping checks, before any lock is needed, that the Redis deployment answers
 // and accepts writes: a wrong address, a replica, a wrong password or a
 // server that is not Redis fail here with the cause, instead of in the
 // first Lock. Bounded by the node timeout (and ctx).
-func (lk *Locker) Ping(ctx context.Context) error { return ping(ctx, lk.core()) }
+func (lk *Locker) Ping(ctx context.Context) error { return engine.Ping(ctx, lk.core()) }
 
 // core is the engine, or nil for a nil or zero Locker, whose methods then
 // return an error instead of panicking.
-func (lk *Locker) core() *core {
+func (lk *Locker) core() *engine.Core {
 	if lk == nil {
 		return nil
 	}
@@ -130,9 +131,9 @@ func (lk *Locker) core() *core {
 }
 
 // do is Do for a lock that take acquires on c: hold it while fn runs.
-func do(ctx context.Context, c *core, fn func(context.Context) error, take func() (*hold, error)) (err error) {
+func do(ctx context.Context, c *engine.Core, fn func(context.Context) error, take func() (*engine.Hold, error)) (err error) {
 	if c == nil {
-		return errNoCore
+		return engine.ErrNoCore
 	}
 	if fn == nil {
 		return errors.New("redlock: nil function")
@@ -146,7 +147,7 @@ func do(ctx context.Context, c *core, fn func(context.Context) error, take func(
 	// fn's ctx ends the moment the lock stops being held for any reason
 	// other than Do's own Unlock below: lost, Close, an Unlock through
 	// FromContext.
-	l.onEnd(func(cause error) { cancel(cause) })
+	l.OnEnd(func(cause error) { cancel(cause) })
 	defer func() {
 		p := recover()
 		uerr := l.Unlock(context.WithoutCancel(ctx))
@@ -162,7 +163,7 @@ func do(ctx context.Context, c *core, fn func(context.Context) error, take func(
 			// fn released the lock itself, through FromContext.
 		case errors.Is(uerr, ErrNotHeld):
 			// The nodes no longer had our key: lost while fn ran.
-			err = join(err, &opError{msg: fmt.Sprintf("redlock: lock %q lost while the function ran", l.name), sentinel: ErrLost}, uerr)
+			err = join(err, &opError{msg: fmt.Sprintf("redlock: lock %q lost while the function ran", l.Name), sentinel: ErrLost}, uerr)
 		case uerr != nil:
 			err = join(err, uerr)
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/redlockgo/redlock/internal/engine"
 	"github.com/redlockgo/redlock/internal/node"
 )
 
@@ -41,14 +42,14 @@ const (
 
 // String returns the reason's short name, fit for a log field or a metric
 // attribute: "expired", "taken", "deleted", "quorum", "closed", "max_hold".
-func (r LossReason) String() string { return lossReason(r).String() }
+func (r LossReason) String() string { return engine.LossReason(r).String() }
 
 // Error returns the same short name as String, so that a reason prints
 // the same with %v and %s; it makes a reason usable as an errors.Is target.
 // [LostError.Error] gives the long description.
 func (r LossReason) Error() string { return r.String() }
 
-func (r LossReason) text() string { return lossReason(r).text() }
+func (r LossReason) text() string { return engine.LossReason(r).Text() }
 
 // LostError is what [Lock.Err] returns once a lock was lost, and the cause
 // of the context [Locker.Do] passes its function when it is cancelled for
@@ -82,7 +83,7 @@ func (e *LostError) clause() string {
 		parts = []error{e.Err}
 	}
 	for _, p := range parts {
-		if e.Reason != LossQuorum && (errors.Is(p, errKeyGone) || errors.Is(p, node.ErrTaken) || errors.Is(p, errExpLate)) {
+		if e.Reason != LossQuorum && (errors.Is(p, engine.ErrKeyGone) || errors.Is(p, node.ErrTaken) || errors.Is(p, engine.ErrExpLate)) {
 			continue
 		}
 		if d := strings.TrimPrefix(clauseOf(p), "redlock: "); d != "" && !strings.Contains(s, d) {

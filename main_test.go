@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/redlockgo/redlock/internal/engine"
 	"github.com/redlockgo/redlock/internal/redistest"
 	"github.com/redlockgo/redlock/internal/scripts"
 )
@@ -204,10 +205,10 @@ func eventuallyEvery(d, every time.Duration, cond func() bool) bool {
 }
 
 // waiting blocks until a Lock call of c is queued on name.
-func waiting(t testing.TB, c *core, name string) {
+func waiting(t testing.TB, c *engine.Core, name string) {
 	t.Helper()
-	ch := releaseChannel(lockKey(c.cfg.prefix, name))
-	if !eventually(2*time.Second, func() bool { return c.waits.busy(ch) }) {
+	ch := engine.ReleaseChannel(engine.LockKey(c.Cfg.Prefix, name))
+	if !eventually(2*time.Second, func() bool { return c.Waits.Busy(ch) }) {
 		t.Fatalf("no waiter queued on %q", name)
 	}
 }

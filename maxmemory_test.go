@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlockgo/redlock/internal/engine"
 	"github.com/redlockgo/redlock/internal/redistest"
 )
 
@@ -94,13 +95,13 @@ func TestReleaseAtMaxmemory(t *testing.T) {
 // which the test expects.
 func releasedMarkers(pub *Lock) []string {
 	l := pub.ref()
-	switch l.kind {
-	case kindRead, kindPermit:
-		return l.keys[1:2]
-	case kindMulti:
-		return l.multi.rel[0][len(l.multi.names):][:1]
+	switch l.Kind {
+	case engine.KindRead, engine.KindPermit:
+		return l.Keys[1:2]
+	case engine.KindMulti:
+		return l.Multi.Rel[0][len(l.Multi.Names):][:1]
 	}
-	return releaseKeys(l)[1:2]
+	return engine.ReleaseKeys(l)[1:2]
 }
 
 // TestHandOffAtMaxmemory: an Unlock with a waiter of the same Locker on a

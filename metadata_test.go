@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlockgo/redlock/internal/engine"
 	"github.com/redlockgo/redlock/internal/redistest"
 )
 
@@ -53,7 +54,7 @@ func TestMetadata(t *testing.T) {
 		assert.NoError(t, err)
 		got <- nl
 	}()
-	require.Eventually(t, func() bool { return lk.core().waits.busy(releaseChannel(lockKey("redlock:", name))) }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return lk.core().Waits.Busy(engine.ReleaseChannel(engine.LockKey("redlock:", name))) }, 10*time.Second, time.Millisecond)
 	require.NoError(t, l.Unlock(ctx))
 	nl := <-got
 	require.NotNil(t, nl)
@@ -73,7 +74,7 @@ func TestMetadata(t *testing.T) {
 	assert.Empty(t, bare.Metadata())
 	require.NoError(t, bare.Unlock(ctx))
 
-	_, err = lk.TryLock(ctx, name, WithMetadata(strings.Repeat("x", maxMetadata+1)))
+	_, err = lk.TryLock(ctx, name, WithMetadata(strings.Repeat("x", engine.MaxMetadata+1)))
 	require.Error(t, err, "metadata over 64 KiB")
 	assert.Empty(t, (*Lock)(nil).Metadata())
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"slices"
 	"strings"
+
+	"github.com/redlockgo/redlock/internal/engine"
 )
 
 // LockAll acquires the locks of all names at once, all or nothing, waiting
@@ -42,10 +44,10 @@ func (lk *Locker) TryLockAll(ctx context.Context, names []string, opts ...Option
 	return handle(lk.lockAll(ctx, names, opts, false))
 }
 
-func (lk *Locker) lockAll(ctx context.Context, names []string, opts []Option, wait bool) (*hold, error) {
+func (lk *Locker) lockAll(ctx context.Context, names []string, opts []Option, wait bool) (*engine.Hold, error) {
 	c := lk.core()
 	if c == nil {
-		return nil, errNoCore
+		return nil, engine.ErrNoCore
 	}
 	if len(names) == 0 {
 		return nil, errors.New("redlock: LockAll: no names")
@@ -53,20 +55,20 @@ func (lk *Locker) lockAll(ctx context.Context, names []string, opts []Option, wa
 	if slices.Contains(names, "") {
 		return nil, errors.New("redlock: LockAll: empty lock name")
 	}
-	cfg, err := callOptions(&c.cfg, opts)
+	cfg, err := engine.CallOptions(&c.Cfg, opts)
 	if err != nil {
 		return nil, err
 	}
 	sorted := slices.Clone(names)
 	slices.Sort(sorted)
 	sorted = slices.Compact(sorted)
-	sharded := keyRouted(c.pool.nodes[0].Client)
-	if sharded && cfg.replicas > 0 && len(sorted) > 1 {
+	sharded := engine.KeyRouted(c.Pool.Nodes[0].Client)
+	if sharded && cfg.Replicas > 0 && len(sorted) > 1 {
 		return nil, errors.New("redlock: LockAll: WithReplicaAcks is not supported across the shards of a Cluster or Ring client")
 	}
-	mk := newMultiKeys(cfg.prefix, sorted, sharded)
+	mk := engine.NewMultiKeys(cfg.Prefix, sorted, sharded)
 	joined := strings.Join(sorted, ",")
-	first := releaseChannel(mk.locks[0])
-	a := acquisition{kind: kindMulti, name: joined, channel: first, cfg: cfg, multi: mk, queue: queueKey(first, queueMulti), held: mk.locks[0]}
-	return c.obtain(ctx, &a, wait)
+	first := engine.ReleaseChannel(mk.Locks[0])
+	a := engine.Acquisition{Kind: engine.KindMulti, Name: joined, Channel: first, Cfg: cfg, Multi: mk, Queue: engine.QueueKey(first, engine.QueueMulti), Held: mk.Locks[0]}
+	return c.Obtain(ctx, &a, wait)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlockgo/redlock/internal/engine"
 	"github.com/redlockgo/redlock/internal/redistest"
 )
 
@@ -105,7 +106,7 @@ func TestLockAllAllOrNothing(t *testing.T) {
 	}()
 	waitSubscribers(t, srv, "{redlock:all-b}:rel", 1)
 	require.True(t, eventually(5*time.Second, func() bool {
-		return lks[1].c.waits.busy(queueKey("{redlock:all-b}:rel", queueMulti))
+		return lks[1].c.Waits.Busy(engine.QueueKey("{redlock:all-b}:rel", engine.QueueMulti))
 	}))
 	require.NoError(t, held.Unlock(ctx))
 	l := <-got
@@ -180,7 +181,7 @@ func TestLockAllCluster(t *testing.T) {
 	names := []string{"cl-a", "cl-b", "cl-c", "cl-d"}
 	slots := map[int64]bool{}
 	for _, n := range names {
-		s, err := cc.ClusterKeySlot(ctx, lockKey("redlock:", n)).Result()
+		s, err := cc.ClusterKeySlot(ctx, engine.LockKey("redlock:", n)).Result()
 		require.NoError(t, err)
 		slots[s] = true
 	}
@@ -193,7 +194,7 @@ func TestLockAllCluster(t *testing.T) {
 	require.ErrorAs(t, err, &te)
 	assert.Equal(t, "cl-c", te.Name)
 	for _, n := range []string{"cl-a", "cl-b", "cl-d"} {
-		_, err := cc.Get(ctx, lockKey("redlock:", n)).Result()
+		_, err := cc.Get(ctx, engine.LockKey("redlock:", n)).Result()
 		assert.ErrorIs(t, err, redis.Nil, "%s left behind by a refused attempt", n)
 	}
 	require.NoError(t, held.Unlock(ctx))
@@ -215,7 +216,7 @@ func TestLockAllCluster(t *testing.T) {
 	assert.Greater(t, d, time.Second)
 	require.NoError(t, l.Unlock(ctx))
 	for _, n := range names {
-		_, err := cc.Get(ctx, lockKey("redlock:", n)).Result()
+		_, err := cc.Get(ctx, engine.LockKey("redlock:", n)).Result()
 		assert.ErrorIs(t, err, redis.Nil)
 	}
 	_, err = lk.TryLockAll(ctx, names, WithReplicaAcks(1, time.Second))

@@ -3,6 +3,8 @@ package redlock
 import (
 	"context"
 	"time"
+
+	"github.com/redlockgo/redlock/internal/engine"
 )
 
 // Observer receives what happens to locks: acquisitions (latency, wait,
@@ -49,7 +51,7 @@ func (NopObserver) OnNodeError(NodeErrorEvent) {}
 // WithObserver sets the Observer of acquisitions, renewals, releases, losses
 // and node failures. Default none; nil removes it. Set on the constructor
 // it sees every call; set per call it sees that call's lock.
-func WithObserver(o Observer) Option { return func(c *config) { c.observer = observing(o) } }
+func WithObserver(o Observer) Option { return func(c *config) { c.Observer = observing(o) } }
 
 // AcquireOutcome classifies how an acquire call ended.
 type AcquireOutcome uint8
@@ -156,7 +158,7 @@ type NodeErrorEvent struct {
 }
 
 // observing is o as the engine calls it (reporter), nil for none.
-func observing(o Observer) reporter {
+func observing(o Observer) engine.Reporter {
 	if o == nil {
 		return nil
 	}
@@ -166,24 +168,24 @@ func observing(o Observer) reporter {
 // observed turns the engine's reports into o's events.
 type observed struct{ o Observer }
 
-func (a observed) acquired(e acquireNote) {
+func (a observed) Acquired(e engine.AcquireNote) {
 	a.o.OnAcquire(AcquireEvent{Ctx: e.Ctx, Name: e.Name, Wait: e.Wait, Start: e.Start, Duration: e.Duration,
 		WaitTime: e.WaitTime, Attempts: e.Attempts, Contended: e.Contended, Outcome: AcquireOutcome(e.Outcome),
 		Lock: lockOf(e.Hold), Err: e.Err})
 }
 
-func (a observed) renewed(e renewNote) {
+func (a observed) Renewed(e engine.RenewNote) {
 	a.o.OnRenew(RenewEvent{Lock: lockOf(e.Hold), Name: e.Name, Manual: e.Manual, TTL: e.TTL, Start: e.Start,
 		Duration: e.Duration, Err: e.Err})
 }
 
-func (a observed) released(e releaseNote) {
+func (a observed) Released(e engine.ReleaseNote) {
 	a.o.OnRelease(ReleaseEvent{Lock: lockOf(e.Hold), Name: e.Name, Held: e.Held, Duration: e.Duration, Err: e.Err})
 }
 
-func (a observed) lost(e lossNote) {
+func (a observed) Lost(e engine.LossNote) {
 	le, _ := e.Err.(*LostError)
 	a.o.OnLoss(LossEvent{Lock: lockOf(e.Hold), Name: e.Name, Held: e.Held, Err: le})
 }
 
-func (a observed) nodeErrors(name, op string, err error) { observeNodes(a.o, name, op, err) }
+func (a observed) NodeErrors(name, op string, err error) { observeNodes(a.o, name, op, err) }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlockgo/redlock/internal/engine"
 	"github.com/redlockgo/redlock/internal/node"
 	"github.com/redlockgo/redlock/internal/redistest"
 )
@@ -192,7 +193,7 @@ func TestObserverRedlockNodeErrors(t *testing.T) {
 		}
 		return false
 	}
-	require.True(t, eventually(3*time.Second, func() bool { return failed("obs-rl", opRenew, 2) }),
+	require.True(t, eventually(3*time.Second, func() bool { return failed("obs-rl", engine.OpRenew, 2) }),
 		"node 2 errors for the renewals: %v", rec.nodeEvents())
 	require.NoError(t, l.Err(), "held by the other two")
 	require.NoError(t, l.Unlock(ctx))
@@ -201,8 +202,8 @@ func TestObserverRedlockNodeErrors(t *testing.T) {
 	nodes[1].srv.Kill(t)
 	_, err = r.TryLock(ctx, "obs-rl-2")
 	require.ErrorIs(t, err, ErrNotObtained)
-	assert.True(t, failed("obs-rl-2", opAcquire, 1), "node 1: %v", rec.nodeEvents())
-	assert.True(t, failed("obs-rl-2", opAcquire, 2), "node 2: %v", rec.nodeEvents())
+	assert.True(t, failed("obs-rl-2", engine.OpAcquire, 1), "node 1: %v", rec.nodeEvents())
+	assert.True(t, failed("obs-rl-2", engine.OpAcquire, 2), "node 2: %v", rec.nodeEvents())
 	rec.mu.Lock()
 	for _, e := range rec.nodes {
 		assert.NotEqual(t, 0, e.Err.Node, "the live master never fails: %v", e.Err)
@@ -230,15 +231,15 @@ func TestObserverMaxHold(t *testing.T) {
 // TestObserverUnsetAllocatesNothing: the hook calls on every path cost no
 // allocation without an observer.
 func TestObserverUnsetAllocatesNothing(t *testing.T) {
-	cfg := defaultConfig()
+	cfg := engine.DefaultConfig()
 	ctx := context.Background()
 	err := errors.Join(ErrNotObtained, &NodeError{Err: node.ErrTimeout})
-	l := &hold{name: "x"}
+	l := &engine.Hold{Name: "x"}
 	allocs := testing.AllocsPerRun(100, func() {
-		tr := newAcquireTrace(ctx, &cfg, "x", true)
-		tr.attempted(err)
-		tr.done(l, nil)
-		reportNodes(cfg.observer, "x", opAcquire, err)
+		tr := engine.NewAcquireTrace(ctx, &cfg, "x", true)
+		tr.Attempted(err)
+		tr.Done(l, nil)
+		engine.ReportNodes(cfg.Observer, "x", engine.OpAcquire, err)
 	})
 	assert.Zero(t, allocs)
 }

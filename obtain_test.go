@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlockgo/redlock/internal/engine"
 	"github.com/redlockgo/redlock/internal/redistest"
 )
 
@@ -137,10 +138,10 @@ func TestLockEndsWhenNotContention(t *testing.T) {
 // TestUnansweredLimitDefault: the documented default, and 0 turning it off.
 func TestUnansweredLimitDefault(t *testing.T) {
 	t.Parallel()
-	assert.Equal(t, 10*time.Second, defaultConfig().unanswered)
-	cfg, err := withOptions(defaultConfig(), []Option{WithUnansweredLimit(0)})
+	assert.Equal(t, 10*time.Second, engine.DefaultConfig().Unanswered)
+	cfg, err := engine.WithOptions(engine.DefaultConfig(), []Option{WithUnansweredLimit(0)})
 	require.NoError(t, err)
-	assert.Zero(t, cfg.unanswered)
-	_, err = withOptions(defaultConfig(), []Option{WithUnansweredLimit(-time.Second)})
+	assert.Zero(t, cfg.Unanswered)
+	_, err = engine.WithOptions(engine.DefaultConfig(), []Option{WithUnansweredLimit(-time.Second)})
 	assert.ErrorContains(t, err, "unanswered limit")
 }

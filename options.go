@@ -3,6 +3,8 @@ package redlock
 import (
 	"log/slog"
 	"time"
+
+	"github.com/redlockgo/redlock/internal/engine"
 )
 
 // Option configures a Locker or Redlock. Given to the constructor it sets the
@@ -10,25 +12,29 @@ import (
 // default for the one call.
 type Option func(*config)
 
+// config holds every tunable (internal/engine's Config; its DefaultConfig is
+// the one place defaults live).
+type config = engine.Config
+
 // WithTTL sets the lease length of a lock on the server. Default 10s; at
 // least 1ms plus the drift allowance, at most one year; sent in whole
 // milliseconds (validity is computed from the truncated value). With
 // auto-renew on, a crashed holder's lock is free again at most one TTL after
 // its last renewal; with it off, the lock is held for exactly one TTL unless
 // extended.
-func WithTTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
+func WithTTL(d time.Duration) Option { return func(c *config) { c.TTL = d } }
 
 // WithAutoRenew turns the watchdog on or off. Default true: a held lock is
 // renewed every renew interval (TTL/3 unless [WithRenewInterval] says
 // otherwise) until it is unlocked or lost.
-func WithAutoRenew(on bool) Option { return func(c *config) { c.autoRenew = on } }
+func WithAutoRenew(on bool) Option { return func(c *config) { c.AutoRenew = on } }
 
 // WithRenewInterval sets how often the watchdog renews a held lock. Default
 // TTL/3. It must be shorter than the TTL minus the clock drift allowance.
 // Whatever it says, a renewal comes no later than halfway through the
 // current lease's validity (after an Extend to a shorter TTL too), so that a
 // retry still fits before Until.
-func WithRenewInterval(d time.Duration) Option { return func(c *config) { c.renewInterval = d } }
+func WithRenewInterval(d time.Duration) Option { return func(c *config) { c.RenewInterval = d } }
 
 // WithNodeTimeout bounds every call to one Redis node (acquire, extend,
 // release), enforced by the library whatever the client's own timeouts.
@@ -40,13 +46,13 @@ func WithRenewInterval(d time.Duration) Option { return func(c *config) { c.rene
 // bounds how long Close waits. Keep it above go-redis's own retry span
 // (MaxRetries with backoff) so that a server's refusal (READONLY, LOADING),
 // which go-redis retries, reaches the caller instead of a timeout.
-func WithNodeTimeout(d time.Duration) Option { return func(c *config) { c.nodeTimeout = d } }
+func WithNodeTimeout(d time.Duration) Option { return func(c *config) { c.NodeTimeout = d } }
 
 // WithDriftFactor sets the share of the TTL subtracted from a lock's validity
 // for clock drift between processes; 2ms for Redis's expiry precision are
 // always subtracted on top. Default 0.01. It must be a finite number in
 // [0, 0.5) (negative zero, NaN and infinities are refused).
-func WithDriftFactor(f float64) Option { return func(c *config) { c.driftFactor = f } }
+func WithDriftFactor(f float64) Option { return func(c *config) { c.DriftFactor = f } }
 
 // WithKeyPrefix sets the prefix of the keys the library writes. Default
 // "redlock:". A lock named n lives at "{<prefix>n}", its fencing counter at
@@ -55,13 +61,13 @@ func WithDriftFactor(f float64) Option { return func(c *config) { c.driftFactor 
 // released owner at "{<prefix>n}:released"; releases are published on
 // "{<prefix>n}:rel". The prefix must be non-empty and contain no '{' or '}',
 // so the hash tag of both keys is never empty and they share one Cluster slot.
-func WithKeyPrefix(p string) Option { return func(c *config) { c.prefix = p } }
+func WithKeyPrefix(p string) Option { return func(c *config) { c.Prefix = p } }
 
 // WithFencing turns fencing tokens on or off. Default true: every acquisition
 // mints a token and keeps it in a per-name counter key for the retention of
 // [WithFenceRetention]. With fencing off no counter is written and
 // [Lock.Token] is 0.
-func WithFencing(on bool) Option { return func(c *config) { c.fencing = on } }
+func WithFencing(on bool) Option { return func(c *config) { c.Fencing = on } }
 
 // WithFenceRetention sets how long a name's fencing counter outlives the
 // name's last grant. Default 24h; at least 1s. Every other key of a name
@@ -91,7 +97,7 @@ func WithFencing(on bool) Option { return func(c *config) { c.fencing = on } }
 // to a waiter of the same Locker, a [Locker.LockAll] on a Cluster or Ring
 // client, and a Redlock's token write-back keep a counter for at least the
 // default (and never shorten one).
-func WithFenceRetention(d time.Duration) Option { return func(c *config) { c.retention = d } }
+func WithFenceRetention(d time.Duration) Option { return func(c *config) { c.Retention = d } }
 
 // WithRetry sets the policy of a waiting Lock: how long it waits between
 // attempts on a contended lock and, with [LimitRetry], [MaxRetries] or
@@ -104,7 +110,7 @@ func WithFenceRetention(d time.Duration) Option { return func(c *config) { c.ret
 // release messages can be trusted (pub/sub confirmed on a quorum of nodes)
 // it sleeps until the holder's lease would end, at most 1s, instead of
 // polling: a release wakes it at once.
-func WithRetry(f RetryFunc) Option { return func(c *config) { c.retry, c.retrySet = f, true } }
+func WithRetry(f RetryFunc) Option { return func(c *config) { c.Retry, c.RetrySet = f, true } }
 
 // WithUnansweredLimit bounds how long a waiting Lock (and Do, RLock,
 // Semaphore.Acquire, LockAll) keeps trying while no quorum of nodes
@@ -124,7 +130,7 @@ func WithRetry(f RetryFunc) Option { return func(c *config) { c.retry, c.retrySe
 //
 // Default 10s: several node timeouts. 0 turns the limit off: Lock then
 // waits until ctx ends. Negative values are refused.
-func WithUnansweredLimit(d time.Duration) Option { return func(c *config) { c.unanswered = d } }
+func WithUnansweredLimit(d time.Duration) Option { return func(c *config) { c.Unanswered = d } }
 
 // WithMaxHold caps how long a lock is held: d after it was acquired, the
 // watchdog stops renewing it, the lock is reported lost ([Lock.Done]
@@ -133,7 +139,7 @@ func WithUnansweredLimit(d time.Duration) Option { return func(c *config) { c.un
 // holder cannot keep a name forever. The loss comes at d, or at Until if
 // that is earlier (a failed renewal). Default 0: no cap. Negative values are
 // refused.
-func WithMaxHold(d time.Duration) Option { return func(c *config) { c.maxHold = d } }
+func WithMaxHold(d time.Duration) Option { return func(c *config) { c.MaxHold = d } }
 
 // WithMetadata attaches s to the locks taken with this option, stored on
 // the server next to the lock for as long as the lock is held (renewals and
@@ -143,7 +149,7 @@ func WithMaxHold(d time.Duration) Option { return func(c *config) { c.maxHold = 
 // new holder without metadata shows none: the stored value names its owner,
 // and a stale one is never reported. At most 64 KiB. Exclusive locks only:
 // read holds, permits and LockAll locks ignore it.
-func WithMetadata(s string) Option { return func(c *config) { c.metadata = s } }
+func WithMetadata(s string) Option { return func(c *config) { c.Metadata = s } }
 
 // WithReplicaAcks makes every write that takes or keeps a lock wait for
 // replicas replicas of the node to acknowledge it, for at most timeout: the
@@ -177,7 +183,7 @@ func WithMetadata(s string) Option { return func(c *config) { c.metadata = s } }
 // Negative replicas, more than 1024, a timeout below 1ms with replicas > 0,
 // a negative timeout or one above a minute are refused.
 func WithReplicaAcks(replicas int, timeout time.Duration) Option {
-	return func(c *config) { c.replicas, c.ackTimeout = replicas, timeout }
+	return func(c *config) { c.Replicas, c.AckTimeout = replicas, timeout }
 }
 
 // WithLogger sets where the library logs: renewal failures and lost locks,
@@ -189,7 +195,7 @@ func WithLogger(l *slog.Logger) Option {
 		if l == nil {
 			l = slog.New(slog.DiscardHandler)
 		}
-		c.logger = l
+		c.Logger = l
 	}
 }
 
@@ -206,9 +212,9 @@ func WithLogger(l *slog.Logger) Option {
 // it, finds such a loss at the next renewal. Without it, or per call, loss
 // is found by renewals only. Given per call it has no effect: the
 // connection is the constructor's. See "Hearing a loss" in SAFETY.md.
-func WithLossTracking(on bool) Option { return func(c *config) { c.noTracking = !on } }
+func WithLossTracking(on bool) Option { return func(c *config) { c.NoTracking = !on } }
 
 // announced makes a lock's release publish whether or not anyone waits:
 // an election's observers hear a resignation that no candidate waits for
 // (Election.Campaign).
-func announced() Option { return func(c *config) { c.announce = true } }
+func announced() Option { return func(c *config) { c.Announce = true } }

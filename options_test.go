@@ -10,6 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redlockgo/redlock/internal/engine"
 )
 
 // TestOptionValuesRejected: every non-finite or out-of-range option value
@@ -24,7 +26,7 @@ func TestOptionValuesRejected(t *testing.T) {
 		"drift -0":           WithDriftFactor(math.Copysign(0, -1)),
 		"drift 0.5":          WithDriftFactor(0.5),
 		"TTL max int64":      WithTTL(math.MaxInt64),
-		"TTL over a year":    WithTTL(maxTTL + time.Millisecond),
+		"TTL over a year":    WithTTL(engine.MaxTTL + time.Millisecond),
 		"TTL zero":           WithTTL(0),
 		"TTL negative":       WithTTL(-time.Second),
 		"TTL sub-ms":         WithTTL(500 * time.Microsecond),
@@ -48,7 +50,7 @@ func TestOptionValuesRejected(t *testing.T) {
 	}
 	l, err := lk.TryLock(context.Background(), "opts")
 	require.NoError(t, err)
-	for _, ttl := range []time.Duration{0, -1, time.Microsecond, maxTTL + 1, math.MaxInt64} {
+	for _, ttl := range []time.Duration{0, -1, time.Microsecond, engine.MaxTTL + 1, math.MaxInt64} {
 		assert.Error(t, l.Extend(context.Background(), ttl), "Extend(%v)", ttl)
 	}
 	assert.NoError(t, l.Err(), "a refused Extend leaves the lock held")
@@ -98,10 +100,10 @@ func TestReplicaAcksOptionValidation(t *testing.T) {
 
 func TestReplicaAcksTimeoutBudget(t *testing.T) {
 	t.Parallel()
-	c := defaultConfig()
-	base := c.timeout(c.ttl)
-	c.replicas, c.ackTimeout = 1, 250*time.Millisecond
-	assert.Equal(t, base+250*time.Millisecond+waitLateness, c.timeout(c.ttl), "per-node bound with acks")
+	c := engine.DefaultConfig()
+	base := c.Timeout(c.TTL)
+	c.Replicas, c.AckTimeout = 1, 250*time.Millisecond
+	assert.Equal(t, base+250*time.Millisecond+engine.WaitLateness, c.Timeout(c.TTL), "per-node bound with acks")
 }
 
 // TestFenceRetentionBadInput: a retention below 1s is refused.

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlockgo/redlock/internal/engine"
 	"github.com/redlockgo/redlock/internal/node"
 	"github.com/redlockgo/redlock/internal/redistest"
 	"github.com/redlockgo/redlock/internal/scripts"
@@ -33,14 +34,14 @@ func TestValidUntil(t *testing.T) {
 		{100 * time.Millisecond, 0.1, 100*time.Millisecond - 10*time.Millisecond - 2*time.Millisecond},
 	}
 	for _, tt := range tests {
-		got := validUntil(t1, tt.ttl, tt.factor).Sub(t1)
+		got := engine.ValidUntil(t1, tt.ttl, tt.factor).Sub(t1)
 		if got != tt.want {
 			t.Errorf("validUntil(t1, %v, %v) - t1 = %v, want %v", tt.ttl, tt.factor, got, tt.want)
 		}
 	}
 	// Validity is measured on the monotonic clock: a wall-clock step between
 	// t1 and the check cannot move it.
-	if u := validUntil(t1, time.Second, 0.01); !containsMonotonic(u) {
+	if u := engine.ValidUntil(t1, time.Second, 0.01); !containsMonotonic(u) {
 		t.Errorf("validUntil() = %v, want a monotonic reading (m=)", u)
 	}
 }
@@ -50,13 +51,13 @@ func TestValidUntil(t *testing.T) {
 func TestValidityUsesWholeMilliseconds(t *testing.T) {
 	t.Parallel()
 	t0 := time.Now()
-	assert.Equal(t, validUntil(t0, 10*time.Millisecond, 0), validUntil(t0, 10*time.Millisecond+999*time.Microsecond, 0))
+	assert.Equal(t, engine.ValidUntil(t0, 10*time.Millisecond, 0), engine.ValidUntil(t0, 10*time.Millisecond+999*time.Microsecond, 0))
 }
 
 // TestQuorumEveryOutcome: for 1 to 7 nodes and every way each node can
 // answer (yes, no, error, no reply yet), the tally counts them, a round is
 // settled exactly when a majority said yes or a majority can no longer say
-// yes, and shortOf names the count it reached. Pure: no server.
+// yes, and ShortOf names the count it reached. Pure: no server.
 func TestQuorumEveryOutcome(t *testing.T) {
 	t.Parallel()
 	const (
@@ -66,46 +67,46 @@ func TestQuorumEveryOutcome(t *testing.T) {
 		silent
 	)
 	for n := 1; n <= 7; n++ {
-		c := &pool{quorum: n/2 + 1}
+		c := &engine.Pool{Quorum: n/2 + 1}
 		for i := range n {
-			c.nodes = append(c.nodes, node.New(i, nil))
+			c.Nodes = append(c.Nodes, node.New(i, nil))
 		}
 		outcomes := 1
 		for range n {
 			outcomes *= 4
 		}
 		for code := range outcomes {
-			var rs []reply
+			var rs []engine.Reply
 			var ok, refused, errs int
 			for i, x := 0, code; i < n; i, x = i+1, x/4 {
 				switch x % 4 {
 				case yes:
-					rs = append(rs, reply{node: i, ok: true})
+					rs = append(rs, engine.Reply{Node: i, Ok: true})
 					ok++
 				case no:
-					rs = append(rs, reply{node: i})
+					rs = append(rs, engine.Reply{Node: i})
 					refused++
 				case failed:
-					rs = append(rs, reply{node: i, err: node.ErrTimeout})
+					rs = append(rs, engine.Reply{Node: i, Err: node.ErrTimeout})
 					errs++
 				}
 			}
 			name := fmt.Sprintf("n=%d/yes=%d,no=%d,err=%d", n, ok, refused, errs)
-			tl := c.count(rs)
-			if tl.ok != ok || tl.no != refused || tl.failed != errs || len(tl.errs) != errs {
+			tl := c.Count(rs)
+			if tl.Ok != ok || tl.No != refused || tl.Failed != errs || len(tl.Errs) != errs {
 				t.Fatalf("%s: count() = %+v", name, tl)
 			}
 			majority := n/2 + 1
 			wantSettled := ok >= majority || refused+errs > n-majority
-			if got := c.settled(rs); got != wantSettled {
+			if got := c.Settled(rs); got != wantSettled {
 				t.Fatalf("%s: settled() = %v, want %v", name, got, wantSettled)
 			}
-			if got, want := c.impossible(refused+errs), refused+errs > n-majority; got != want {
+			if got, want := c.Impossible(refused+errs), refused+errs > n-majority; got != want {
 				t.Fatalf("%s: impossible(%d) = %v, want %v", name, refused+errs, got, want)
 			}
 			if ok < majority {
 				want := fmt.Sprintf("redlock: op \"x\" reached %d of %d nodes, need %d", ok, n, majority)
-				if got := c.shortOf("op", "x", tl, "", nil).Error(); len(got) < len(want) || got[:len(want)] != want {
+				if got := c.ShortOf("op", "x", tl, "", nil).Error(); len(got) < len(want) || got[:len(want)] != want {
 					t.Fatalf("%s: shortOf() = %q, want it to start with %q", name, got, want)
 				}
 			}
@@ -241,7 +242,7 @@ func TestReplicaAcksSameConnection(t *testing.T) {
 	assert.Contains(t, err.Error(), "0 of 1 replicas acknowledged within 200ms")
 	assert.NotErrorIs(t, err, context.DeadlineExceeded, "the ack count, not a timeout")
 	assert.GreaterOrEqual(t, took, 200*time.Millisecond, "WAIT waited its timeout")
-	n, err := pair.Master.Client(t).Exists(ctx, lockKey("redlock:", "acks-conn")).Result()
+	n, err := pair.Master.Client(t).Exists(ctx, engine.LockKey("redlock:", "acks-conn")).Result()
 	require.NoError(t, err)
 	assert.Zero(t, n, "the failed acquisition's key is released")
 	require.NoError(t, lk.Close())
@@ -268,7 +269,7 @@ func TestSafetyFailoverReplicaAcks(t *testing.T) {
 	require.ErrorAs(t, err, &ae)
 	assert.Equal(t, 0, ae.Acked)
 	assert.Contains(t, err.Error(), "0 of 1 replicas acknowledged within 300ms")
-	n, err := pair.Master.Client(t).Exists(ctx, lockKey("redlock:", "failover-acks")).Result()
+	n, err := pair.Master.Client(t).Exists(ctx, engine.LockKey("redlock:", "failover-acks")).Result()
 	require.NoError(t, err)
 	assert.Zero(t, n, "A's key released on the master")
 
@@ -372,8 +373,8 @@ func TestReplicaAcksWaiter(t *testing.T) {
 		res <- result{l, err}
 	}()
 	// Queued behind l1, so that Unlock would hand the name over.
-	channel := releaseChannel(lockKey("redlock:", "acks-wait"))
-	require.Eventually(t, func() bool { return a.c.waits.busy(channel) }, 10*time.Second, 5*time.Millisecond, "the Lock call queued")
+	channel := engine.ReleaseChannel(engine.LockKey("redlock:", "acks-wait"))
+	require.Eventually(t, func() bool { return a.c.Waits.Busy(channel) }, 10*time.Second, 5*time.Millisecond, "the Lock call queued")
 	pair.HoldReplication(true)
 	defer pair.HoldReplication(false)
 	require.NoError(t, l1.Unlock(ctx))

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlockgo/redlock/internal/engine"
 	"github.com/redlockgo/redlock/internal/redistest"
 )
 
@@ -174,7 +175,7 @@ func TestPromiseChangeInFirst50msHeard(t *testing.T) {
 				took := time.Since(start)
 				t.Logf("heard %v after the acquisition (try %d)", took, try)
 				requireLoss(t, l.Err(), tc.reason)
-				assert.Less(t, took, time.Second, "a change in the first %v heard %v after the acquisition, want about 55ms", armAfter, took)
+				assert.Less(t, took, time.Second, "a change in the first %v heard %v after the acquisition, want about 55ms", engine.ArmAfter, took)
 				return
 			}
 		})
@@ -260,7 +261,7 @@ func TestPromiseUntrackedChangeAtRenewal(t *testing.T) {
 			require.NoError(t, err)
 			// Right after a renewal, the worst case: the next comes one
 			// interval later. By then a tracking connection would be open
-			// (armAfter).
+			// (ArmAfter).
 			first := l.Until()
 			require.True(t, eventually(5*time.Second, func() bool { return l.Until().After(first) }), "no renewal")
 			at := time.Now()

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlockgo/redlock/internal/engine"
 	"github.com/redlockgo/redlock/internal/redistest"
 	"github.com/redlockgo/redlock/internal/scripts"
 )
@@ -103,7 +104,7 @@ func TestWaitCancel(t *testing.T) {
 		done <- err
 	}()
 	waiting(t, lk.c, "cancel")
-	channel := releaseChannel(lockKey("redlock:", "cancel"))
+	channel := engine.ReleaseChannel(engine.LockKey("redlock:", "cancel"))
 	// The SUBSCRIBE goes out from another goroutine; wait until the server
 	// has it, so the check after the cancel below is about the grace period.
 	if !eventually(2*time.Second, func() bool {
@@ -123,10 +124,10 @@ func TestWaitCancel(t *testing.T) {
 	if n := cl.PubSubNumSub(ctx, channel).Val()[channel]; n != 1 {
 		t.Errorf("channel %s has %d subscribers right after the waiter left, want 1 (kept for idleGrace)", channel, n)
 	}
-	if !eventually(idleGrace+2*time.Second, func() bool {
+	if !eventually(engine.IdleGrace+2*time.Second, func() bool {
 		return cl.PubSubNumSub(ctx, channel).Val()[channel] == 0
 	}) {
-		t.Errorf("channel %s still subscribed %v after the only waiter left", channel, idleGrace+2*time.Second)
+		t.Errorf("channel %s still subscribed %v after the only waiter left", channel, engine.IdleGrace+2*time.Second)
 	}
 	if got := get(t, cl, "{redlock:cancel}"); got != h.Owner() {
 		t.Errorf("lock key = %q, want the holder's only", got)
@@ -173,7 +174,7 @@ func TestWaitFIFO(t *testing.T) {
 }
 
 // TestWaitTwoProcesses: two Lockers (two processes) trade one lock in a
-// loop. The channel stays subscribed across hand-offs (idleGrace), so
+// loop. The channel stays subscribed across hand-offs (IdleGrace), so
 // SUBSCRIBE is not paid per critical section.
 func TestWaitTwoProcesses(t *testing.T) {
 	t.Parallel()
@@ -274,13 +275,13 @@ func TestReservedWaiterWokenByHead(t *testing.T) {
 	go lock()
 	var second string
 	require.True(t, eventually(5*time.Second, func() bool {
-		lk.c.waits.mu.Lock()
-		defer lk.c.waits.mu.Unlock()
-		q := lk.c.waits.queues[releaseChannel(key)]
-		if q == nil || len(q.list) < 2 {
+		lk.c.Waits.Mu.Lock()
+		defer lk.c.Waits.Mu.Unlock()
+		q := lk.c.Waits.Queues[engine.ReleaseChannel(key)]
+		if q == nil || len(q.List) < 2 {
 			return false
 		}
-		second = q.list[1].wid
+		second = q.List[1].WID
 		return true
 	}))
 	// Passed to the second waiter, whose message never came; the
@@ -308,12 +309,12 @@ func TestHandOffSkipsWaitersThatGaveUp(t *testing.T) {
 	other := newLocker(t, srv.Client(t))
 	ctx := context.Background()
 	const waiters = 100
-	ch := releaseChannel(lockKey(lk.c.cfg.prefix, "gave-up"))
+	ch := engine.ReleaseChannel(engine.LockKey(lk.c.Cfg.Prefix, "gave-up"))
 	queued := func() int {
-		lk.c.waits.mu.Lock()
-		defer lk.c.waits.mu.Unlock()
-		if q := lk.c.waits.queues[ch]; q != nil {
-			return len(q.list)
+		lk.c.Waits.Mu.Lock()
+		defer lk.c.Waits.Mu.Unlock()
+		if q := lk.c.Waits.Queues[ch]; q != nil {
+			return len(q.List)
 		}
 		return 0
 	}
@@ -345,7 +346,7 @@ func TestHandOffSkipsWaitersThatGaveUp(t *testing.T) {
 		// release may reserve the name for one of them, for up to its node
 		// timeout (SAFETY.md "A reservation nobody claims"), and the next
 		// round's TryLock would meet that reservation.
-		require.True(t, eventually(5*time.Second, func() bool { return lk.c.withdraw.n.Load() == 0 }),
+		require.True(t, eventually(5*time.Second, func() bool { return lk.c.Withdraw.N.Load() == 0 }),
 			"round %d: the waiters' withdrawals from the queue finished", round)
 		// A waiter's attempt still on the wire when its ctx ended may grant
 		// after the call returned; that grant is released as soon as it
@@ -370,10 +371,10 @@ func TestHandOffPassesOverGivenUpHead(t *testing.T) {
 	ctx := context.Background()
 	holder, err := lk.TryLock(ctx, "dead-head")
 	require.NoError(t, err)
-	ch := releaseChannel(lockKey(lk.c.cfg.prefix, "dead-head"))
+	ch := engine.ReleaseChannel(engine.LockKey(lk.c.Cfg.Prefix, "dead-head"))
 	gone, cancel := context.WithCancel(ctx)
 	cancel()
-	dead, _ := lk.c.waits.join(ch, "dead-head", "", &lk.c.cfg, gone.Done())
+	dead, _ := lk.c.Waits.Join(ch, "dead-head", "", &lk.c.Cfg, gone.Done())
 	got := make(chan *Lock, 1)
 	go func() {
 		l, err := lk.Lock(ctx, "dead-head")
@@ -381,9 +382,9 @@ func TestHandOffPassesOverGivenUpHead(t *testing.T) {
 		got <- l
 	}()
 	require.True(t, eventually(5*time.Second, func() bool {
-		lk.c.waits.mu.Lock()
-		defer lk.c.waits.mu.Unlock()
-		return len(lk.c.waits.queues[ch].list) == 2
+		lk.c.Waits.Mu.Lock()
+		defer lk.c.Waits.Mu.Unlock()
+		return len(lk.c.Waits.Queues[ch].List) == 2
 	}), "the live waiter never queued behind the one that gave up")
 	require.NoError(t, holder.Unlock(ctx))
 	select {
@@ -394,8 +395,8 @@ func TestHandOffPassesOverGivenUpHead(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("the live waiter was not handed the lock within 2s; the hand-off went to the waiter that gave up")
 	}
-	assert.Empty(t, dead.handed, "a waiter that gave up was handed a lock")
-	lk.c.waits.leave(ch, dead, false)
+	assert.Empty(t, dead.Handed, "a waiter that gave up was handed a lock")
+	lk.c.Waits.Leave(ch, dead, false)
 }
 
 // TestWithdrawnWriterNotQueuedAgain: an attempt of a Lock call that gave up
@@ -413,7 +414,7 @@ func TestWithdrawnWriterNotQueuedAgain(t *testing.T) {
 	ctx := context.Background()
 	holder, err := lk.TryLock(ctx, "ghost")
 	require.NoError(t, err)
-	tag := lockKey(lk.c.cfg.prefix, "ghost")
+	tag := engine.LockKey(lk.c.Cfg.Prefix, "ghost")
 	keys := []string{tag, tag + scripts.FenceSuffix, tag + scripts.QueueSuffix, tag + scripts.WaitSuffix}
 	attempt := func() {
 		t.Helper()
@@ -425,7 +426,7 @@ func TestWithdrawnWriterNotQueuedAgain(t *testing.T) {
 	n, err := queuedWriters(admin, tag+scripts.QueueSuffix)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n, "writers queued after the first attempt")
-	unwait(ctx, lk.c.pool, withdrawal{tag: tag, id: "w1", channel: releaseChannel(tag), timeout: time.Second})
+	engine.Unwait(ctx, lk.c.Pool, engine.Withdrawal{Tag: tag, ID: "w1", Channel: engine.ReleaseChannel(tag), Timeout: time.Second})
 	attempt() // its call gave up; this attempt was on its way
 	n, err = queuedWriters(admin, tag+scripts.QueueSuffix)
 	require.NoError(t, err)

@@ -88,7 +88,7 @@ func (r *recorder) fenced(f *Fence, l *Lock) error {
 
 // doneAt is when l's Done closed (zero while it is open).
 func doneAt(l *Lock) time.Time {
-	l.ref().mu.Lock()
-	defer l.ref().mu.Unlock()
-	return l.ref().ended
+	l.ref().Mu.Lock()
+	defer l.ref().Mu.Unlock()
+	return l.ref().Ended
 }

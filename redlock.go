@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 
+	"github.com/redlockgo/redlock/internal/engine"
 	"github.com/redlockgo/redlock/internal/node"
 )
 
@@ -52,7 +53,7 @@ import (
 // lives in a set that each master prunes by its own clock, and a quorum of
 // such sets does not bound the holders the way a quorum of keys bounds the
 // one owner. Use a [Locker] for those.
-type Redlock struct{ c *core }
+type Redlock struct{ c *engine.Core }
 
 // NewRedlock returns a Redlock over clients, one per independent master, with
 // opts as defaults for every call. The quorum is len(clients)/2+1. An even
@@ -80,12 +81,12 @@ func NewRedlock(clients []Client, opts ...Option) (*Redlock, error) {
 	for i, cl := range clients {
 		nodes[i] = cl
 	}
-	c, err := newCore(nodes, opts)
+	c, err := engine.NewCore(nodes, opts)
 	if err != nil {
 		return nil, err
 	}
-	node.WarnEviction(c.pool.nodes, c.cfg.logger)
-	node.WarnSentinel(c.pool.nodes, c.cfg.logger)
+	node.WarnEviction(c.Pool.Nodes, c.Cfg.Logger)
+	node.WarnSentinel(c.Pool.Nodes, c.Cfg.Logger)
 	return &Redlock{c: c}, nil
 }
 
@@ -94,34 +95,34 @@ func NewRedlock(clients []Client, opts ...Option) (*Redlock, error) {
 // [Locker.Lock]; a failed attempt's error joins one [NodeError] per master
 // that did not grant.
 func (r *Redlock) Lock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
-	return handle(lockName(ctx, r.core(), name, opts))
+	return handle(engine.LockName(ctx, r.core(), name, opts))
 }
 
 // TryLock makes one attempt to acquire the lock name on a quorum of masters.
 // The error matches ErrNotObtained and joins one [NodeError] per master that
 // did not grant.
 func (r *Redlock) TryLock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
-	return handle(tryLockName(ctx, r.core(), name, opts))
+	return handle(engine.TryLockName(ctx, r.core(), name, opts))
 }
 
 // Do runs fn while holding the lock name, as [Locker.Do] does.
 func (r *Redlock) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
 	c := r.core()
-	return do(ctx, c, fn, func() (*hold, error) { return lockName(ctx, c, name, opts) })
+	return do(ctx, c, fn, func() (*engine.Hold, error) { return engine.LockName(ctx, c, name, opts) })
 }
 
 // Close stops background work and releases held locks, as [Locker.Close]
 // does. It does not close the clients.
-func (r *Redlock) Close() error { return r.core().close() }
+func (r *Redlock) Close() error { return r.core().Close() }
 
 // core is the engine, or nil for a nil or zero Redlock, whose methods then
 // return an error instead of panicking.
 // Ping checks, before any lock is needed, that a quorum of the masters
 // answer and accept writes; the error names every master that does not,
 // with its cause. Bounded by the node timeout (and ctx).
-func (r *Redlock) Ping(ctx context.Context) error { return ping(ctx, r.core()) }
+func (r *Redlock) Ping(ctx context.Context) error { return engine.Ping(ctx, r.core()) }
 
-func (r *Redlock) core() *core {
+func (r *Redlock) core() *engine.Core {
 	if r == nil {
 		return nil
 	}

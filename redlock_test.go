@@ -140,8 +140,8 @@ func TestNewRedlockGuards(t *testing.T) {
 			t.Fatalf("NewRedlock(4 clients) = %v, want allowed", err)
 		}
 		t.Cleanup(func() { r.Close() })
-		if r.c.pool.quorum != 3 {
-			t.Errorf("quorum of 4 = %d, want 3", r.c.pool.quorum)
+		if r.c.Pool.Quorum != 3 {
+			t.Errorf("quorum of 4 = %d, want 3", r.c.Pool.Quorum)
 		}
 		ctx := context.Background()
 		servers[0].SetError("ERR down for the test")
@@ -171,8 +171,8 @@ func TestNewRedlockGuards(t *testing.T) {
 			t.Fatalf("NewRedlock(1 client) = %v, want allowed", err)
 		}
 		t.Cleanup(func() { r.Close() })
-		if r.c.pool.quorum != 1 {
-			t.Errorf("quorum of 1 = %d, want 1", r.c.pool.quorum)
+		if r.c.Pool.Quorum != 1 {
+			t.Errorf("quorum of 1 = %d, want 1", r.c.Pool.Quorum)
 		}
 		ctx := context.Background()
 		l, err := r.TryLock(ctx, "single")
@@ -304,7 +304,7 @@ func TestRedlockTwoPaused(t *testing.T) {
 	// node gets its answer after SIGCONT and can clean up a late grant.
 	nodes := startRLNodes(t, 5, false, 5*time.Second)
 	r := newRL(t, nodes, WithAutoRenew(false))
-	nodeTimeout := r.c.cfg.timeout(r.c.cfg.ttl)
+	nodeTimeout := r.c.Cfg.Timeout(r.c.Cfg.TTL)
 	warmUp(t, r)
 	ctx := context.Background()
 	const name = "two-paused"
@@ -441,9 +441,9 @@ func TestRedlockValidityUsedUp(t *testing.T) {
 		for i := range watches {
 			watches[i] = watchExpiry(t, nodes[i].admin)
 		}
-		r.c.hooks.beforeFinalCheck = func() { time.Sleep(650 * time.Millisecond) }
+		r.c.Hooks.BeforeFinalCheck = func() { time.Sleep(650 * time.Millisecond) }
 		_, err := r.TryLock(context.Background(), "stalled")
-		r.c.hooks.beforeFinalCheck = nil
+		r.c.Hooks.BeforeFinalCheck = nil
 		if !errors.Is(err, ErrNotObtained) {
 			t.Fatalf("TryLock() with a pause past the validity = %v, want ErrNotObtained", err)
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/redlockgo/redlock/internal/engine"
 	"github.com/redlockgo/redlock/internal/node"
 	"github.com/redlockgo/redlock/internal/scripts"
 )
@@ -46,10 +47,10 @@ func (r *Redlock) Release(ctx context.Context, name, owner string) error {
 
 // releaseOwner is Release: release.lua for a lock this core may never have
 // held, known only by name and owner value.
-func releaseOwner(ctx context.Context, c *core, name, owner string) error {
+func releaseOwner(ctx context.Context, c *engine.Core, name, owner string) error {
 	switch {
 	case c == nil:
-		return errNoCore
+		return engine.ErrNoCore
 	case name == "":
 		return errors.New("redlock: empty lock name")
 	case owner == "":
@@ -58,10 +59,10 @@ func releaseOwner(ctx context.Context, c *core, name, owner string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if c.life.IsClosing() {
+	if c.Life.IsClosing() {
 		return ErrClosed
 	}
-	key := lockKey(c.cfg.prefix, name)
+	key := engine.LockKey(c.Cfg.Prefix, name)
 	// release.lua's "released" marker tells a holder's Unlock, retried after
 	// a lost reply, that it had released the lock itself. Written under the
 	// holder's marker key, it would make the holder's own Unlock report
@@ -72,33 +73,33 @@ func releaseOwner(ctx context.Context, c *core, name, owner string) error {
 	// to its 1ms (release.lua's quiet path would leave it for the lease).
 	keys := []string{key, key + scripts.OperatorSuffix, key + scripts.QueueSuffix, key + scripts.WaitSuffix}
 	args := []any{owner, 1, 1, "1"}
-	timeout := c.cfg.timeout(c.cfg.ttl)
-	rs, interrupted, err := c.pool.round(detached(ctx), c.pool.nodes, timeout, timeout, func(ctx context.Context, n *node.Node, cl node.Client) reply {
-		if err := c.pool.ids.identify(ctx, n); err != nil {
-			return reply{err: err}
+	timeout := c.Cfg.Timeout(c.Cfg.TTL)
+	rs, interrupted, err := c.Pool.Round(engine.Detached(ctx), c.Pool.Nodes, timeout, timeout, func(ctx context.Context, n *node.Node, cl node.Client) engine.Reply {
+		if err := c.Pool.Ids.Identify(ctx, n); err != nil {
+			return engine.Reply{Err: err}
 		}
-		v, err := scripts.Sharded(scripts.Release, c.cfg.sharded).Run(ctx, cl, keys, args...).Int64()
+		v, err := scripts.Sharded(scripts.Release, c.Cfg.Sharded).Run(ctx, cl, keys, args...).Int64()
 		if err == nil && v == scripts.ReplyUnpublished {
-			c.cfg.logger.Warn("redlock: released, but the server refused to publish the release message; waiters wake by their timers", "name", name)
+			c.Cfg.Logger.Warn("redlock: released, but the server refused to publish the release message; waiters wake by their timers", "name", name)
 		}
 		// scripts.ReplyAlready would be a retried call of this one after a lost
 		// reply; it reads as "not held", like any owner that is gone.
-		return reply{ok: err == nil && (v == scripts.ReplyOK || v == scripts.ReplyUnpublished), code: v, err: err}
-	}, time.Now().Add(timeout), ctx.Done(), c.pool.settled)
+		return engine.Reply{Ok: err == nil && (v == scripts.ReplyOK || v == scripts.ReplyUnpublished), Code: v, Err: err}
+	}, time.Now().Add(timeout), ctx.Done(), c.Pool.Settled)
 	if err != nil {
 		return err
 	}
-	t := c.pool.count(rs)
+	t := c.Pool.Count(rs)
 	switch {
-	case t.ok >= c.pool.quorum:
+	case t.Ok >= c.Pool.Quorum:
 		return nil
-	case c.pool.impossible(t.no) && len(c.pool.nodes) == 1:
+	case c.Pool.Impossible(t.No) && len(c.Pool.Nodes) == 1:
 		// Not the exclusive lock's owner: a read hold's or a permit's?
 		return releaseSetOwner(ctx, c, name, key, owner, timeout)
-	case c.pool.impossible(t.no):
+	case c.Pool.Impossible(t.No):
 		return notHeld("release", name, fmt.Errorf("not held by owner %q", owner))
 	}
-	return c.pool.shortOf("release", name, t, "", ctxErrIf(ctx, interrupted))
+	return c.Pool.ShortOf("release", name, t, "", engine.CtxErrIf(ctx, interrupted))
 }
 
 // releaseSetOwner is Release of a read hold of name or a permit of the
@@ -107,23 +108,23 @@ func releaseOwner(ctx context.Context, c *core, name, owner string) error {
 // Owner values are random UUIDs, so at most one of them holds owner. As in
 // releaseOwner, the marker has a key of its own, so that the holder's own
 // Unlock still reports the hold as not held.
-func releaseSetOwner(ctx context.Context, c *core, name, key, owner string, timeout time.Duration) error {
+func releaseSetOwner(ctx context.Context, c *engine.Core, name, key, owner string, timeout time.Duration) error {
 	sets := []struct {
 		key, channel, reads string
 		third               string // zrelease.lua's KEYS[3]: the lock key (its scripts.ReadMark), or a permit count key
 	}{
-		{key + scripts.ReadersSuffix, releaseChannel(key), "1", key}, // read holds publish on the lock's channel, when the last one leaves
-		{key + scripts.SemSuffix, releaseChannel(key + scripts.SemSuffix), "0", key + scripts.SemSuffix + scripts.PermitsSuffix},
+		{key + scripts.ReadersSuffix, engine.ReleaseChannel(key), "1", key}, // read holds publish on the lock's channel, when the last one leaves
+		{key + scripts.SemSuffix, engine.ReleaseChannel(key + scripts.SemSuffix), "0", key + scripts.SemSuffix + scripts.PermitsSuffix},
 	}
 	for _, set := range sets {
-		keys := []string{set.key, ownerKey(set.key, scripts.OperatorSuffix, owner), set.third}
-		rs, interrupted, err := c.pool.round(detached(ctx), c.pool.nodes, timeout, timeout, func(ctx context.Context, n *node.Node, cl node.Client) reply {
-			v, err := scripts.Sharded(scripts.ZRelease, c.cfg.sharded).Run(ctx, cl, keys, owner, set.channel, 1, set.reads).Int64()
+		keys := []string{set.key, engine.OwnerKey(set.key, scripts.OperatorSuffix, owner), set.third}
+		rs, interrupted, err := c.Pool.Round(engine.Detached(ctx), c.Pool.Nodes, timeout, timeout, func(ctx context.Context, n *node.Node, cl node.Client) engine.Reply {
+			v, err := scripts.Sharded(scripts.ZRelease, c.Cfg.Sharded).Run(ctx, cl, keys, owner, set.channel, 1, set.reads).Int64()
 			if err == nil && v == scripts.ReplyUnpublished {
-				c.cfg.logger.Warn("redlock: released, but the server refused to publish the release message; waiters wake by their timers", "name", name)
+				c.Cfg.Logger.Warn("redlock: released, but the server refused to publish the release message; waiters wake by their timers", "name", name)
 			}
-			return reply{ok: err == nil && (v == scripts.ReplyOK || v == scripts.ReplyUnpublished), code: v, err: err}
-		}, time.Now().Add(timeout), ctx.Done(), never)
+			return engine.Reply{Ok: err == nil && (v == scripts.ReplyOK || v == scripts.ReplyUnpublished), Code: v, Err: err}
+		}, time.Now().Add(timeout), ctx.Done(), engine.Never)
 		if err != nil {
 			return err
 		}
@@ -131,9 +132,9 @@ func releaseSetOwner(ctx context.Context, c *core, name, key, owner string, time
 			return join(fmt.Errorf("redlock: release %q not answered", name), ctx.Err())
 		}
 		switch r := rs[0]; {
-		case r.err != nil:
-			return c.pool.nodeErr(r.node, r.err)
-		case r.ok:
+		case r.Err != nil:
+			return c.Pool.NodeErr(r.Node, r.Err)
+		case r.Ok:
 			return nil
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlockgo/redlock/internal/engine"
 	"github.com/redlockgo/redlock/internal/redistest"
 	"github.com/redlockgo/redlock/internal/scripts"
 )
@@ -139,7 +140,7 @@ func TestReleaseReadHoldAndPermit(t *testing.T) {
 			got <- err
 		}()
 		require.Eventually(t, func() bool {
-			return waiter.c.waits.busy(queueKey(releaseChannel(rlKey(name)+scripts.SemSuffix), queuePermits))
+			return waiter.c.Waits.Busy(engine.QueueKey(engine.ReleaseChannel(rlKey(name)+scripts.SemSuffix), engine.QueuePermits))
 		},
 			10*time.Second, time.Millisecond, "permit waiter not queued")
 		waitSubscribers(t, srv, rlKey(name)+scripts.SemSuffix+":rel", 1)

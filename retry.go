@@ -2,6 +2,8 @@ package redlock
 
 import (
 	"time"
+
+	"github.com/redlockgo/redlock/internal/engine"
 )
 
 // RetryFunc returns how long to wait before attempt number attempt+1 of Lock
@@ -19,7 +21,7 @@ type RetryFunc func(attempt int) time.Duration
 // [max(lo, hi/2), hi]. The jitter spreads contending clients instead of
 // retrying in step (the Redlock spec's "random delay"). hi below lo counts
 // as lo.
-func ExponentialRetry(lo, hi time.Duration) RetryFunc { return exponentialRetry(lo, hi) }
+func ExponentialRetry(lo, hi time.Duration) RetryFunc { return engine.ExponentialRetry(lo, hi) }
 
 // ConstantRetry returns a RetryFunc that always waits d.
 func ConstantRetry(d time.Duration) RetryFunc {

@@ -2,6 +2,8 @@ package redlock
 
 import (
 	"context"
+
+	"github.com/redlockgo/redlock/internal/engine"
 )
 
 // Read-write locks.
@@ -48,15 +50,15 @@ func (lk *Locker) TryRLock(ctx context.Context, name string, opts ...Option) (*L
 // is fn's, joined with one matching ErrLost if the hold was lost while fn
 // ran.
 func (lk *Locker) DoRead(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
-	return do(ctx, lk.core(), fn, func() (*hold, error) { return lk.rlock(ctx, name, opts, true) })
+	return do(ctx, lk.core(), fn, func() (*engine.Hold, error) { return lk.rlock(ctx, name, opts, true) })
 }
 
-func (lk *Locker) rlock(ctx context.Context, name string, opts []Option, wait bool) (*hold, error) {
+func (lk *Locker) rlock(ctx context.Context, name string, opts []Option, wait bool) (*engine.Hold, error) {
 	c := lk.core()
-	a, err := named(c, name, opts)
+	a, err := engine.Named(c, name, opts)
 	if err != nil {
 		return nil, err
 	}
-	a.kind, a.queue = kindRead, queueKey(a.channel, queueReaders)
-	return c.obtain(ctx, &a, wait)
+	a.Kind, a.Queue = engine.KindRead, engine.QueueKey(a.Channel, engine.QueueReaders)
+	return c.Obtain(ctx, &a, wait)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlockgo/redlock/internal/engine"
 	"github.com/redlockgo/redlock/internal/redistest"
 	"github.com/redlockgo/redlock/internal/scripts"
 )
@@ -171,7 +172,7 @@ func TestRWLockWriterPreference(t *testing.T) {
 		rgot <- l
 	}()
 	require.True(t, eventually(5*time.Second, func() bool {
-		return lks[0].c.waits.busy(queueKey("{redlock:rw-pref}:rel", queueReaders))
+		return lks[0].c.Waits.Busy(engine.QueueKey("{redlock:rw-pref}:rel", engine.QueueReaders))
 	}))
 	waitSubscribers(t, srv, "{redlock:rw-pref}:rel", 2) // both hear every release
 	require.NoError(t, r1.Unlock(ctx))
@@ -223,7 +224,7 @@ func TestRWLockWriterGivesUp(t *testing.T) {
 	}()
 	waitSubscribers(t, srv, "{redlock:rw-giveup}:rel", 2)
 	require.True(t, eventually(5*time.Second, func() bool {
-		return lks[0].c.waits.busy(queueKey("{redlock:rw-giveup}:rel", queueReaders))
+		return lks[0].c.Waits.Busy(engine.QueueKey("{redlock:rw-giveup}:rel", engine.QueueReaders))
 	}))
 	cancel()
 	require.ErrorIs(t, <-werr, context.Canceled)
@@ -259,7 +260,7 @@ func TestRWLockSameLockerNoDeadlock(t *testing.T) {
 			}
 		})
 	}
-	require.True(t, eventually(5*time.Second, func() bool { return lk.c.waits.busy(releaseChannel("{redlock:rw-queue}")) }))
+	require.True(t, eventually(5*time.Second, func() bool { return lk.c.Waits.Busy(engine.ReleaseChannel("{redlock:rw-queue}")) }))
 	require.NoError(t, w0.Unlock(ctx))
 	wg.Wait()
 	assert.EqualValues(t, 8, done.Load())
@@ -315,7 +316,7 @@ func TestRWLockHandle(t *testing.T) {
 	assert.True(t, ok)
 
 	cl := srv.Client(t)
-	v, err := scripts.ZRelease.Run(ctx, cl, l.ref().keys[:2], l.ref().owner, l.ref().channel, 1000, "1").Int64()
+	v, err := scripts.ZRelease.Run(ctx, cl, l.ref().Keys[:2], l.ref().Owner, l.ref().Channel, 1000, "1").Int64()
 	require.NoError(t, err)
 	require.EqualValues(t, scripts.ReplyOK, v)
 	require.NoError(t, l.Unlock(ctx), "the release ran already: a retried call, not a loss")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/redlockgo/redlock/internal/engine"
 	"github.com/redlockgo/redlock/internal/scripts"
 )
 
@@ -22,7 +23,7 @@ import (
 // A Semaphore is independent of the lock and read holds of the same name.
 // It is safe for concurrent use; make one per name and share it.
 type Semaphore struct {
-	c       *core
+	c       *engine.Core
 	name    string
 	permits int
 }
@@ -40,7 +41,7 @@ func (lk *Locker) Semaphore(name string, permits int) (*Semaphore, error) {
 	c := lk.core()
 	switch {
 	case c == nil:
-		return nil, errNoCore
+		return nil, engine.ErrNoCore
 	case name == "":
 		return nil, errors.New("redlock: empty semaphore name")
 	case permits < 1 || permits > maxPermits:
@@ -77,24 +78,24 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...Option) (*Lock, erro
 // is fn's, joined with one matching ErrLost if the permit was lost while fn
 // ran.
 func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context) error, opts ...Option) error {
-	var c *core
+	var c *engine.Core
 	if s != nil {
 		c = s.c
 	}
-	return do(ctx, c, fn, func() (*hold, error) { return s.acquire(ctx, opts, true) })
+	return do(ctx, c, fn, func() (*engine.Hold, error) { return s.acquire(ctx, opts, true) })
 }
 
-func (s *Semaphore) acquire(ctx context.Context, opts []Option, wait bool) (*hold, error) {
+func (s *Semaphore) acquire(ctx context.Context, opts []Option, wait bool) (*engine.Hold, error) {
 	if s == nil || s.c == nil {
-		return nil, errNoCore
+		return nil, engine.ErrNoCore
 	}
 	c := s.c
-	cfg, err := callOptions(&c.cfg, opts)
+	cfg, err := engine.CallOptions(&c.Cfg, opts)
 	if err != nil {
 		return nil, err
 	}
-	set := lockKey(cfg.prefix, s.name) + scripts.SemSuffix
-	channel := releaseChannel(set)
-	a := acquisition{kind: kindPermit, name: s.name, tag: set, channel: channel, cfg: cfg, permits: s.permits, queue: queueKey(channel, queuePermits)}
-	return c.obtain(ctx, &a, wait)
+	set := engine.LockKey(cfg.Prefix, s.name) + scripts.SemSuffix
+	channel := engine.ReleaseChannel(set)
+	a := engine.Acquisition{Kind: engine.KindPermit, Name: s.name, Tag: set, Channel: channel, Cfg: cfg, Permits: s.permits, Queue: engine.QueueKey(channel, engine.QueuePermits)}
+	return c.Obtain(ctx, &a, wait)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlockgo/redlock/internal/engine"
 	"github.com/redlockgo/redlock/internal/node"
 	"github.com/redlockgo/redlock/internal/redistest"
 	"github.com/redlockgo/redlock/internal/scripts"
@@ -98,9 +99,9 @@ func TestSemaphoreAllHeldAndWake(t *testing.T) {
 	// between would go unheard, and the waiter would sleep past its ctx
 	// (on a busy machine that gap is long enough to hit). So wait for the
 	// server to count the subscription too.
-	channel := releaseChannel("{redlock:sem-wake}" + scripts.SemSuffix)
+	channel := engine.ReleaseChannel("{redlock:sem-wake}" + scripts.SemSuffix)
 	require.True(t, eventually(5*time.Second, func() bool {
-		return lks[1].c.waits.busy(queueKey(channel, queuePermits))
+		return lks[1].c.Waits.Busy(engine.QueueKey(channel, engine.QueuePermits))
 	}))
 	waitSubscribers(t, srv, channel, 1)
 	require.NoError(t, a.Unlock(ctx))

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlockgo/redlock/internal/engine"
 	"github.com/redlockgo/redlock/internal/redistest"
 )
 
@@ -194,7 +195,7 @@ func TestLossHeardRedlock(t *testing.T) {
 // trackingSubscribers is how many tracking connections listen on srv.
 func trackingSubscribers(t testing.TB, srv *redistest.Server) int64 {
 	t.Helper()
-	r, _ := srv.Do(t, "PUBSUB", "NUMSUB", invalidateChannel).([]any)
+	r, _ := srv.Do(t, "PUBSUB", "NUMSUB", engine.InvalidateChannel).([]any)
 	return r[1].(int64)
 }
 
@@ -209,7 +210,7 @@ func TestLossHeardAfterReconnect(t *testing.T) {
 	l, err := lk.TryLock(ctx, "reconnect")
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return trackingSubscribers(t, srv) == 1 }, 5*time.Second, time.Millisecond,
-		"the tracking connection, once the lock is held for %v", armAfter)
+		"the tracking connection, once the lock is held for %v", engine.ArmAfter)
 	// One step on the server: the tracking connection is killed, then the
 	// key deleted, before that connection can be back.
 	at := time.Now()
@@ -224,44 +225,44 @@ func TestLossHeardAfterReconnect(t *testing.T) {
 }
 
 // TestTrackingOpensForHeldLocks: the tracking connection opens once a lock
-// has been held for armAfter, and closes once none has been held for
-// disarmAfter; short critical sections never open it.
+// has been held for ArmAfter, and closes once none has been held for
+// DisarmAfter; short critical sections never open it.
 func TestTrackingOpensForHeldLocks(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	lk := newLocker(t, srv.Client(t))
 	ctx := context.Background()
-	deadline := time.Now().Add(3 * armAfter)
+	deadline := time.Now().Add(3 * engine.ArmAfter)
 	for time.Now().Before(deadline) {
 		l, err := lk.TryLock(ctx, "short")
 		require.NoError(t, err)
 		require.NoError(t, l.Unlock(ctx))
 	}
-	assert.Zero(t, trackingSubscribers(t, srv), "tracking connections after short holds for %v", 3*armAfter)
+	assert.Zero(t, trackingSubscribers(t, srv), "tracking connections after short holds for %v", 3*engine.ArmAfter)
 	l, err := lk.TryLock(ctx, "long")
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return trackingSubscribers(t, srv) == 1 }, 5*time.Second, time.Millisecond,
 		"the tracking connection of a held lock")
 	require.NoError(t, l.Unlock(ctx))
-	require.Eventually(t, func() bool { return trackingSubscribers(t, srv) == 0 }, disarmAfter+5*time.Second, 10*time.Millisecond,
-		"the tracking connection, %v after the last hold", disarmAfter)
+	require.Eventually(t, func() bool { return trackingSubscribers(t, srv) == 0 }, engine.DisarmAfter+5*time.Second, 10*time.Millisecond,
+		"the tracking connection, %v after the last hold", engine.DisarmAfter)
 }
 
 // trackingArmed reports that every tracking data connection of tr is
 // connected and nothing is left to read or arm: the connections' opening
 // is over.
-func trackingArmed(tr *tracker) bool {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	if !tr.armed.Load() || len(tr.suspect) > 0 || len(tr.arming) > tr.armHead {
+func trackingArmed(tr *engine.Tracker) bool {
+	tr.Mu.Lock()
+	defer tr.Mu.Unlock()
+	if !tr.Armed.Load() || len(tr.Suspect) > 0 || len(tr.Arming) > tr.ArmHead {
 		return false
 	}
-	for _, tc := range tr.conns {
-		if dc := tc.data.Load(); dc == nil || dc.conns.Load() == 0 {
+	for _, tc := range tr.Conns {
+		if dc := tc.Data.Load(); dc == nil || dc.Conns.Load() == 0 {
 			return false
 		}
 	}
-	return tr.reads.Load() > 0
+	return tr.Reads.Load() > 0
 }
 
 // TestOwnWritesStayQuiet: a holder's own acquisitions, renewals, Extends,
@@ -272,7 +273,7 @@ func TestOwnWritesStayQuiet(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	lk := newLocker(t, srv.Client(t), WithTTL(300*time.Millisecond), WithRenewInterval(20*time.Millisecond))
-	tr := lk.c.track
+	tr := lk.c.Track
 	ctx := context.Background()
 	// A long hold keeps the tracking connections open; when they open, it
 	// is read once (changes before were not heard).
@@ -289,7 +290,7 @@ func TestOwnWritesStayQuiet(t *testing.T) {
 					return
 				}
 				assert.NoError(t, l.Extend(ctx, 300*time.Millisecond))
-				// Held across renewals of its own, and past armAfter now
+				// Held across renewals of its own, and past ArmAfter now
 				// and then.
 				<-time.After(30 * time.Millisecond)
 				assert.NoError(t, l.Unlock(ctx), "goroutine %d round %d", g, i)
@@ -305,8 +306,8 @@ func TestOwnWritesStayQuiet(t *testing.T) {
 	// one or two. One that times out a call on the data connection (node
 	// timeout 100 ms here) has it replaced, and a renewal the old one
 	// still sends is heard by the new one: read, but counted apart.
-	assert.LessOrEqual(t, tr.outside.Load(), int64(2), "invalidations taken for outside changes (of %d heard; %d more just after a data connection connected)",
-		tr.heard.Load(), tr.afterConnect.Load())
+	assert.LessOrEqual(t, tr.Outside.Load(), int64(2), "invalidations taken for outside changes (of %d heard; %d more just after a data connection connected)",
+		tr.Heard.Load(), tr.AfterConnect.Load())
 }
 
 // TestTrackingAddsNoCommand: an uncontended TryLock+Unlock sends exactly
@@ -320,7 +321,7 @@ func TestTrackingAddsNoCommand(t *testing.T) {
 	ctx := context.Background()
 	long, err := lk.TryLock(ctx, "long")
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return trackingSubscribers(t, srv) == 1 && trackingArmed(lk.c.track) }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return trackingSubscribers(t, srv) == 1 && trackingArmed(lk.c.Track) }, 5*time.Second, time.Millisecond)
 	srv.Do(t, "CONFIG", "RESETSTAT")
 	const pairs = 200
 	for range pairs {
@@ -419,7 +420,7 @@ func TestTrackingHearsOwnNamesOnly(t *testing.T) {
 			require.NoError(t, err)
 		}
 	}
-	tr := a.c.track
+	tr := a.c.Track
 	require.Eventually(t, func() bool { return trackingArmed(tr) }, 5*time.Second, time.Millisecond)
 	waitCtx, stopWaiting := context.WithCancel(ctx)
 	waited := make(chan error, 1)
@@ -427,22 +428,22 @@ func TestTrackingHearsOwnNamesOnly(t *testing.T) {
 		_, err := a.Lock(waitCtx, "theirs-0-0")
 		waited <- err
 	}()
-	heard, outside := tr.heard.Load(), tr.outside.Load()+tr.afterConnect.Load()
+	heard, outside := tr.Heard.Load(), tr.Outside.Load()+tr.AfterConnect.Load()
 	calls := allCalls(t, srv)["evalsha"]
 	time.Sleep(5 * ttl / 2) // each lock renewed about 7 times (every TTL/3)
 	stopWaiting()
 	require.Error(t, <-waited, "the wait for a name the other fleet holds")
 	assert.Greater(t, allCalls(t, srv)["evalsha"]-calls, 1000, "renewals of both fleets during the window")
-	assert.Zero(t, tr.heard.Load()-heard, "invalidations heard while both fleets renewed")
+	assert.Zero(t, tr.Heard.Load()-heard, "invalidations heard while both fleets renewed")
 	require.NoError(t, srv.Client(t).Del(ctx, "{redlock:mine-7}").Err())
 	heardAfter(t, time.Now(), 5*time.Second, mine[7])
 	requireLoss(t, mine[7].Err(), LossDeleted)
 	require.NoError(t, mine[3].Extend(ctx, ttl))
-	require.Eventually(t, func() bool { return tr.heard.Load()-heard == 2 }, 5*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return tr.Heard.Load()-heard == 2 }, 5*time.Second, time.Millisecond,
 		"the DEL's invalidation and the Extend's")
 	time.Sleep(ttl)
-	assert.Equal(t, int64(2), tr.heard.Load()-heard, "invalidations heard: the DEL's and the Extend's")
-	assert.Equal(t, int64(1), tr.outside.Load()+tr.afterConnect.Load()-outside, "taken for outside changes: the DEL")
+	assert.Equal(t, int64(2), tr.Heard.Load()-heard, "invalidations heard: the DEL's and the Extend's")
+	assert.Equal(t, int64(1), tr.Outside.Load()+tr.AfterConnect.Load()-outside, "taken for outside changes: the DEL")
 	for i, l := range mine {
 		if i != 7 {
 			require.NoError(t, l.Err(), "lock %d", i)
@@ -452,7 +453,7 @@ func TestTrackingHearsOwnNamesOnly(t *testing.T) {
 
 // TestRearmAfterReconnectBounded: after the tracking connections come back,
 // every held lock is read once, through one data connection per node, in
-// pipelines of verifyBatch locks; a key deleted while they were down is
+// pipelines of VerifyBatch locks; a key deleted while they were down is
 // found.
 func TestRearmAfterReconnectBounded(t *testing.T) {
 	t.Parallel()
@@ -467,9 +468,9 @@ func TestRearmAfterReconnectBounded(t *testing.T) {
 		locks[i], err = lk.TryLock(ctx, fmt.Sprintf("rearm-%d", i))
 		require.NoError(t, err)
 	}
-	tr := lk.c.track
+	tr := lk.c.Track
 	require.Eventually(t, func() bool { return trackingArmed(tr) }, 5*time.Second, time.Millisecond)
-	reads := tr.reads.Load()
+	reads := tr.Reads.Load()
 	at := time.Now()
 	_, err := out.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.ClientKillByFilter(ctx, "TYPE", "pubsub")
@@ -479,12 +480,12 @@ func TestRearmAfterReconnectBounded(t *testing.T) {
 	require.NoError(t, err)
 	heard := heardAfter(t, at, 2*time.Second, locks[1234])
 	requireLoss(t, locks[1234].Err(), LossDeleted)
-	require.Eventually(t, func() bool { return trackingArmed(tr) && tr.reads.Load()-reads >= held }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return trackingArmed(tr) && tr.Reads.Load()-reads >= held }, 5*time.Second, time.Millisecond)
 	t.Logf("the deleted key heard %v after the kill; %d locks armed again %v after it", heard, held, time.Since(at))
 	// Once each; a batch whose pipeline outlived the node timeout on a
 	// loaded machine is read again (through the pool, then on the data
 	// connection), which a slow run may see once or twice.
-	assert.LessOrEqual(t, tr.reads.Load()-reads, int64(held+4*verifyBatch), "locks read after the reconnection")
+	assert.LessOrEqual(t, tr.Reads.Load()-reads, int64(held+4*engine.VerifyBatch), "locks read after the reconnection")
 	var data []string
 	// The old one may linger a moment in CLIENT LIST after its close.
 	assert.Eventually(t, func() bool { data = dataConnLines(ctx, out); return len(data) == 1 }, 2*time.Second, 10*time.Millisecond,
@@ -502,7 +503,7 @@ func TestRearmAfterReconnectBounded(t *testing.T) {
 // TestLossHeardAfterDataConnKilled: the data connection killed while idle
 // (CLIENT KILL TYPE normal, as an operator might), with a held key deleted
 // in the same step: the keeper's ping of an idle data connection finds it
-// gone within idlePing, a new one arms every held lock again, and the
+// gone within IdlePing, a new one arms every held lock again, and the
 // deletion is found then; the other locks, renewed across the kill, stay
 // held.
 func TestLossHeardAfterDataConnKilled(t *testing.T) {
@@ -520,10 +521,10 @@ func TestLossHeardAfterDataConnKilled(t *testing.T) {
 		require.NoError(t, err)
 		renewed = append(renewed, r)
 	}
-	require.Eventually(t, func() bool { return trackingArmed(lk.c.track) && trackingArmed(short.c.track) }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return trackingArmed(lk.c.Track) && trackingArmed(short.c.Track) }, 5*time.Second, time.Millisecond)
 	// The idle data connection has been pinged once: its last command on
 	// the server is the keeper's PING.
-	require.Eventually(t, func() bool { return pingedDataConn(ctx, out) }, idlePing+5*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return pingedDataConn(ctx, out) }, engine.IdlePing+5*time.Second, 10*time.Millisecond,
 		"no PING on the idle data connection")
 	at := time.Now()
 	_, err = out.TxPipelined(ctx, func(p redis.Pipeliner) error {
@@ -534,7 +535,7 @@ func TestLossHeardAfterDataConnKilled(t *testing.T) {
 	require.NoError(t, err)
 	delay := heardAfter(t, at, 5*time.Second, l)
 	requireLoss(t, l.Err(), LossDeleted)
-	assert.Less(t, delay[0], idlePing+4*followEvery, "heard after the data connection was killed")
+	assert.Less(t, delay[0], engine.IdlePing+4*engine.FollowEvery, "heard after the data connection was killed")
 	// Each short lock renewed after the kill: its Until is past a TTL from it.
 	require.Eventually(t, func() bool {
 		for _, r := range renewed {
@@ -556,7 +557,7 @@ func TestLossHeardAfterDataConnKilled(t *testing.T) {
 // one: that socket killed alone (CLIENT KILL ID) tracked nothing more, the
 // PING still passed, and a held key deleted then went unheard until the
 // lock's next renewal. Here the kill of the one connection is found by the
-// PING and the deletion heard within idlePing.
+// PING and the deletion heard within IdlePing.
 func TestDataConnectionIsOne(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -569,9 +570,9 @@ func TestDataConnectionIsOne(t *testing.T) {
 		locks[i], err = lk.TryLock(ctx, fmt.Sprintf("one-conn-%d", i))
 		require.NoError(t, err)
 	}
-	require.Eventually(t, func() bool { return trackingArmed(lk.c.track) }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return trackingArmed(lk.c.Track) }, 5*time.Second, time.Millisecond)
 	// Idle now: wait for the keeper's PING.
-	require.Eventually(t, func() bool { return pingedDataConn(ctx, out) }, idlePing+5*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return pingedDataConn(ctx, out) }, engine.IdlePing+5*time.Second, 10*time.Millisecond,
 		"no PING on the idle data connection")
 	lines := dataConnLines(ctx, out)
 	require.Len(t, lines, 1, "data connections:\n%s", strings.Join(lines, ""))
@@ -585,7 +586,7 @@ func TestDataConnectionIsOne(t *testing.T) {
 	require.NoError(t, err)
 	delay := heardAfter(t, at, 5*time.Second, locks[7])
 	requireLoss(t, locks[7].Err(), LossDeleted)
-	assert.Less(t, delay[0], idlePing+4*followEvery, "heard after the data connection was killed")
+	assert.Less(t, delay[0], engine.IdlePing+4*engine.FollowEvery, "heard after the data connection was killed")
 	for i, l := range locks {
 		if i != 7 {
 			require.NoError(t, l.Err(), "lock %d", i)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlockgo/redlock/internal/engine"
 	"github.com/redlockgo/redlock/internal/node"
 	"github.com/redlockgo/redlock/internal/redistest"
 )
@@ -23,12 +24,12 @@ func TestVerifyConfirmsThroughClient(t *testing.T) {
 	ctx := context.Background()
 	l, err := lk.TryLock(ctx, "confirm")
 	require.NoError(t, err)
-	v := &verifier{pool: lk.c.pool, abandon: lk.c.abandon, dataDone: func(node.Client, error) {}}
+	v := &engine.Verifier{Pool: lk.c.Pool, Abandon: lk.c.Abandon, DataDone: func(node.Client, error) {}}
 
-	v.verify([]*hold{l.ref()}, []node.Client{stale})
+	v.Verify([]*engine.Hold{l.ref()}, []node.Client{stale})
 	require.NoError(t, l.Err(), "lock lost on the word of a data connection to another server")
 
 	require.NoError(t, srv.Client(t).Del(ctx, l.Key()).Err())
-	v.verify([]*hold{l.ref()}, []node.Client{stale})
+	v.Verify([]*engine.Hold{l.ref()}, []node.Client{stale})
 	require.ErrorIs(t, l.Err(), ErrLost, "a key gone on the master too")
 }

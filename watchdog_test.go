@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlockgo/redlock/internal/engine"
 	"github.com/redlockgo/redlock/internal/history"
 	"github.com/redlockgo/redlock/internal/redistest"
 )
@@ -345,8 +346,8 @@ func TestRedlockRenewalPerLock(t *testing.T) {
 	}
 	if err := x.Err(); !errors.Is(err, LossQuorum) {
 		t.Errorf("x.Err() = %v, want LossQuorum", err)
-	} else if !strings.Contains(err.Error(), "node 0") || !strings.Contains(err.Error(), errKeyGone.Error()) {
-		t.Errorf("x.Err() = %v, want it to name master 0's answer (%v)", err, errKeyGone)
+	} else if !strings.Contains(err.Error(), "node 0") || !strings.Contains(err.Error(), engine.ErrKeyGone.Error()) {
+		t.Errorf("x.Err() = %v, want it to name master 0's answer (%v)", err, engine.ErrKeyGone)
 	}
 
 	// Three leases of renewals with master 1 paused throughout.
@@ -436,7 +437,7 @@ func TestZombieRenewals(t *testing.T) {
 				if !errors.Is(l.Err(), ErrLost) {
 					t.Fatalf("lock %d Err() = %v, want ErrLost", i, l.Err())
 				}
-				keys[i] = lockKey("redlock:", l.Name())
+				keys[i] = engine.LockKey("redlock:", l.Name())
 			}
 			// The keys expire on the server within the drift allowance of the
 			// loss; a revived one would stay for another 2s.
@@ -468,7 +469,7 @@ func TestNoKeyOfLostLocksAfterPause(t *testing.T) {
 		if err != nil {
 			t.Fatalf("TryLock(%d) = %v", i, err)
 		}
-		locks[i], keys[i] = l, lockKey("redlock:", l.Name())
+		locks[i], keys[i] = l, engine.LockKey("redlock:", l.Name())
 	}
 	srv.Pause(t)
 	paused := time.Now()
@@ -563,7 +564,7 @@ func TestLossClockScales(t *testing.T) {
 	// sample, can miss the worst of them: under busy-test with other
 	// packages' tests alongside, the loop woke 83ms late where the probes
 	// saw at most 49ms. What it does once awake is what this test is about.
-	sched := max(stopProbes(), time.Duration(lk.c.exp.woke.Load()))
+	sched := max(stopProbes(), time.Duration(lk.c.Exp.Woke.Load()))
 	// What else the process did meanwhile, for a run that misses the bound.
 	var ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms1)
@@ -575,15 +576,15 @@ func TestLossClockScales(t *testing.T) {
 		rec.Renewed(acqs[i], l.Until())
 		rec.DoneClosed(acqs[i], doneAt(l))
 		rec.Lost(acqs[i], doneAt(l))
-		l.ref().mu.Lock()
-		late := l.ref().ended.Sub(l.ref().until)
-		l.ref().mu.Unlock()
+		l.ref().Mu.Lock()
+		late := l.ref().Ended.Sub(l.ref().Until)
+		l.ref().Mu.Unlock()
 		if late > 0 {
 			open++
 		}
 		worst = max(worst, late)
 	}
-	allowance := drift(ttl, 0.01)
+	allowance := engine.Drift(ttl, 0.01)
 	t.Logf("%d locks on a paused server: %d Done channels closed after their Until, the latest %v after it (drift allowance %v, worst timer delay of the machine meanwhile, the loss clock's wakes included: %v)", n, open, worst, allowance, sched)
 	assert.Less(t, worst, allowance+sched, "Done closed after Until by more than the drift allowance plus the machine's own timer delay")
 
@@ -658,41 +659,41 @@ func TestTimeHeapCountBy(t *testing.T) {
 	t.Parallel()
 	base := time.Now()
 	for seed := range 50 {
-		h := timeHeap{slot: func(l *hold) *slot { return &l.loss }}
-		locks := make([]hold, 1+seed*37)
+		h := engine.TimeHeap{Slot: func(l *engine.Hold) *engine.Slot { return &l.Loss }}
+		locks := make([]engine.Hold, 1+seed*37)
 		for i := range locks {
-			locks[i].loss.index = -1
+			locks[i].Loss.Index = -1
 			// Batches of locks share a mark, as locks renewed together do.
-			h.set(&locks[i], base.Add(time.Duration((i*7919+seed)%(seed+3))*time.Millisecond))
+			h.Set(&locks[i], base.Add(time.Duration((i*7919+seed)%(seed+3))*time.Millisecond))
 		}
 		for i := 0; i < len(locks); i += 3 {
-			h.set(&locks[i], base.Add(time.Duration((i*31)%(seed+5))*time.Millisecond))
+			h.Set(&locks[i], base.Add(time.Duration((i*31)%(seed+5))*time.Millisecond))
 		}
 		for _, off := range []time.Duration{-time.Millisecond, 0, time.Millisecond, 3 * time.Millisecond, time.Hour} {
 			horizon := base.Add(off)
 			want := 0
-			for _, e := range h.entries {
-				if !e.at.After(horizon) {
+			for _, e := range h.Entries {
+				if !e.At.After(horizon) {
 					want++
 				}
 			}
-			require.Equal(t, want, h.countBy(horizon), "seed %d, horizon base%+v", seed, off)
+			require.Equal(t, want, h.CountBy(horizon), "seed %d, horizon base%+v", seed, off)
 		}
 		// The heap's order and every lock's slot, then pops in time order.
-		for i, e := range h.entries {
-			require.Equal(t, i, e.l.loss.index, "seed %d: slot of entry %d", seed, i)
+		for i, e := range h.Entries {
+			require.Equal(t, i, e.L.Loss.Index, "seed %d: slot of entry %d", seed, i)
 			if i > 0 {
-				require.False(t, e.at.Before(h.entries[(i-1)/2].at), "seed %d: entry %d before its parent", seed, i)
+				require.False(t, e.At.Before(h.Entries[(i-1)/2].At), "seed %d: entry %d before its parent", seed, i)
 			}
 		}
-		h.remove(&locks[len(locks)/2])
-		require.Equal(t, -1, locks[len(locks)/2].loss.index)
+		h.Remove(&locks[len(locks)/2])
+		require.Equal(t, -1, locks[len(locks)/2].Loss.Index)
 		var last time.Time
-		for len(h.entries) > 0 {
-			_, at, _ := h.head()
-			l := h.pop()
+		for len(h.Entries) > 0 {
+			_, at, _ := h.Head()
+			l := h.PopHead()
 			require.False(t, at.Before(last), "seed %d: popped out of order", seed)
-			require.Equal(t, -1, l.loss.index)
+			require.Equal(t, -1, l.Loss.Index)
 			last = at
 		}
 	}

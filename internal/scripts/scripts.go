@@ -283,14 +283,14 @@ func Embedded(name string) []byte {
 // reads or writes is one the client passes in KEYS (TestScriptKeysDeclared):
 // on Redis Cluster a script fails at the first key it did not declare that
 // a slot migration has already moved. With K the lock key
-// "{<prefix><name>}" (lockKey, keys.go):
+// "{<prefix><name>}" (LockKey, keys.go):
 //
 //	K                  an owner value, ReservedPrefix + a queued writer's id,
 //	                   or ReadMark while read holds are live
 //	K:fence            fence counter
 //	K:released         released marker: the owner that released
 //	K:meta             metadata: "<owner>\n<metadata>"
-//	K:readers          read holds; K:readers:released:<owner> (ownerKey)
+//	K:readers          read holds; K:readers:released:<owner> (OwnerKey)
 //	K:queue            waiting writers: a sorted set of their places and lapse times (_lib.lua)
 //	K:waiting          "1" while a caller waits for a release (WaitSuffix)
 //	K:sem              permits; K:sem:permits, K:sem:fence, K:sem:released:<owner>
