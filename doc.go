@@ -147,19 +147,21 @@
 package redlock
 
 // The "Keys" section above is the users' view of the key schema written
-// down once in keys.go: the two are kept in step.
+// down once in internal/scripts: the two are kept in step.
 
-// Architecture (for maintainers): DESIGN.md "Layers" maps the files to
-// seven layers (api, calls, engine, waiting, round, node, values), each
-// calling only down; TestLayersCallDown checks it. The seam: a Lock
-// (lock.go, with its status, lease and per-node outcomes in state.go,
-// validity.go and outcome.go) is data and transitions, no I/O. It calls up
-// only through the engine interface, for what its user asks (unlock,
-// extend, remaining) and to say it ended; the core calls down through
-// transitions that return what changed (hold and renewed return the loss
-// clock's next mark, fail the nodes to clean up) and keeps its own books:
-// loss clock, watchdog, log, observers, Do's cancel. kinds.go and keys.go
-// lay out a Lock's keys; acquire.go only keeps the exclusive kind's boxed
-// keys for its release (attempt.command). Parts share the core's lifetime
-// through one lifecycle value (wait group, closing), not a pointer to the
-// core; the queue and the core share heldNames.
+// Architecture (for maintainers): this package is the public API; the
+// engine is internal/engine, below it (DESIGN.md "Layers" draws the
+// packages and the engine's own layers, which TestLayersCallDown checks).
+// A Lock is a handle around the engine's state of it (engine.Hold, in one
+// allocation), whose methods call into the engine. The engine reaches the
+// public errors and the Observer only through the seams this package sets
+// (engine.Say, filled in errors.go; engine.Reporter, adapted in
+// observe.go). Inside the engine a hold (hold.go, with its status, lease
+// and per-node outcomes in state.go, validity.go and outcome.go) is data
+// and transitions, no I/O. It calls up only through the Engine interface,
+// for what its user asks (unlock, extend, remaining) and to say it ended;
+// the core calls down through transitions that return what changed and
+// keeps its own books: loss clock, watchdog, log, observers, Do's cancel.
+// kinds.go and keys.go lay out a lock's keys. Parts share the core's
+// lifetime through one internal/lifecycle value (wait group, closing), not
+// a pointer to the core; the queue and the core share heldNames.

@@ -292,7 +292,8 @@ func TestPromiseNoRetryNamesLocalHolder(t *testing.T) {
 }
 
 // TestPromiseTable keeps PROMISES.md true to the suite: every test it names
-// is a test of this package, and its closing command runs exactly those.
+// is a test of this package or of one under internal/, and its closing
+// command runs exactly those, in the packages that hold them.
 func TestPromiseTable(t *testing.T) {
 	doc, err := os.ReadFile("PROMISES.md")
 	require.NoError(t, err)
@@ -304,13 +305,16 @@ func TestPromiseTable(t *testing.T) {
 	fset := token.NewFileSet()
 	files, err := filepath.Glob("*_test.go")
 	require.NoError(t, err)
-	tests := map[string]bool{}
+	internal, err := filepath.Glob("internal/*/*_test.go")
+	require.NoError(t, err)
+	files = append(files, internal...)
+	tests := map[string]string{} // test -> the package's directory, as go test names it
 	for _, f := range files {
 		file, err := parser.ParseFile(fset, f, nil, parser.SkipObjectResolution)
 		require.NoError(t, err)
 		for _, d := range file.Decls {
 			if fn, ok := d.(*ast.FuncDecl); ok && fn.Recv == nil && strings.HasPrefix(fn.Name.Name, "Test") {
-				tests[fn.Name.Name] = true
+				tests[fn.Name.Name] = "./" + filepath.Dir(f)
 			}
 		}
 	}
@@ -321,6 +325,7 @@ func TestPromiseTable(t *testing.T) {
 		tables = tables[:i]
 	}
 	named := map[string]bool{}
+	pkgs := map[string]bool{}
 	testName := regexp.MustCompile("`(Test[A-Za-z0-9_]+)(/[^`]*)?`")
 	for line := range strings.Lines(tables) {
 		cells := strings.Split(strings.TrimSpace(line), "|")
@@ -329,7 +334,8 @@ func TestPromiseTable(t *testing.T) {
 		}
 		for _, m := range testName.FindAllStringSubmatch(cells[len(cells)-2], -1) {
 			named[m[1]] = true
-			assert.True(t, tests[m[1]], "PROMISES.md names %s, which is not a test of this package", m[1])
+			pkgs[strings.TrimSuffix(tests[m[1]], "/.")] = true
+			assert.NotEmpty(t, tests[m[1]], "PROMISES.md names %s, which is not a test of this package or of internal/", m[1])
 		}
 	}
 	require.NotEmpty(t, named)
@@ -340,4 +346,12 @@ func TestPromiseTable(t *testing.T) {
 		run[name] = true
 	}
 	assert.Equal(t, named, run, "the closing command must run exactly the tests the table names")
+	args := map[string]bool{}
+	for _, a := range strings.Fields(command[strings.Index(command, ")$'")+3:]) {
+		if a == "```" {
+			break
+		}
+		args[a] = true
+	}
+	assert.Equal(t, pkgs, args, "the closing command must name the packages of those tests")
 }

@@ -375,64 +375,62 @@ func (a *Acquisition) waitID(l *Hold) string {
 	return a.ww.id
 }
 
-// acquireTrace follows one acquire call for the observer; nil (and every
-// method a no-op) when there is none, so an unobserved call pays nothing.
-type acquireTrace struct {
-	obs       Reporter
-	ctx       context.Context
-	name      string
-	wait      bool
-	start     time.Time
-	refused   time.Time // end of the first attempt that did not get the lock
-	attempts  int
-	contended bool
-}
-
-func NewAcquireTrace(ctx context.Context, cfg *Config, name string, wait bool) *acquireTrace {
-	if cfg.Observer == nil {
-		return nil
-	}
-	return &acquireTrace{obs: cfg.Observer, ctx: ctx, name: name, wait: wait, start: time.Now()}
-}
-
-// Attempted records one acquire round trip and its error.
-func (tr *acquireTrace) Attempted(err error) {
-	if tr == nil {
-		return
-	}
-	tr.attempts++
-	if err != nil {
-		if tr.refused.IsZero() {
-			tr.refused = time.Now()
+// appendTaken adds to errs a TakenError for the nodes in rs that refused
+// l because another owner held the key; hint is the shortest lease among
+// them. For a multi-name lock it names the name that was held.
+func appendTaken(errs []error, l *Hold, rs []Reply, hint time.Duration) []error {
+	var name, owner string
+	var nodes []int
+	for _, r := range rs {
+		if r.Err != nil || r.Ok {
+			continue
 		}
-		tr.contended = tr.contended || isTaken(err)
+		if nodes == nil {
+			name = l.Name
+			if l.Multi != nil && r.Code >= 0 && int(r.Code) < len(l.Multi.Names) {
+				name = l.Multi.Names[r.Code]
+			}
+			owner = r.holder
+		}
+		nodes = append(nodes, r.Node)
 	}
+	if nodes == nil {
+		return errs
+	}
+	return append(errs, Say.Taken(name, owner, hint, nodes))
 }
 
-// Done reports the call's end.
-func (tr *acquireTrace) Done(l *Hold, err error) {
-	if tr == nil {
-		return
+// acquireReply reads acquire.lua's reply: status and value, plus the
+// holder's owner value on refusal; res[2] is the 1-based index of the name
+// that refused a multi_acquire.lua call, 0 for the other scripts.
+func acquireReply(cmd *redis.Cmd) (res [3]int64, holder string, err error) {
+	if tok, ok := cmd.Val().(int64); ok {
+		return [3]int64{scripts.ReplyOK, tok}, "", nil // acquire.lua's grant: the token alone
 	}
-	end := time.Now()
-	ev := AcquireNote{
-		Ctx: tr.ctx, Name: tr.name, Wait: tr.wait, Start: tr.start, Duration: end.Sub(tr.start),
-		Attempts: tr.attempts, Contended: tr.contended, Hold: l, Err: err,
+	vals, err := cmd.Slice()
+	if err != nil {
+		return res, "", err
 	}
-	if tr.wait && !tr.refused.IsZero() {
-		ev.WaitTime = end.Sub(tr.refused)
+	if len(vals) < 2 || len(vals) > 4 {
+		return res, "", fmt.Errorf("%w: %v", node.ErrBadReply, vals)
 	}
-	switch {
-	case err == nil:
-		ev.Outcome = OutcomeAcquired
-	case tr.ctx.Err() != nil:
-		// The caller's ctx ended. A node call's own deadline (a NodeError
-		// wrapping DeadlineExceeded) is a failure, not a cancellation.
-		ev.Outcome = OutcomeCanceled
-	case isTaken(err):
-		ev.Outcome, ev.Contended = OutcomeContended, true
-	default:
-		ev.Outcome = OutcomeFailed
+	for i := range 2 {
+		v, ok := vals[i].(int64)
+		if !ok {
+			return res, "", fmt.Errorf("%w: %v", node.ErrBadReply, vals)
+		}
+		res[i] = v
 	}
-	tr.obs.Acquired(ev)
+	if len(vals) >= 3 {
+		holder, _ = vals[2].(string)
+	}
+	if len(vals) == 4 {
+		// multi_acquire.lua: which of the names refused.
+		i, ok := vals[3].(int64)
+		if !ok {
+			return res, "", fmt.Errorf("%w: %v", node.ErrBadReply, vals)
+		}
+		res[2] = i
+	}
+	return res, holder, nil
 }

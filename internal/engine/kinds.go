@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -443,64 +442,4 @@ func (a *Acquisition) newLock(eng Engine, nodes int) *Hold {
 		l.counterUntil = time.Now().Add(max(cfg.Retention, cfg.TTL))
 	}
 	return l
-}
-
-// appendTaken adds to errs a TakenError for the nodes in rs that refused
-// l because another owner held the key; hint is the shortest lease among
-// them. For a multi-name lock it names the name that was held.
-func appendTaken(errs []error, l *Hold, rs []Reply, hint time.Duration) []error {
-	var name, owner string
-	var nodes []int
-	for _, r := range rs {
-		if r.Err != nil || r.Ok {
-			continue
-		}
-		if nodes == nil {
-			name = l.Name
-			if l.Multi != nil && r.Code >= 0 && int(r.Code) < len(l.Multi.Names) {
-				name = l.Multi.Names[r.Code]
-			}
-			owner = r.holder
-		}
-		nodes = append(nodes, r.Node)
-	}
-	if nodes == nil {
-		return errs
-	}
-	return append(errs, Say.Taken(name, owner, hint, nodes))
-}
-
-// acquireReply reads acquire.lua's reply: status and value, plus the
-// holder's owner value on refusal; res[2] is the 1-based index of the name
-// that refused a multi_acquire.lua call, 0 for the other scripts.
-func acquireReply(cmd *redis.Cmd) (res [3]int64, holder string, err error) {
-	if tok, ok := cmd.Val().(int64); ok {
-		return [3]int64{scripts.ReplyOK, tok}, "", nil // acquire.lua's grant: the token alone
-	}
-	vals, err := cmd.Slice()
-	if err != nil {
-		return res, "", err
-	}
-	if len(vals) < 2 || len(vals) > 4 {
-		return res, "", fmt.Errorf("%w: %v", node.ErrBadReply, vals)
-	}
-	for i := range 2 {
-		v, ok := vals[i].(int64)
-		if !ok {
-			return res, "", fmt.Errorf("%w: %v", node.ErrBadReply, vals)
-		}
-		res[i] = v
-	}
-	if len(vals) >= 3 {
-		holder, _ = vals[2].(string)
-	}
-	if len(vals) == 4 {
-		// multi_acquire.lua: which of the names refused.
-		i, ok := vals[3].(int64)
-		if !ok {
-			return res, "", fmt.Errorf("%w: %v", node.ErrBadReply, vals)
-		}
-		res[2] = i
-	}
-	return res, holder, nil
 }

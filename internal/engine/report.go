@@ -1,6 +1,9 @@
 package engine
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // Operations named in NodeErrorEvent.Op.
 const (
@@ -32,4 +35,66 @@ func observeRenew(l *Hold, manual bool, ttl time.Duration, start time.Time, err,
 	}
 	ReportNodes(l.obs, l.Name, op, nodeErrs)
 	l.obs.Renewed(RenewNote{Hold: l, Name: l.Name, Manual: manual, TTL: ttl, Start: start, Duration: time.Since(start), Err: err})
+}
+
+// acquireTrace follows one acquire call for the observer; nil (and every
+// method a no-op) when there is none, so an unobserved call pays nothing.
+type acquireTrace struct {
+	obs       Reporter
+	ctx       context.Context
+	name      string
+	wait      bool
+	start     time.Time
+	refused   time.Time // end of the first attempt that did not get the lock
+	attempts  int
+	contended bool
+}
+
+func NewAcquireTrace(ctx context.Context, cfg *Config, name string, wait bool) *acquireTrace {
+	if cfg.Observer == nil {
+		return nil
+	}
+	return &acquireTrace{obs: cfg.Observer, ctx: ctx, name: name, wait: wait, start: time.Now()}
+}
+
+// Attempted records one acquire round trip and its error.
+func (tr *acquireTrace) Attempted(err error) {
+	if tr == nil {
+		return
+	}
+	tr.attempts++
+	if err != nil {
+		if tr.refused.IsZero() {
+			tr.refused = time.Now()
+		}
+		tr.contended = tr.contended || isTaken(err)
+	}
+}
+
+// Done reports the call's end.
+func (tr *acquireTrace) Done(l *Hold, err error) {
+	if tr == nil {
+		return
+	}
+	end := time.Now()
+	ev := AcquireNote{
+		Ctx: tr.ctx, Name: tr.name, Wait: tr.wait, Start: tr.start, Duration: end.Sub(tr.start),
+		Attempts: tr.attempts, Contended: tr.contended, Hold: l, Err: err,
+	}
+	if tr.wait && !tr.refused.IsZero() {
+		ev.WaitTime = end.Sub(tr.refused)
+	}
+	switch {
+	case err == nil:
+		ev.Outcome = OutcomeAcquired
+	case tr.ctx.Err() != nil:
+		// The caller's ctx ended. A node call's own deadline (a NodeError
+		// wrapping DeadlineExceeded) is a failure, not a cancellation.
+		ev.Outcome = OutcomeCanceled
+	case isTaken(err):
+		ev.Outcome, ev.Contended = OutcomeContended, true
+	default:
+		ev.Outcome = OutcomeFailed
+	}
+	tr.obs.Acquired(ev)
 }
