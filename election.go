@@ -196,13 +196,13 @@ func (e *Election) announce(ctx context.Context, l *engine.Hold, value string, w
 		if err != nil {
 			return engine.Reply{Err: err}
 		}
-		return engine.Reply{Ok: v == scripts.ReplyOK || v == scripts.ReplyUnpublished, Code: v}
+		return engine.Reply{OK: v == scripts.ReplyOK || v == scripts.ReplyUnpublished, Code: v}
 	}, time.Now().Add(e.timeout), ctx.Done(), p.Settled)
 	if err != nil {
 		return err
 	}
 	switch t := p.Count(rs); {
-	case t.Ok >= p.Quorum && !interrupted:
+	case t.OK >= p.Quorum && !interrupted:
 		return nil
 	case p.Impossible(t.No):
 		return notHeld("proclaim", e.name, p.NotOurs(t))

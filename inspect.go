@@ -146,7 +146,7 @@ func inspectOn(ctx context.Context, cl Client, keys []string) engine.Reply {
 			return engine.Reply{Err: fmt.Errorf("fence key %s does not hold a token: %q", keys[1], counter)}
 		}
 	}
-	return engine.Reply{Ok: true, Inspected: h}
+	return engine.Reply{OK: true, Inspected: h}
 }
 
 // judge reads a round of inspect replies: the holder a quorum agrees on, and

@@ -81,7 +81,7 @@ func TestQuorumEveryOutcome(t *testing.T) {
 			for i, x := 0, code; i < n; i, x = i+1, x/4 {
 				switch x % 4 {
 				case yes:
-					rs = append(rs, engine.Reply{Node: i, Ok: true})
+					rs = append(rs, engine.Reply{Node: i, OK: true})
 					ok++
 				case no:
 					rs = append(rs, engine.Reply{Node: i})
@@ -93,7 +93,7 @@ func TestQuorumEveryOutcome(t *testing.T) {
 			}
 			name := fmt.Sprintf("n=%d/yes=%d,no=%d,err=%d", n, ok, refused, errs)
 			tl := c.Count(rs)
-			if tl.Ok != ok || tl.No != refused || tl.Failed != errs || len(tl.Errs) != errs {
+			if tl.OK != ok || tl.No != refused || tl.Failed != errs || len(tl.Errs) != errs {
 				t.Fatalf("%s: count() = %+v", name, tl)
 			}
 			majority := n/2 + 1

@@ -84,14 +84,14 @@ func releaseOwner(ctx context.Context, c *engine.Core, name, owner string) error
 		}
 		// scripts.ReplyAlready would be a retried call of this one after a lost
 		// reply; it reads as "not held", like any owner that is gone.
-		return engine.Reply{Ok: err == nil && (v == scripts.ReplyOK || v == scripts.ReplyUnpublished), Code: v, Err: err}
+		return engine.Reply{OK: err == nil && (v == scripts.ReplyOK || v == scripts.ReplyUnpublished), Code: v, Err: err}
 	}, time.Now().Add(timeout), ctx.Done(), c.Pool.Settled)
 	if err != nil {
 		return err
 	}
 	t := c.Pool.Count(rs)
 	switch {
-	case t.Ok >= c.Pool.Quorum:
+	case t.OK >= c.Pool.Quorum:
 		return nil
 	case c.Pool.Impossible(t.No) && len(c.Pool.Nodes) == 1:
 		// Not the exclusive lock's owner: a read hold's or a permit's?
@@ -123,7 +123,7 @@ func releaseSetOwner(ctx context.Context, c *engine.Core, name, key, owner strin
 			if err == nil && v == scripts.ReplyUnpublished {
 				c.Cfg.Logger.Warn("redlock: released, but the server refused to publish the release message; waiters wake by their timers", "name", name)
 			}
-			return engine.Reply{Ok: err == nil && (v == scripts.ReplyOK || v == scripts.ReplyUnpublished), Code: v, Err: err}
+			return engine.Reply{OK: err == nil && (v == scripts.ReplyOK || v == scripts.ReplyUnpublished), Code: v, Err: err}
 		}, time.Now().Add(timeout), ctx.Done(), engine.Never)
 		if err != nil {
 			return err
@@ -134,7 +134,7 @@ func releaseSetOwner(ctx context.Context, c *engine.Core, name, key, owner strin
 		switch r := rs[0]; {
 		case r.Err != nil:
 			return c.Pool.NodeErr(r.Node, r.Err)
-		case r.Ok:
+		case r.OK:
 			return nil
 		}
 	}

@@ -118,10 +118,10 @@ func (at *attempt) run(ctx context.Context, ttl any, wait string) (bool, error) 
 	at.t = p.Count(rs)
 	ReportNodes(cfg.Observer, l.Name, OpAcquire, at.t.Errs...)
 	at.hint = at.refusals(rs)
-	if at.t.Ok < p.Quorum {
-		at.firm, at.contested = at.holders(rs, at.t.Ok)
+	if at.t.OK < p.Quorum {
+		at.firm, at.contested = at.holders(rs, at.t.OK)
 	}
-	if at.t.Ok < p.Quorum || interrupted {
+	if at.t.OK < p.Quorum || interrupted {
 		return false, nil
 	}
 	token, err := at.settleToken(ctx, rs, fence)
@@ -147,16 +147,16 @@ func (at *attempt) holders(rs []Reply, ok int) (firm string, contested bool) {
 		owners = 1
 	}
 	for i, r := range rs {
-		if r.Err != nil || r.Ok || r.holder == "" || strings.HasPrefix(r.holder, scripts.ReservedPrefix) {
+		if r.Err != nil || r.OK || r.holder == "" || strings.HasPrefix(r.holder, scripts.ReservedPrefix) {
 			continue
 		}
-		if slices.ContainsFunc(rs[:i], func(o Reply) bool { return o.Err == nil && !o.Ok && o.holder == r.holder }) {
+		if slices.ContainsFunc(rs[:i], func(o Reply) bool { return o.Err == nil && !o.OK && o.holder == r.holder }) {
 			continue // counted with its first node
 		}
 		owners++
 		n := 0
 		for _, o := range rs[i:] {
-			if o.Err == nil && !o.Ok && o.holder == r.holder && !p.Nodes[o.Node].IsDup() {
+			if o.Err == nil && !o.OK && o.holder == r.holder && !p.Nodes[o.Node].IsDup() {
 				n++
 			}
 		}
@@ -173,7 +173,7 @@ func (at *attempt) holders(rs []Reply, ok int) (firm string, contested bool) {
 func (at *attempt) refusals(rs []Reply) time.Duration {
 	hint := time.Duration(-1)
 	for _, r := range rs {
-		if r.Err == nil && !r.Ok {
+		if r.Err == nil && !r.OK {
 			// Quiet: the TakenError below names the holder.
 			at.t.Errs = append(at.t.Errs, Say.Quiet(at.p.NodeErr(r.Node, node.ErrTaken)))
 			if d := time.Duration(r.val) * time.Millisecond; r.val >= 0 && (hint < 0 || d < hint) {
@@ -215,13 +215,13 @@ func (at *attempt) settleToken(ctx context.Context, rs []Reply, fence any) (int6
 	}
 	var token int64
 	for _, r := range rs {
-		if r.Err == nil && r.Ok && !p.Nodes[r.Node].IsDup() {
+		if r.Err == nil && r.OK && !p.Nodes[r.Node].IsDup() {
 			token = max(token, r.val)
 		}
 	}
 	atTok := func(n *node.Node) bool {
 		r, ok := replyOf(rs, n.Idx)
-		return ok && r.Err == nil && r.Ok && r.val == token && !n.IsDup()
+		return ok && r.Err == nil && r.OK && r.val == token && !n.IsDup()
 	}
 	atToken := 0
 	for _, n := range p.Nodes {
@@ -242,15 +242,15 @@ func (at *attempt) settleToken(ctx context.Context, rs []Reply, fence any) (int6
 	need := p.Quorum - atToken
 	got, _, err := p.Round(Detached(ctx), behind, timeout, timeout, func(ctx context.Context, n *node.Node, cl node.Client) Reply {
 		v, err := scripts.Raise.Run(ctx, cl, counter, arg, fence).Int64()
-		return Reply{Ok: err == nil && v >= token, val: v, Err: err}
+		return Reply{OK: err == nil && v >= token, val: v, Err: err}
 	}, earliest(time.Now().Add(timeout), at.until), ctx.Done(), func(rs []Reply) bool {
-		return p.Count(rs).Ok >= need
+		return p.Count(rs).OK >= need
 	})
 	if err != nil {
 		return 0, err
 	}
-	if t := p.Count(got); t.Ok < need {
-		return 0, Say.Join(append([]error{fmt.Errorf("redlock: fencing token %d reached %d of %d nodes, need a majority", token, atToken+t.Ok, len(p.Nodes))}, t.Errs...)...)
+	if t := p.Count(got); t.OK < need {
+		return 0, Say.Join(append([]error{fmt.Errorf("redlock: fencing token %d reached %d of %d nodes, need a majority", token, atToken+t.OK, len(p.Nodes))}, t.Errs...)...)
 	}
 	return token, nil
 }
@@ -280,7 +280,7 @@ func acquireOn(ctx context.Context, p *Pool, n *node.Node, cl node.Client, l *Ho
 		// a vote. The outcome stays granted, so the key is released.
 		return Reply{Err: ackErr}, granted
 	case res[0] == scripts.ReplyOK:
-		return Reply{Ok: true, val: res[1]}, granted
+		return Reply{OK: true, val: res[1]}, granted
 	case res[0] == scripts.ReplyTaken:
 		return Reply{val: res[1], holder: holder, Code: refusing}, taken
 	case res[0] == scripts.ReplyExhausted:
@@ -335,7 +335,7 @@ func multiAcquireOn(ctx context.Context, cl node.Client, l *Hold, cfg *Config) (
 			return Reply{Err: fmt.Errorf("redlock: raising the fence counter of %q to token %d: %w", l.Multi.Names[p], token, err)}, granted
 		}
 	}
-	return Reply{Ok: true, val: token}, granted
+	return Reply{OK: true, val: token}, granted
 }
 
 // Acquisition is what an acquire call is about: what to make attempts at
@@ -382,7 +382,7 @@ func appendTaken(errs []error, l *Hold, rs []Reply, hint time.Duration) []error 
 	var name, owner string
 	var nodes []int
 	for _, r := range rs {
-		if r.Err != nil || r.Ok {
+		if r.Err != nil || r.OK {
 			continue
 		}
 		if nodes == nil {

@@ -297,7 +297,7 @@ func (c *Core) attempt(ctx context.Context, a *Acquisition) (*Hold, verdict, err
 	}
 	c.Track.unwatch(l) // refused, or granted too late: l.fail ends it without ended
 	permanent, err := at.fail(ctx)
-	return nil, verdict{hint: at.hint, permanent: permanent, answered: at.t.Ok+at.t.No >= c.Pool.Quorum, firm: at.firm, contested: at.contested}, err
+	return nil, verdict{hint: at.hint, permanent: permanent, answered: at.t.OK+at.t.No >= c.Pool.Quorum, firm: at.firm, contested: at.contested}, err
 }
 
 // verdict is what a failed attempt found out: the holder's remaining lease
@@ -341,7 +341,7 @@ func (c *Core) unlock(ctx context.Context, l *Hold) error {
 	}
 	rs := c.Pool.releaseOn(ctx, l, l.releaseTo(c.Pool.Nodes), l.timeout, c.Pool.Settled)
 	if changed {
-		released := c.Pool.Count(rs).Ok > 0
+		released := c.Pool.Count(rs).OK > 0
 		c.Track.settle(l, released)
 		if released && l.Kind == KindExclusive {
 			c.wakeOwn(l)
@@ -371,7 +371,7 @@ func (c *Core) extend(ctx context.Context, l *Hold, ttl time.Duration) error {
 		return err
 	}
 	switch t := c.Pool.Count(rs); {
-	case t.Ok >= c.Pool.Quorum && !interrupted && time.Now().Before(until):
+	case t.OK >= c.Pool.Quorum && !interrupted && time.Now().Before(until):
 		if !c.renewed(l, ttl, until) {
 			if l.is(stateLost) {
 				c.Abandon(l) // lost meanwhile: the moved lease must not keep the name
@@ -385,7 +385,7 @@ func (c *Core) extend(ctx context.Context, l *Hold, ttl time.Duration) error {
 	case c.Pool.Impossible(t.No):
 		taken, late := refusalsIn(rs)
 		l.lose(refusalReason(t.No, taken, late), nil)
-		if t.Ok > 0 {
+		if t.OK > 0 {
 			c.Abandon(l) // the masters that moved it must not keep the name
 		}
 		return Say.NotHeld("extend", l.Name, l.Err())

@@ -66,15 +66,15 @@ func Ping(ctx context.Context, c *Core) error {
 			return Reply{Err: err}
 		}
 		err := scriptPing.Run(ctx, cl, nil).Err()
-		return Reply{Ok: err == nil, Err: err}
+		return Reply{OK: err == nil, Err: err}
 	}
 	rs, interrupted, err := p.Round(Detached(ctx), p.Nodes, timeout, timeout, call, time.Now().Add(timeout), ctx.Done(), Never)
 	if err != nil {
 		return err
 	}
 	t := p.Count(rs)
-	if t.Ok >= p.Quorum && !interrupted {
+	if t.OK >= p.Quorum && !interrupted {
 		return nil
 	}
-	return Say.Join(append(append([]error{fmt.Errorf("redlock: ping: %d of %d nodes answer as writable masters, need %d", t.Ok, len(p.Nodes), p.Quorum)}, t.Errs...), CtxErrIf(ctx, interrupted))...)
+	return Say.Join(append(append([]error{fmt.Errorf("redlock: ping: %d of %d nodes answer as writable masters, need %d", t.OK, len(p.Nodes), p.Quorum)}, t.Errs...), CtxErrIf(ctx, interrupted))...)
 }

@@ -37,8 +37,8 @@ func (h handOff) run(ctx context.Context) (done bool, err error) {
 	c.Track.watch(nl)
 	c.Track.expect(nl)
 	r, until, err := h.call(ctx, nl)
-	c.Track.settle(nl, err == nil && r.Ok)
-	if err != nil || !r.Ok {
+	c.Track.settle(nl, err == nil && r.OK)
+	if err != nil || !r.OK {
 		c.Track.unwatch(nl)
 	}
 	if err != nil {
@@ -62,7 +62,7 @@ func (h handOff) run(ctx context.Context) (done bool, err error) {
 	case r.Code == scripts.ReplyNotOurs:
 		c.Waits.unreserve(l.Channel, w, true) // the key is gone: the name may be free
 		return true, Say.NotHeld("unlock", l.Name, errors.New("the key is gone or another owner's"))
-	case !r.Ok:
+	case !r.OK:
 		// No token, or scripts.ReplyOOM (a full server refused its first
 		// write): the ordinary release runs and reports it.
 		c.Waits.unreserve(l.Channel, w, false)
@@ -92,7 +92,7 @@ func (h handOff) call(ctx context.Context, nl *Hold) (Reply, time.Time, error) {
 		case len(res) != 2:
 			return Reply{Err: fmt.Errorf("%w: %v", node.ErrBadReply, res)}
 		}
-		return Reply{Ok: res[0] == scripts.ReplyOK, Code: res[0], val: res[1]}
+		return Reply{OK: res[0] == scripts.ReplyOK, Code: res[0], val: res[1]}
 	})
 	if err != nil {
 		return Reply{}, until, err

@@ -21,7 +21,7 @@ func (p *Pool) extend(ctx context.Context, l *Hold, ttl time.Duration, deadline 
 		defer keepCompanions(ctx, cl, l, ttl)
 		if l.replicas == 0 {
 			v, err := runParts(ctx, cl, l, kinds[l.Kind].extend, ttl, foldExtend)
-			return Reply{Ok: v == scripts.ReplyOK, Code: v, Err: err}
+			return Reply{OK: v == scripts.ReplyOK, Code: v, Err: err}
 		}
 		s, keys, args := kinds[l.Kind].extend(l, 0, ttl) // one part: LockAll refuses acks over shards
 		cmd, ackErr := scriptAcked(ctx, cl, s, keys, int(l.replicas), ackTimeout(l), args...)
@@ -30,7 +30,7 @@ func (p *Pool) extend(ctx context.Context, l *Hold, ttl time.Duration, deadline 
 			// Extended on the master only: a failed attempt, not a refusal.
 			return Reply{Code: v, Err: ackErr}
 		}
-		return Reply{Ok: v == scripts.ReplyOK, Code: v, Err: err}
+		return Reply{OK: v == scripts.ReplyOK, Code: v, Err: err}
 	}, deadline, ctx.Done(), p.Settled)
 }
 
@@ -41,10 +41,10 @@ func (p *Pool) remaining(ctx context.Context, l *Hold) (time.Duration, error) {
 		return 0, err
 	}
 	t := p.Count(rs)
-	if t.Ok >= p.Quorum {
+	if t.OK >= p.Quorum {
 		var ttls []time.Duration
 		for _, r := range rs {
-			if r.Err == nil && r.Ok && !p.Nodes[r.Node].IsDup() {
+			if r.Err == nil && r.OK && !p.Nodes[r.Node].IsDup() {
 				d := time.Duration(r.val) * time.Millisecond
 				if r.val < 0 {
 					d = -1 // no expiry: only when someone changed the key by hand
@@ -77,7 +77,7 @@ func (p *Pool) leases(ctx context.Context, l *Hold) (rs []Reply, interrupted boo
 		if redis.HasErrorPrefix(err, "WRONGTYPE") {
 			v, err = scripts.ReplyOthers, nil // a value of another type where the set of holds was
 		}
-		return Reply{Ok: err == nil && v != scripts.ReplyNotOurs && v != scripts.ReplyOthers, val: v, Err: err}
+		return Reply{OK: err == nil && v != scripts.ReplyNotOurs && v != scripts.ReplyOthers, val: v, Err: err}
 	})
 	if err != nil {
 		return nil, false, err

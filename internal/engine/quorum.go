@@ -51,7 +51,7 @@ func (p *Pool) send(n *node.Node) bool { return n.Admit() || !p.spare(n) }
 // Reply is one node's answer to one script call.
 type Reply struct {
 	Node int
-	Ok   bool  // the script said yes (granted, released, extended, raised)
+	OK   bool  // the script said yes (granted, released, extended, raised)
 	Code int64 // the script's status, by script
 	val  int64 // token or PTTL, by script
 	// holder is the value of the key when acquire.lua found another owner.
@@ -206,7 +206,7 @@ func replyOf(rs []Reply, idx int) (Reply, bool) {
 
 // tally counts the replies of one round.
 type tally struct {
-	Ok, No, Failed, permanent int
+	OK, No, Failed, permanent int
 	Errs                      []error
 }
 
@@ -357,8 +357,8 @@ func (p *Pool) Count(rs []Reply) tally {
 				t.permanent++
 			}
 			t.Errs = append(t.Errs, p.NodeErr(r.Node, err))
-		case r.Ok:
-			t.Ok++
+		case r.OK:
+			t.OK++
 		default:
 			t.No++
 		}
@@ -372,7 +372,7 @@ func (p *Pool) Count(rs []Reply) tally {
 // ("; the lock frees itself when its lease ends").
 func (p *Pool) ShortOf(op, name string, t tally, after string, ctxErr error) error {
 	errs := make([]error, 0, len(t.Errs)+2)
-	errs = append(errs, fmt.Errorf("redlock: %s %q reached %d of %d nodes, need %d%s", op, name, t.Ok, len(p.Nodes), p.Quorum, after))
+	errs = append(errs, fmt.Errorf("redlock: %s %q reached %d of %d nodes, need %d%s", op, name, t.OK, len(p.Nodes), p.Quorum, after))
 	errs = append(errs, t.Errs...)
 	if ctxErr != nil {
 		errs = append(errs, ctxErr)
@@ -398,7 +398,7 @@ func (p *Pool) NotOurs(t tally) error {
 // know them first.
 func (p *Pool) Settled(rs []Reply) bool {
 	t := p.Count(rs)
-	if t.Ok >= p.Quorum {
+	if t.OK >= p.Quorum {
 		return true
 	}
 	failed := t.Failed

@@ -14,7 +14,7 @@ import (
 func (p *Pool) released(l *Hold, rs []Reply) error {
 	t := p.Count(rs)
 	switch {
-	case t.Ok >= p.Quorum:
+	case t.OK >= p.Quorum:
 		return nil
 	case p.Impossible(t.No):
 		return Say.NotHeld("unlock", l.Name, p.NotOurs(t))
@@ -180,7 +180,7 @@ func (p *cleanup) releaseNode(ctx context.Context, n *node.Node, l *Hold, ran bo
 		n.Note(r.Err)
 		cancel()
 		switch {
-		case r.Err == nil && (r.Ok || answered):
+		case r.Err == nil && (r.OK || answered):
 			return
 		case r.Err == nil:
 			answered = true
@@ -233,5 +233,5 @@ func releaseReply(l *Hold, v int64, err error) Reply {
 	if err == nil && v == scripts.ReplyUnpublished {
 		l.logger.Warn("redlock: released, but the server refused to publish the release message; waiters wake by their timers", "name", l.Name)
 	}
-	return Reply{Ok: err == nil && v != scripts.ReplyNotOurs, Code: v, Err: err}
+	return Reply{OK: err == nil && v != scripts.ReplyNotOurs, Code: v, Err: err}
 }

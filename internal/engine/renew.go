@@ -417,7 +417,7 @@ func (p *pipelined) codes() ([]int8, error) {
 func (p *pipelined) code(l *Hold, v int64, retried bool) (int8, error) {
 	switch {
 	case !p.renew():
-		if r := releaseReply(l, v, nil); r.Ok {
+		if r := releaseReply(l, v, nil); r.OK {
 			return 1, nil
 		}
 	case v == scripts.ReplyOK && l.replicas > 0:

@@ -90,6 +90,6 @@ func (w *watchdog) repair(l *Hold, nodes []*node.Node, leaseEnd time.Time) {
 			// set (or may have set) must not keep the name.
 			w.c.Pool.releaseLater(ctx, n, l, set)
 		}
-		return Reply{Ok: set, Err: err}
+		return Reply{OK: set, Err: err}
 	})
 }

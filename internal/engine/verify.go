@@ -126,7 +126,7 @@ func (v *Verifier) lose(l *Hold, rs []Reply, t tally) {
 			taken++
 		}
 	}
-	if l.lose(refusalReason(t.No, taken, 0), nil) && t.Ok > 0 {
+	if l.lose(refusalReason(t.No, taken, 0), nil) && t.OK > 0 {
 		v.Abandon(l) // the nodes still holding it must not keep the name
 	}
 }
@@ -165,7 +165,7 @@ func readLeases(ctx context.Context, cl node.Client, locks []*Hold) ([]Reply, er
 		}
 		answered = true
 		v := vals[i]
-		out[i] = Reply{Ok: v != scripts.ReplyNotOurs && v != scripts.ReplyOthers, val: v}
+		out[i] = Reply{OK: v != scripts.ReplyNotOurs && v != scripts.ReplyOthers, val: v}
 	}
 	if answered {
 		perr = nil
