@@ -184,7 +184,8 @@ var errAlreadyReleased = fmt.Errorf("%w: already released", ErrNotHeld)
 // ErrNilLock is what the methods of a nil *Lock report.
 var errNilLock = fmt.Errorf("%w: nil *Lock", ErrNotHeld)
 
-// The engine builds and reads these errors through say (public.go).
+// The engine builds and reads these errors through engine.Say
+// (internal/engine/public.go).
 func init() {
 	engine.Say = engine.Vocabulary{
 		ErrClosed: ErrClosed, ErrNotObtained: ErrNotObtained, ErrNotHeld: ErrNotHeld,

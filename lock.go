@@ -28,7 +28,7 @@ func (l *Lock) ref() *engine.Hold {
 	return &l.a.Hold
 }
 
-// lock is the handle of h, nil for a nil h.
+// lockOf is the handle of h, nil for a nil h.
 func lockOf(h *engine.Hold) *Lock {
 	if h == nil {
 		return nil

@@ -13,7 +13,7 @@ import (
 var Say Vocabulary
 
 // Vocabulary: the sentinels, and the constructors and readers of the
-// public error types (errors.go, errjoin.go, loss.go).
+// public error types (the root package's errors.go, errjoin.go, loss.go).
 type Vocabulary struct {
 	ErrClosed, ErrNotObtained, ErrNotHeld, ErrLost, ErrReleased, ErrUnreachable error
 	// ErrAlreadyReleased is Unlock's answer on a lock released before;
@@ -42,7 +42,8 @@ type Vocabulary struct {
 	IsLost      func(err error) bool                                    // err is a *LostError
 }
 
-// LossReason is a LossReason as the engine names it: the same values.
+// LossReason is the root package's LossReason as the engine names it:
+// the same values (checked in the root package's errors.go).
 type LossReason uint8
 
 const (
@@ -88,12 +89,12 @@ func (r LossReason) Text() string {
 	return r.String()
 }
 
-// acquireOutcome is an AcquireOutcome as the engine names it: the same
-// values.
-type acquireOutcome uint8
+// AcquireOutcome is the root package's AcquireOutcome as the engine names
+// it: the same values.
+type AcquireOutcome uint8
 
 const (
-	OutcomeAcquired acquireOutcome = iota + 1
+	OutcomeAcquired AcquireOutcome = iota + 1
 	OutcomeContended
 	OutcomeCanceled
 	OutcomeFailed
@@ -122,7 +123,7 @@ type (
 		Duration, WaitTime time.Duration
 		Attempts           int
 		Contended          bool
-		Outcome            acquireOutcome
+		Outcome            AcquireOutcome
 		Hold               *Hold
 		Err                error
 	}
