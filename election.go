@@ -23,7 +23,7 @@ import (
 
 // electionSuffix names the election channel "K:elect" next to the lock key
 // K, so that it shares the name's hash tag (and Cluster slot) like every
-// key of keys.go's schema. It never changes: observers of two versions
+// key of internal/engine/keys.go's schema. It never changes: observers of two versions
 // must hear the same announcements.
 const electionSuffix = ":elect"
 

@@ -13,7 +13,7 @@ import (
 
 // TestUncontendedLockSkipsPubSub: a Lock that gets the lock at once opens no
 // pub/sub connection and subscribes nothing, the tracking connection
-// (track.go) included: it opens only for locks held longer.
+// (internal/engine/track.go) included: it opens only for locks held longer.
 func TestUncontendedLockSkipsPubSub(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)

@@ -22,7 +22,7 @@ import (
 func pubsubClients(t testing.TB, srv *redistest.Server) int {
 	t.Helper()
 	list, _ := srv.Do(t, "CLIENT", "LIST", "TYPE", "pubsub").(string)
-	// The tracking connection (track.go) is not the waiters'.
+	// The tracking connection (internal/engine/track.go) is not the waiters'.
 	return strings.Count(list, "\n") - strings.Count(list, "name=redlock-tracking ")
 }
 

@@ -13,12 +13,12 @@ import (
 )
 
 // Core is the engine shared by Locker (one node) and Redlock (N nodes): the
-// registry of held locks, its lifecycle (lifecycle.go), and the engine side
+// registry of held locks, its lifecycle (internal/lifecycle), and the engine side
 // of the seam with Lock (engine). It owns the parts it drives: the pool of
 // nodes and its quorum round (quorum.go), the watchdog (watchdog.go) and
 // the loss clock (expiry.go), the tracker and its verifier (track.go,
 // verify.go), and the local queue of waiters with its pub/sub transport
-// (queue.go, pubsub.go). A Locker is a core with a quorum of 1.
+// (queue.go, internal/pubsub). A Locker is a core with a quorum of 1.
 // See "Architecture" in doc.go.
 type Core struct {
 	Pool  *Pool
@@ -30,7 +30,7 @@ type Core struct {
 
 	names    *heldNames
 	Withdraw withdrawals // writers that gave up and are leaving their name's queue (obtain.go)
-	Waits    *waiters    // the local queues of waiting Lock calls (queue.go), woken by pub/sub (pubsub.go)
+	Waits    *waiters    // the local queues of waiting Lock calls (queue.go), woken by pub/sub (internal/pubsub)
 	Track    *Tracker    // hears outside changes of held keys (track.go); nil without tracking
 	follow   *follower   // keeps Sentinel clients on the current master (follow.go); nil without one
 

@@ -49,7 +49,7 @@ type Hold struct {
 	Name    string
 	Owner   string
 	Keys    []string // one hash tag; the layout depends on kind (OwnerAndKeys, keys.go)
-	Channel string   // where releases are published (pubsub.go)
+	Channel string   // where releases are published (internal/pubsub)
 	// boxed are the lock key, owner and lease that the acquire command of
 	// an exclusive lock boxed, for its release command (releaseArgv).
 	boxed     boxedArgs

@@ -14,7 +14,7 @@ import (
 // Every release publishes the released owner on "<lock key>:rel" from inside
 // the release script. A core keeps ONE pub/sub connection per node (per
 // channel on a Ring, which shards channels like keys, and on a Cluster, where
-// each channel lives on its slot's shard: see pubsub.go), opened with the
+// each channel lives on its slot's shard: see internal/pubsub), opened with the
 // first waiter and kept until Close, and subscribes a name's channel while at
 // least one goroutine waits for that name (and, once contended, while this
 // core holds it, and for IdleGrace after). A Lock that gets the lock at its
@@ -54,7 +54,7 @@ import (
 // The hand-off is in queue_handoff.go, the wake-ups by release messages in
 // queue_dispatch.go, the unsubscribing of idle channels in queue_idle.go.
 type waiters struct {
-	PS     *pubsub.Conns // the transport that wakes them (pubsub.go)
+	PS     *pubsub.Conns // the transport that wakes them (internal/pubsub)
 	Mu     sync.Mutex
 	Queues map[string]*waitQueue // by queue key (see QueueKey)
 	closed bool                  // set by close

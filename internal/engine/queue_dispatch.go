@@ -7,7 +7,7 @@ import (
 )
 
 // What release messages do to the local queue: the waiters' side of the
-// listener interface (pubsub.go), which wakes the head of each queue or only
+// listener interface (internal/pubsub), which wakes the head of each queue or only
 // the waiter a name was passed to, and the per-channel record (msgs,
 // unclaimed, firm) by which a Lock call learns of a release that came while
 // it was not queued yet.

@@ -19,7 +19,7 @@ import (
 // gather the replies until the outcome is settled or the node timeout
 // passes, tally them, and build the one error of a round that fell short.
 // It knows nothing of held locks or waiters. The calls built on the round
-// live with their concepts: node.go (one node and its time bound),
+// live with their concepts: internal/node (one node and its time bound),
 // identity.go (which server is behind a node), release.go and lease.go.
 type Pool struct {
 	cleanup // its life: the goroutines of the core

@@ -1,7 +1,7 @@
 // Package scripts holds the Lua scripts of the library, assembled with the
 // helpers of _lib.lua they call, the reply codes they answer with and the
 // key schema they share with the Go code. It knows nothing of locks: the
-// root package says which script a lock runs (kinds.go) and reads the
+// engine says which script a lock runs (internal/engine/kinds.go) and reads the
 // replies.
 package scripts
 
@@ -45,7 +45,7 @@ var (
 	Proclaim = NewScript("proclaim.lua")
 
 	// Keep keeps a lock's companion keys alive apart from its
-	// renewal (companions, kinds.go).
+	// renewal (companions, internal/engine/kinds.go).
 	Keep = NewScript("keep.lua")
 
 	// All are loaded into each node's cache when a Locker or Redlock
@@ -283,7 +283,7 @@ func Embedded(name string) []byte {
 // reads or writes is one the client passes in KEYS (TestScriptKeysDeclared):
 // on Redis Cluster a script fails at the first key it did not declare that
 // a slot migration has already moved. With K the lock key
-// "{<prefix><name>}" (LockKey, keys.go):
+// "{<prefix><name>}" (LockKey, internal/engine/keys.go):
 //
 //	K                  an owner value, ReservedPrefix + a queued writer's id,
 //	                   or ReadMark while read holds are live
