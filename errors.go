@@ -234,9 +234,18 @@ func init() {
 }
 
 // The engine's names for the loss reasons and outcomes have the same
-// values as the public ones (an index out of range fails the build).
+// values as the public ones: each index below is 0 only when the two are
+// equal, and any other constant index is out of range, which fails the
+// build.
 var (
-	_ = [1]int{}[int(LossMaxHold)-int(engine.LossMaxHold)+int(LossExpired)-int(engine.LossExpired)]
-	_ = [1]int{}[int(LossTaken)-int(engine.LossTaken)+int(LossDeleted)-int(engine.LossDeleted)+int(LossQuorum)-int(engine.LossQuorum)+int(LossClosed)-int(engine.LossClosed)]
-	_ = [1]int{}[int(Acquired)-int(engine.OutcomeAcquired)+int(Contended)-int(engine.OutcomeContended)+int(Canceled)-int(engine.OutcomeCanceled)+int(Failed)-int(engine.OutcomeFailed)]
+	_ = [1]int{}[int(LossExpired)-int(engine.LossExpired)]
+	_ = [1]int{}[int(LossTaken)-int(engine.LossTaken)]
+	_ = [1]int{}[int(LossDeleted)-int(engine.LossDeleted)]
+	_ = [1]int{}[int(LossQuorum)-int(engine.LossQuorum)]
+	_ = [1]int{}[int(LossClosed)-int(engine.LossClosed)]
+	_ = [1]int{}[int(LossMaxHold)-int(engine.LossMaxHold)]
+	_ = [1]int{}[int(Acquired)-int(engine.OutcomeAcquired)]
+	_ = [1]int{}[int(Contended)-int(engine.OutcomeContended)]
+	_ = [1]int{}[int(Canceled)-int(engine.OutcomeCanceled)]
+	_ = [1]int{}[int(Failed)-int(engine.OutcomeFailed)]
 )
