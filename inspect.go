@@ -72,8 +72,9 @@ func (lk *Locker) Inspect(ctx context.Context, name string) (Holder, error) {
 // since every issued token reached a majority before the lock was handed
 // out. It returns as soon as a quorum has answered and the answer can no
 // longer change, so a hung minority does not slow it down; with fewer than a
-// quorum answering within the node timeout it returns an error joining one
-// [NodeError] per master that failed.
+// quorum answering within the node timeout, or when the masters that did
+// not answer could give an owner some masters reported a quorum, it returns
+// an error joining one [NodeError] per master that failed.
 func (r *Redlock) Inspect(ctx context.Context, name string) (Holder, error) {
 	return inspect(ctx, r.core(), name)
 }
@@ -151,15 +152,24 @@ func inspectOn(ctx context.Context, cl Client, keys []string) engine.Reply {
 
 // judge reads a round of inspect replies: the holder a quorum agrees on, and
 // whether the round is decided: a quorum answered and no owner can still
-// reach (or lose) a quorum, or every node replied. Undecided at the end of
-// the round means fewer than a quorum answered.
+// reach (or lose) a quorum. A node whose call failed counts as one that may
+// hold the key, as one that has not replied yet does: with masters A and B
+// answering "b" and "free" and C silent, b may well hold a quorum (a
+// Redlock grant on A and C), so "not held" would be a guess. Undecided at
+// the end of the round means fewer than a quorum answered, or the nodes
+// that did not could tip it.
 func judge(p *engine.Pool, rs []engine.Reply) (Holder, bool) {
 	var (
 		answered []*engine.NodeHolder
 		votes    = make(map[string]int)
+		failed   int
 	)
 	for _, r := range rs {
-		if r.Err != nil || r.Inspected == nil || p.Nodes[r.Node].IsDup() {
+		if p.Nodes[r.Node].IsDup() {
+			continue
+		}
+		if r.Err != nil || r.Inspected == nil {
+			failed++
 			continue
 		}
 		answered = append(answered, r.Inspected)
@@ -174,12 +184,12 @@ func judge(p *engine.Pool, rs []engine.Reply) (Holder, bool) {
 	for _, a := range answered {
 		h.Token = max(h.Token, a.Token)
 	}
-	pending := len(p.Nodes) - len(rs)
+	unknown := len(p.Nodes) - len(rs) + failed // not replied yet, or failed
 	for owner, v := range votes {
 		if v >= p.Quorum {
 			h.Held, h.Owner = true, owner
-		} else if v+pending >= p.Quorum {
-			return Holder{}, false // an owner that may still reach a quorum
+		} else if v+unknown >= p.Quorum {
+			return Holder{}, false // an owner that may hold a quorum, or still reach one
 		}
 	}
 	if !h.Held {

@@ -8,6 +8,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlockgo/redlock/internal/engine"
+	"github.com/redlockgo/redlock/internal/node"
 	"github.com/redlockgo/redlock/internal/redistest"
 )
 
@@ -169,4 +171,51 @@ func TestInspectRedlock(t *testing.T) {
 	require.Error(t, err)
 	assert.Less(t, time.Since(start), 5*time.Second)
 	assert.Len(t, nodeErrors(err), 2, "Inspect() error = %v, want one NodeError per paused master", err)
+}
+
+// TestJudgeCountsFailedNodes: a master whose inspect call failed may hold
+// the key, so a round is decided only when it could not tip the answer. The
+// observer of an election stopped reading after a read that took a leader
+// granted on a quorum including a silent master for "no leader"
+// (TestObserveBlackHole failed so, rarely).
+func TestJudgeCountsFailedNodes(t *testing.T) {
+	t.Parallel()
+	holds := func(owner string) engine.Reply {
+		return engine.Reply{OK: true, Inspected: &engine.NodeHolder{Owner: owner, PTTL: 1000}}
+	}
+	failed := engine.Reply{Err: node.ErrTimeout}
+	for _, c := range []struct {
+		name    string
+		replies []engine.Reply // in node order; fewer than the nodes: the rest have not replied
+		nodes   int
+		held    string // "" with decided: not held
+		decided bool
+	}{
+		{"b, free, failed", []engine.Reply{holds("b"), holds(""), failed}, 3, "", false},
+		{"b, free, not replied", []engine.Reply{holds("b"), holds("")}, 3, "", false},
+		{"b, b, failed", []engine.Reply{holds("b"), holds("b"), failed}, 3, "b", true},
+		{"free, free, failed", []engine.Reply{holds(""), holds(""), failed}, 3, "", true},
+		{"b, free, free", []engine.Reply{holds("b"), holds(""), holds("")}, 3, "", true},
+		{"five: b, b, free, failed, free", []engine.Reply{holds("b"), holds("b"), holds(""), failed, holds("")}, 5, "", false},
+		{"five: b, free, free, failed, free", []engine.Reply{holds("b"), holds(""), holds(""), failed, holds("")}, 5, "", true},
+		{"one node failed", []engine.Reply{failed}, 1, "", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := &engine.Pool{Quorum: c.nodes/2 + 1}
+			for i := range c.nodes {
+				p.Nodes = append(p.Nodes, node.New(i, nil))
+			}
+			rs := make([]engine.Reply, len(c.replies))
+			for i, r := range c.replies {
+				r.Node = i
+				rs[i] = r
+			}
+			h, decided := judge(p, rs)
+			require.Equal(t, c.decided, decided)
+			if decided {
+				assert.Equal(t, c.held != "", h.Held)
+				assert.Equal(t, c.held, h.Owner)
+			}
+		})
+	}
 }
