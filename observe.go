@@ -157,7 +157,7 @@ type NodeErrorEvent struct {
 	Err *NodeError
 }
 
-// observing is o as the engine calls it (reporter), nil for none.
+// observing is o as the engine calls it (engine.Reporter), nil for none.
 func observing(o Observer) engine.Reporter {
 	if o == nil {
 		return nil

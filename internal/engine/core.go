@@ -19,7 +19,7 @@ import (
 // the loss clock (expiry.go), the tracker and its verifier (track.go,
 // verify.go), and the local queue of waiters with its pub/sub transport
 // (queue.go, internal/pubsub). A Locker is a core with a quorum of 1.
-// See "Architecture" in doc.go.
+// See "Architecture" in the root package's doc.go.
 type Core struct {
 	Pool  *Pool
 	Life  *lifecycle.Life

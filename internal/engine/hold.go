@@ -44,7 +44,7 @@ const whyClosed = "closed"
 // engine keeps for it (this file: data and transitions, no I/O). The
 // engine handles holds; a user is handed the Lock around one (user).
 type Hold struct {
-	User    any // the *Lock this is the state of (say.newAlloc); nil only in tests of the engine's own
+	User    any // the *Lock this is the state of (Say.NewAlloc); nil only in tests of the engine's own
 	Eng     Engine
 	Name    string
 	Owner   string

@@ -394,7 +394,7 @@ const inlineNodes = 8
 // LockAlloc is a Lock's state together with the backing arrays of its keys
 // and outcome slices, so that the slices cost no allocation of their own: a
 // Lock is made per acquire attempt, on the hot path. It lives inside its
-// Lock (say.newAlloc: one allocation for both); the arrays live as long as
+// Lock (Say.NewAlloc: one allocation for both); the arrays live as long as
 // the state does.
 type LockAlloc struct {
 	Hold

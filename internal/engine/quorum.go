@@ -58,7 +58,7 @@ type Reply struct {
 	holder string
 	// codes holds per-lock results of a pipelined batch (see batch).
 	codes []int8
-	// Inspected is inspect.lua's answer (see inspect.go).
+	// Inspected is inspect.lua's answer (read by the root package's inspect.go).
 	Inspected *NodeHolder
 	Err       error
 	// unsent: the call was not made (node.admit), err says the node is

@@ -3,7 +3,7 @@
 // like keys, and on a Cluster, where releases use sharded pub/sub:
 // SSUBSCRIBE on the shard that owns the channel's slot), and whether
 // release messages can be trusted. It hands what it hears to the local
-// queue (the root package's queue*.go) through the Listener interface, and
+// queue (internal/engine's queue*.go) through the Listener interface, and
 // holds no pointer back to it. Each node's connections and the calls sent
 // on them are in pubsub_node.go, the reading of one connection in
 // pubsub_conn.go.
