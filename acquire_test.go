@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/redlockgo/redlock/internal/node"
 	"github.com/redlockgo/redlock/internal/redistest"
+	"github.com/redlockgo/redlock/internal/scripts"
 )
 
 // TestFenceCounterExhausted: at 2^53-1 a Lua double cannot count up by
@@ -46,6 +48,89 @@ func TestFenceCounterExhausted(t *testing.T) {
 		assert.Contains(t, fmt.Sprint(err), "does not hold a number", "fence %q", junk)
 		assert.Zero(t, admin.Exists(ctx, "{redlock:junk}").Val(), "fence %q: lock key set", junk)
 	}
+}
+
+// TestAcquireMintForms: acquire.lua mints a token on its common path
+// written out (no function) and through mint in _lib.lua otherwise; both
+// must leave the same counter. For each form of its fencing argument (the
+// floor alone, which the library sends for the default retention; "1:floor"
+// and "<ms>:floor") and each state the counter can be in, the reply, the
+// counter's value and its remaining life are those mint gives: the larger
+// of the counter plus one and the floor, a life of the retention (or of a
+// longer lease) that a grant never shortens, and a counter that is not a
+// number or is exhausted left as it was, with the lock not taken.
+func TestAcquireMintForms(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	cl := srv.Client(t)
+	ctx := context.Background()
+	day, hour := scripts.DefaultFenceRetention, time.Hour
+	floor := time.Now().UnixMicro()
+	fs := strconv.FormatInt(floor, 10)
+	forms := []struct {
+		name, arg string
+		life      time.Duration // the retention the form asks for
+	}{
+		{"default:floor", "1:" + fs, day},
+		{"retention:floor", strconv.FormatInt(hour.Milliseconds(), 10) + ":" + fs, hour},
+	}
+	type counter struct {
+		value string
+		life  time.Duration // 0: no expiry
+	}
+	cases := []struct {
+		name   string
+		before *counter // nil: no counter
+		lease  time.Duration
+		want   any                              // the reply
+		after  func(life time.Duration) counter // the counter afterwards
+	}{
+		{"no counter", nil, 10 * time.Second, floor,
+			func(life time.Duration) counter { return counter{fs, life} }},
+		{"below the floor", &counter{strconv.FormatInt(floor-1_000_000, 10), 30 * time.Minute}, 10 * time.Second, floor,
+			func(life time.Duration) counter { return counter{fs, life} }},
+		{"below the floor, a longer life", &counter{strconv.FormatInt(floor-1_000_000, 10), 48 * time.Hour}, 10 * time.Second, floor,
+			func(time.Duration) counter { return counter{fs, 48 * time.Hour} }},
+		{"below the floor, no expiry", &counter{"5", 0}, 10 * time.Second, floor,
+			func(life time.Duration) counter { return counter{fs, life} }},
+		{"a lease beyond the retention", nil, 25 * time.Hour, floor,
+			func(time.Duration) counter { return counter{fs, 25 * time.Hour} }},
+		{"ahead of the floor", &counter{strconv.FormatInt(floor+5, 10), 30 * time.Minute}, 10 * time.Second, floor + 6,
+			func(life time.Duration) counter { return counter{strconv.FormatInt(floor+6, 10), life} }},
+		{"not a number", &counter{"nan", 30 * time.Minute}, 10 * time.Second, []any{int64(scripts.ReplyBadFence), int64(0)},
+			func(time.Duration) counter { return counter{"nan", 30 * time.Minute} }},
+		{"minus infinity", &counter{"-inf", 30 * time.Minute}, 10 * time.Second, []any{int64(scripts.ReplyBadFence), int64(0)},
+			func(time.Duration) counter { return counter{"-inf", 30 * time.Minute} }},
+		{"exhausted", &counter{"9007199254740991", 30 * time.Minute}, 10 * time.Second, []any{int64(scripts.ReplyExhausted), int64(9007199254740991)},
+			func(time.Duration) counter { return counter{"9007199254740991", 30 * time.Minute} }},
+	}
+	for _, form := range forms {
+		for i, tc := range cases {
+			name := fmt.Sprintf("%s/%s", form.name, tc.name)
+			lock := fmt.Sprintf("{mint%d:%d}", len(form.name), i)
+			fence := lock + ":fence"
+			if tc.before != nil {
+				require.NoError(t, cl.Set(ctx, fence, tc.before.value, tc.before.life).Err(), name)
+			}
+			got, err := scripts.Acquire.Run(ctx, cl, []string{lock, fence}, "me", tc.lease.Milliseconds(), form.arg).Result()
+			require.NoError(t, err, name)
+			assert.Equal(t, tc.want, got, "%s: reply", name)
+			_, granted := tc.want.(int64)
+			assert.Equal(t, granted, cl.Get(ctx, lock).Val() == "me", "%s: lock taken", name)
+			want := tc.after(form.life)
+			assert.Equal(t, want.value, cl.Get(ctx, fence).Val(), "%s: counter", name)
+			pttl := cl.PTTL(ctx, fence).Val()
+			if want.life == 0 {
+				assert.Equal(t, time.Duration(-1), pttl, "%s: counter without expiry", name)
+			} else {
+				assert.InDelta(t, float64(want.life), float64(pttl), float64(time.Minute), "%s: counter's life", name)
+			}
+		}
+	}
+	got, err := scripts.Acquire.Run(ctx, cl, []string{"{mint-off}", "{mint-off}:fence"}, "me", 10000, "0").Result()
+	require.NoError(t, err)
+	assert.Equal(t, int64(0), got, "fencing off: token 0")
+	assert.Zero(t, cl.Exists(ctx, "{mint-off}:fence").Val(), "fencing off: no counter")
 }
 
 // TestReadOnlyReplicaSaysSo: a server's refusal reaches the caller as the

@@ -62,7 +62,8 @@ func loadBareScripts(tb testing.TB) bareScripts {
 	h, _ := strconv.Atoi(hours[1])
 	lib := strings.ReplaceAll(read("internal/scripts/_lib.lua"), "DEFAULT_FENCE_RETENTION_MS", strconv.Itoa(h*3600*1000))
 	assemble := func(name string) *redis.Script {
-		src, err := luasrc.Assemble(lib, read("internal/scripts/"+name), func(c string) (string, bool) {
+		body := strings.ReplaceAll(read("internal/scripts/"+name), "DEFAULT_FENCE_RETENTION_MS", strconv.Itoa(h*3600*1000))
+		src, err := luasrc.Assemble(lib, body, func(c string) (string, bool) {
 			if c == "PUBLISH_COMMAND" { // the library's assemble: PUBLISH off a Cluster
 				return `"PUBLISH"`, true
 			}

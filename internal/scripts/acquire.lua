@@ -47,25 +47,65 @@
 -- An uncontended call runs three commands: SET NX takes the name (its
 -- first and only read when free: read holds keep their mark in the lock
 -- key, so they need no read of their own), and the token takes SET GET
--- and PEXPIRE (mint). It never touches the queue; a failed mint deletes
--- the key it set, so nothing changes then. It returns before the marker
--- line below (--@lib), so the queue's functions are not even defined for
--- it (internal/luasrc).
+-- and PEXPIRE (mint's common case, written out). It never touches the
+-- queue; a failed mint deletes the key it set, so nothing changes then. It
+-- calls no function and returns before the marker line below (--@lib), so
+-- none of _lib.lua's functions is even defined for it (internal/luasrc).
 local wid = ARGV[4] or (KEYS[3] and ARGV[1]) or ''
 local on, floor = ARGV[3], nil
 local sep = string.find(on, ':', 1, true)
 if sep then on, floor = string.sub(on, 1, sep - 1), string.sub(on, sep + 1) end
 local free = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
 if free and (wid == '' or wid == ARGV[1]) then
-  -- The name was free and no earlier refusal of this call queued it:
-  -- what the code after --@lib would do then, without its functions.
-  local tok, refused = mint(on, KEYS[2], floor, ARGV[2])
-  if not tok then
-    redis.call('DEL', KEYS[1])
-    return refused
+  -- The name was free and no earlier refusal of this call queued it: what
+  -- the code after --@lib would do then, written out without a function
+  -- (each one a script defines is a closure made on every run, and a call
+  -- costs more than most of the code in it: 4% of an uncontended pair's
+  -- server work, BENCHMARKS.md "Fifth round"). This is mint (_lib.lua)
+  -- for one counter and a floor from the client, when the counter is below
+  -- the floor or absent. Otherwise (no floor, or one past 2^53; a counter
+  -- at or past the floor, or not a number) the counter is put back as it
+  -- was and mint decides, below.
+  local tok = tonumber(floor)
+  if on == '0' then
+    tok = 0
+  elseif tok and tok < 9007199254740992 then
+    -- The counter's life: on as _lib.lua's retention reads it (as text),
+    -- or the lease when longer. tonumber costs about 2% of the pair each
+    -- time (strtod), so the default's life is compared by length: SET PX
+    -- took ARGV[2], so it is an integer without leading zeros, and one of
+    -- fewer digits than the default is shorter.
+    local life = 'DEFAULT_FENCE_RETENTION_MS'
+    if on == '1' then
+      if #ARGV[2] >= #life and tonumber(ARGV[2]) > DEFAULT_FENCE_RETENTION_MS then life = ARGV[2] end
+    else
+      local ms = tonumber(on)
+      if ms and ms > 1 then life = ms else ms = DEFAULT_FENCE_RETENTION_MS end
+      if tonumber(ARGV[2]) > ms then life = ARGV[2] end
+    end
+    local old = redis.call('SET', KEYS[2], floor, 'KEEPTTL', 'GET')
+    local last = tonumber(old)
+    if not old then
+      redis.call('PEXPIRE', KEYS[2], life)
+    elseif last and last + 1 <= tok and last ~= -math.huge then
+      -- As in mintone: an expiry only moves later; a refusal within 10 ms
+      -- of the last grant is that grant's own expiry, else PTTL tells
+      -- whether the counter has none.
+      if redis.call('PEXPIRE', KEYS[2], life, 'GT') == 0 and tok - last >= 10000
+          and redis.call('PTTL', KEYS[2]) == -1 then
+        redis.call('PEXPIRE', KEYS[2], life)
+      end
+    else
+      redis.call('SET', KEYS[2], old, 'KEEPTTL')
+      tok = nil
+    end
+  else
+    tok = nil
   end
-  if ARGV[5] then redis.call('SET', KEYS[5], ARGV[5], 'PX', ARGV[2]) end
-  return tok
+  if tok then
+    if ARGV[5] then redis.call('SET', KEYS[5], ARGV[5], 'PX', ARGV[2]) end
+    return tok
+  end
 end
 --@lib
 local claimed = false

@@ -202,9 +202,9 @@ func NewScript(name string) *redis.Script {
 // assemble builds one script with publishCmd as PUBLISH_COMMAND, and says
 // whether it publishes.
 func assemble(name, publishCmd string) (*redis.Script, bool) {
-	body := string(Embedded(name))
-	lib := strings.ReplaceAll(string(Embedded("_lib.lua")), "DEFAULT_FENCE_RETENTION_MS",
-		strconv.FormatInt(DefaultFenceRetention.Milliseconds(), 10))
+	retention := strconv.FormatInt(DefaultFenceRetention.Milliseconds(), 10)
+	body := strings.ReplaceAll(string(Embedded(name)), "DEFAULT_FENCE_RETENTION_MS", retention)
+	lib := strings.ReplaceAll(string(Embedded("_lib.lua")), "DEFAULT_FENCE_RETENTION_MS", retention)
 	publishes := false
 	src, err := luasrc.Assemble(lib, body, func(name string) (string, bool) {
 		if name == "PUBLISH_COMMAND" {
