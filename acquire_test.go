@@ -71,6 +71,7 @@ func TestAcquireMintForms(t *testing.T) {
 		name, arg string
 		life      time.Duration // the retention the form asks for
 	}{
+		{"floor alone", fs, day},
 		{"default:floor", "1:" + fs, day},
 		{"retention:floor", strconv.FormatInt(hour.Milliseconds(), 10) + ":" + fs, hour},
 	}

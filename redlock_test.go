@@ -18,6 +18,7 @@ import (
 
 	"github.com/redlockgo/redlock/internal/node"
 	"github.com/redlockgo/redlock/internal/redistest"
+	"github.com/redlockgo/redlock/internal/scripts"
 )
 
 // expiryWatch records the keys a server expires, from its keyspace
@@ -503,6 +504,61 @@ func TestRedlockTokensSkewed(t *testing.T) {
 	jump := slices.IndexFunc(tokens, func(tok int64) bool { return tok > tokens[0]+skew/2 })
 	t.Logf("tokens %d .. %d; first token carrying the skew: #%d; #49 %d, #99 %d, #100 %d, #199 %d",
 		tokens[0], tokens[len(tokens)-1], jump, tokens[49], tokens[99], tokens[100], tokens[199])
+}
+
+// TestRedlockWriteBackRetention: when one master's counter is ahead, the
+// token is its counter plus one and the others are raised to it (raise.lua).
+// The master that minted it keeps its counter for the Redlock's retention,
+// the raised ones for the default, as a write-back keeps
+// (WithFenceRetention): the floor the acquire sent must not reach raise.lua
+// as a retention, with the default retention and with one of its own.
+func TestRedlockWriteBackRetention(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		opts      []Option
+		retention time.Duration
+	}{
+		{"default retention", nil, scripts.DefaultFenceRetention},
+		{"WithFenceRetention(1h)", []Option{WithFenceRetention(time.Hour)}, time.Hour},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			nodes := startRLNodes(t, 3, false, time.Second)
+			r := newRL(t, nodes, append([]Option{WithAutoRenew(false)}, tc.opts...)...)
+			ctx := context.Background()
+			// TryLock returns at a quorum: the token is master 0's only when
+			// its reply is among the first two (nearly always); otherwise
+			// masters 1 and 2 agree on the floor and nothing is written back.
+			for try := range 20 {
+				name := fmt.Sprintf("ahead%d", try)
+				fence := rlKey(name) + ":fence"
+				ahead := time.Now().Add(time.Hour).UnixMicro()
+				require.NoError(t, nodes[0].admin.Set(ctx, fence, ahead, 30*time.Minute).Err())
+				l, err := r.TryLock(ctx, name)
+				require.NoError(t, err)
+				if l.Token() != ahead+1 {
+					require.NoError(t, l.Unlock(ctx))
+					continue
+				}
+				for i, n := range nodes {
+					// The write-back needs a quorum before TryLock returns;
+					// the third master's may come after.
+					require.Eventually(t, func() bool { return n.admin.Get(ctx, fence).Val() == fmt.Sprint(ahead+1) },
+						5*time.Second, time.Millisecond, "master %d's counter raised to the token", i)
+					life := scripts.DefaultFenceRetention
+					if i == 0 {
+						life = tc.retention
+					}
+					assert.InDelta(t, float64(life), float64(n.admin.PTTL(ctx, fence).Val()),
+						float64(time.Minute), "master %d's counter's life", i)
+				}
+				require.NoError(t, l.Unlock(ctx))
+				return
+			}
+			t.Fatal("in 20 tries, no token was master 0's counter plus one")
+		})
+	}
 }
 
 // TestRedlockMutualExclusion increments a key on a sixth server with a

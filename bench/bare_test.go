@@ -96,7 +96,7 @@ func (s bareScripts) pair(ctx context.Context, c *redis.Client, name string, inG
 		return <-ch
 	}
 	if err := call(func() error {
-		return s.acquire.Run(ctx, c, []string{tag, tag + ":fence"}, owner, ttl, "1:"+strconv.FormatInt(time.Now().UnixMicro(), 10)).Err()
+		return s.acquire.Run(ctx, c, []string{tag, tag + ":fence"}, owner, ttl, strconv.FormatInt(time.Now().UnixMicro(), 10)).Err()
 	}); err != nil {
 		return err
 	}

@@ -239,6 +239,11 @@ func (at *attempt) settleToken(ctx context.Context, rs []Reply, fence any) (int6
 		}
 	}
 	arg, counter, timeout := strconv.FormatInt(token, 10), fenceKeys(l), at.timeout
+	if _, ok := fence.(*floorArg); ok {
+		// raise.lua reads its second argument as a retention alone: the
+		// default, as a write-back keeps (WithFenceRetention), not the floor.
+		fence = "1"
+	}
 	need := p.Quorum - atToken
 	got, _, err := p.Round(Detached(ctx), behind, timeout, timeout, func(ctx context.Context, n *node.Node, cl node.Client) Reply {
 		v, err := scripts.Raise.Run(ctx, cl, counter, arg, fence).Int64()

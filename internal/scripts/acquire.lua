@@ -16,7 +16,10 @@
 --          default), no smaller than <floor>, the client's clock in µs
 --          (a Redlock proposes one floor to all masters, so that they mint
 --          the same token and need no write-back round). Without ":<floor>"
---          the floor is this server's TIME.
+--          the floor is this server's TIME. The floor alone, a number of
+--          at least 10^15 (no retention reaches it: time.Duration ends at
+--          9.3*10^12 ms), stands for "1:<floor>": the library's form for
+--          the default retention, which spares the script splitting it.
 -- ARGV[4]  the id of a Lock call that waits, in the queue of waiting
 --          writers: the owner value of its first attempt; "" for a call
 --          that does not wait. Absent: ARGV[1] when KEYS[3] is given (a
@@ -53,8 +56,14 @@
 -- none of _lib.lua's functions is even defined for it (internal/luasrc).
 local wid = ARGV[4] or (KEYS[3] and ARGV[1]) or ''
 local on, floor = ARGV[3], nil
-local sep = string.find(on, ':', 1, true)
-if sep then on, floor = string.sub(on, 1, sep - 1), string.sub(on, sep + 1) end
+local tok = tonumber(on)
+if tok and tok >= 1000000000000000 then
+  on, floor = '1', ARGV[3]
+else
+  local sep = string.find(on, ':', 1, true)
+  if sep then on, floor = string.sub(on, 1, sep - 1), string.sub(on, sep + 1) end
+  tok = tonumber(floor)
+end
 local free = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
 if free and (wid == '' or wid == ARGV[1]) then
   -- The name was free and no earlier refusal of this call queued it: what
@@ -66,7 +75,6 @@ if free and (wid == '' or wid == ARGV[1]) then
   -- the floor or absent. Otherwise (no floor, or one past 2^53; a counter
   -- at or past the floor, or not a number) the counter is put back as it
   -- was and mint decides, below.
-  local tok = tonumber(floor)
   if on == '0' then
     tok = 0
   elseif tok and tok < 9007199254740992 then
