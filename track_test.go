@@ -650,3 +650,78 @@ func TestLossHeardAfterRenewals(t *testing.T) {
 		})
 	}
 }
+
+// TestTrackerForgetsReleasedLocks: the tracker's book keeps nothing of a
+// released lock for longer than its credits may absorb the release's
+// invalidation, for every kind of hold, on one name used again and again
+// and on names used once, with the tracking connections closed and while
+// a long hold keeps them open; on a Locker and on a Redlock. A released
+// lock used to stay in the book until an invalidation of its key came,
+// which for a key nobody read is never: every lock ever released stayed
+// reachable.
+func TestTrackerForgetsReleasedLocks(t *testing.T) {
+	t.Parallel()
+	// creditFor (2 s) after the last write, and the keeper's next round
+	// (FollowEvery) or its closing of the connections (DisarmAfter).
+	const drained = 10 * time.Second
+	run := func(t *testing.T, lk *Locker, tr *engine.Tracker, armed bool) {
+		ctx := context.Background()
+		held := 0
+		if armed {
+			keep, err := lk.TryLock(ctx, "forget-keep")
+			require.NoError(t, err)
+			t.Cleanup(func() { keep.Unlock(ctx) })
+			require.Eventually(t, func() bool { return trackingArmed(tr) }, 5*time.Second, time.Millisecond,
+				"the tracking connections open for the long hold")
+			held = 1
+		}
+		for _, k := range holdKinds {
+			for i := range 150 {
+				name := "forget-hot-" + k.name
+				if i%2 == 1 {
+					name = fmt.Sprintf("forget-%s-%d", k.name, i)
+				}
+				l, err := k.hold(ctx, lk, name)
+				require.NoError(t, err, "%s %s", k.name, name)
+				require.NoError(t, l.Unlock(ctx), "%s %s", k.name, name)
+			}
+		}
+		l, err := lk.Lock(ctx, "forget-waited")
+		require.NoError(t, err)
+		require.NoError(t, l.Unlock(ctx))
+		locks, ghosts := tr.Book()
+		t.Logf("after 601 holds released: %d locks watched, credits left on %d keys", locks, ghosts)
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			locks, ghosts := tr.Book()
+			assert.Equal(c, held, locks, "locks watched (the held ones)")
+			assert.Zero(c, ghosts, "keys with credits of released locks")
+		}, drained, 10*time.Millisecond, "the book, %v after the last release", drained)
+	}
+	for _, armed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("locker/armed=%v", armed), func(t *testing.T) {
+			t.Parallel()
+			lk := newLocker(t, redistest.Start(t).Client(t))
+			run(t, lk, lk.c.Track, armed)
+		})
+	}
+	t.Run("redlock", func(t *testing.T) {
+		t.Parallel()
+		r := newRL(t, startRLNodes(t, 3, false, time.Second))
+		ctx := context.Background()
+		keep, err := r.TryLock(ctx, "forget-keep")
+		require.NoError(t, err)
+		defer keep.Unlock(ctx)
+		require.Eventually(t, func() bool { return trackingArmed(r.c.Track) }, 5*time.Second, time.Millisecond,
+			"the tracking connections open for the long hold")
+		for i := range 200 {
+			l, err := r.TryLock(ctx, fmt.Sprintf("forget-%d", i%3))
+			require.NoError(t, err)
+			require.NoError(t, l.Unlock(ctx))
+		}
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			locks, ghosts := r.c.Track.Book()
+			assert.Equal(c, 1, locks, "locks watched (the held one)")
+			assert.Zero(c, ghosts, "keys with credits of released locks")
+		}, drained, 10*time.Millisecond, "the book, %v after the last release", drained)
+	})
+}

@@ -57,7 +57,9 @@ import (
 // suspicion. The server queues the invalidation of a write before the
 // write's reply, so a credit that no invalidation consumed within creditFor
 // of the reply was for a write that changed nothing, or of a key nobody
-// tracked; it lapses. An own write whose invalidation came dropped the key
+// tracked; it lapses. A released lock leaves the book when its release
+// answers; its credits stay as its keys' ghosts until spent or lapsed
+// (retire). An own write whose invalidation came dropped the key
 // from the tracking table: the held locks watching it (not those being
 // released) are read again, which arms them. A lock is
 // watched from before its acquisition is sent until its release has
@@ -117,6 +119,14 @@ type Tracker struct {
 
 	Mu      sync.Mutex
 	watched map[string]watchers
+	// ghosts are the credits that released locks left on their keys while
+	// the connections were open: their releases' invalidations may still
+	// come (retire). Lapsed ones go at the keeper's next round.
+	ghosts map[string]ghost
+	// kept counts the released locks still watched because a write of
+	// theirs was in flight at their release; the keeper unwatches them
+	// once their credits lapse.
+	kept    int
 	Suspect map[*Hold]struct{}
 	spent   []*Hold // invalidated's, kept for the next message
 	// Arming are the locks that became held while armed, in that order:
@@ -137,7 +147,7 @@ type Tracker struct {
 // newTracker prepares the tracking connections of each node whose client can
 // have one, and starts the keeper that opens them; nil if none can.
 func newTracker(nodes []*node.Node, life *lifecycle.Life, logger *slog.Logger, verify func([]*Hold, []node.Client) ([]bool, []bool)) *Tracker {
-	t := &Tracker{life: life, logger: logger, nodes: len(nodes), watched: map[string]watchers{},
+	t := &Tracker{life: life, logger: logger, nodes: len(nodes), watched: map[string]watchers{}, ghosts: map[string]ghost{},
 		Suspect: map[*Hold]struct{}{}, unarmed: map[*Hold]struct{}{}, byNode: make([]*trackConn, len(nodes))}
 	t.keeper = keeper{t: t, held: make(chan struct{}, 1)}
 	t.reader = suspectReader{t: t, verify: verify, kick: make(chan struct{}, 1)}
@@ -187,6 +197,7 @@ func (t *Tracker) giveUp(tc *trackConn) {
 	}
 	t.on.Store(false)
 	clear(t.watched)
+	clear(t.ghosts)
 	clear(t.Suspect)
 	clear(t.unarmed)
 }
@@ -263,8 +274,16 @@ func (t *Tracker) unwatch(l *Hold) {
 	t.unwatchLocked(l)
 }
 
-// retire unwatches a released lock once its release's invalidation has
-// come: at once if it already has (or nothing is in flight).
+// retire unwatches a released lock. Its credits that may still absorb an
+// invalidation (its release's, if the key was tracked) stay behind as its
+// keys' ghosts, so that a next lock on the key does not take that
+// invalidation for a change; with the connections closed none can come,
+// and nothing stays. Only a lock with a write still in flight (a renewal
+// that crossed the release) stays watched, until its credits lapse
+// (sweep). Nothing of a released lock is kept longer than creditFor after
+// its last write's reply: every lock of a hot name, or of a name used
+// once, would otherwise stay in the book for good, since the invalidation
+// that removes it never comes for a key nobody read.
 func (t *Tracker) retire(l *Hold) {
 	if t == nil || l.trk == nil {
 		return
@@ -272,7 +291,62 @@ func (t *Tracker) retire(l *Hold) {
 	t.Mu.Lock()
 	defer t.Mu.Unlock()
 	l.trk.retired.Store(true)
-	if !l.trk.live(time.Now().UnixNano()) {
+	switch now := time.Now().UnixNano(); {
+	case !l.trk.live(now) || !t.Armed.Load():
+	case l.trk.inflight.Load() == 0:
+		credits, until := l.trk.credits.Load(), l.trk.until.Load()
+		for _, k := range watchKeys(l) {
+			t.ghosts[k] = t.ghosts[k].with(credits, until)
+		}
+	default:
+		l.trk.kept = true
+		t.kept++
+		return
+	}
+	t.unwatchLocked(l)
+}
+
+// Book is how many locks the tracker watches (held, being taken, or
+// released with a write in flight) and on how many keys released locks
+// left credits: for tests.
+func (t *Tracker) Book() (locks, ghosts int) {
+	t.Mu.Lock()
+	defer t.Mu.Unlock()
+	for _, w := range t.watched {
+		locks += 1 + len(w.more)
+	}
+	return locks, len(t.ghosts)
+}
+
+// sweep drops the ghosts that lapsed and unwatches the released locks
+// whose credits did (the keeper's, every FollowEvery while armed); with
+// all true, every ghost and released lock (disarmed: no invalidation can
+// come).
+func (t *Tracker) sweep(all bool) {
+	now := time.Now().UnixNano()
+	t.Mu.Lock()
+	defer t.Mu.Unlock()
+	for k, g := range t.ghosts {
+		if all || now >= g.until {
+			delete(t.ghosts, k)
+		}
+	}
+	if t.kept == 0 {
+		return
+	}
+	var gone []*Hold
+	for _, w := range t.watched {
+		for i := -1; i < len(w.more); i++ {
+			l := w.one
+			if i >= 0 {
+				l = w.more[i]
+			}
+			if l.trk.retired.Load() && (all || !l.trk.live(now)) {
+				gone = append(gone, l)
+			}
+		}
+	}
+	for _, l := range gone {
 		t.unwatchLocked(l)
 	}
 }
@@ -280,6 +354,10 @@ func (t *Tracker) retire(l *Hold) {
 func (t *Tracker) unwatchLocked(l *Hold) {
 	delete(t.Suspect, l)
 	delete(t.unarmed, l)
+	if l.trk != nil && l.trk.kept {
+		l.trk.kept = false
+		t.kept--
+	}
 	for _, k := range watchKeys(l) {
 		w, ok := t.watched[k]
 		if !ok {

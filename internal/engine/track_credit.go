@@ -15,6 +15,41 @@ type lockTrack struct {
 	// the key does not take it for a change.
 	retired atomic.Bool
 	heldAt  atomic.Int64 // when it became held (UnixNano), 0 before
+	// kept: retired with a write in flight, and so still watched (the
+	// tracker's kept; under its mu).
+	kept bool
+}
+
+// ghost is what released locks left on a key: their credits (lockTrack's
+// form) that may still absorb an invalidation, until they lapse (UnixNano).
+type ghost struct {
+	credits uint64
+	until   int64
+}
+
+// with is g with a released lock's credits and lapse added; a node's count
+// stops at 255.
+func (g ghost) with(credits uint64, until int64) ghost {
+	for shift := 0; shift < 8*creditNodes; shift += 8 {
+		n := min(g.credits>>shift&0xff+credits>>shift&0xff, 0xff)
+		g.credits = g.credits&^(0xff<<shift) | n<<shift
+	}
+	g.until = max(g.until, until)
+	return g
+}
+
+// take consumes one credit of node from the live ghost g, and reports
+// whether there was one.
+func (g *ghost) take(node int, now int64) bool {
+	if node >= creditNodes || now >= g.until {
+		return false
+	}
+	shift := 8 * node
+	if g.credits>>shift&0xff == 0 {
+		return false
+	}
+	g.credits -= 1 << shift
+	return true
 }
 
 // creditNodes is how many nodes' credits a lockTrack counts.

@@ -24,6 +24,22 @@ func (t *Tracker) invalidated(node int, keys []string) {
 	// message, for one credit.
 	spent := t.spent[:0]
 	for _, k := range keys {
+		if g, ok := t.ghosts[k]; ok {
+			// A released lock's write first: its invalidation comes before
+			// those of a lock taken after it.
+			paid := g.take(node, now)
+			if g.credits == 0 || now >= g.until {
+				delete(t.ghosts, k)
+			} else {
+				t.ghosts[k] = g
+			}
+			if paid {
+				if w, ok := t.watched[k]; ok && t.rearm(w) {
+					added = true
+				}
+				continue
+			}
+		}
 		w, ok := t.watched[k]
 		if !ok {
 			continue
@@ -121,6 +137,7 @@ func (t *Tracker) suspectAll() {
 func (t *Tracker) forgetCredits() {
 	t.Mu.Lock()
 	defer t.Mu.Unlock()
+	clear(t.ghosts)
 	for _, w := range t.watched {
 		w.one.trk.credits.Store(0)
 		for _, l := range w.more {

@@ -71,6 +71,7 @@ func (k *keeper) run() {
 			if via, down := t.readVia(); via != nil && !down {
 				t.armUnarmed() // reads that failed, now that every node's is up
 			}
+			t.sweep(false)
 			if _, any := t.heldSince(0); any {
 				idle = 0
 			} else if idle++; time.Duration(idle)*FollowEvery >= DisarmAfter {
@@ -147,4 +148,5 @@ func (k *keeper) disarm() {
 	t.Arming, t.ArmHead = t.Arming[:0], 0
 	clear(t.unarmed)
 	t.Mu.Unlock()
+	t.sweep(true) // no invalidation can come now
 }
