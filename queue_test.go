@@ -436,3 +436,61 @@ func TestWithdrawnWriterNotQueuedAgain(t *testing.T) {
 	require.NoError(t, err, "TryLock right after the release (the name is %q)", get(t, admin, tag))
 	require.NoError(t, l.Unlock(ctx))
 }
+
+// TestWaitersKeepNothingOfUncontendedNames: a name locked and released
+// with nobody waiting leaves no record with the waiters (the release
+// counts of the channels a Lock call may compare, passes nobody here
+// claimed, firm holders), for every kind of hold, on a Locker and on a
+// Redlock; a contended name's record lives while its channel is
+// subscribed and goes with it (IdleGrace after the last waiter). Every own
+// release used to leave a count per name, for good.
+func TestWaitersKeepNothingOfUncontendedNames(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	t.Run("locker", func(t *testing.T) {
+		t.Parallel()
+		lk := newLocker(t, redistest.Start(t).Client(t))
+		for _, k := range holdKinds {
+			for i := range 100 {
+				l, err := k.hold(ctx, lk, fmt.Sprintf("once-%s-%d", k.name, i))
+				require.NoError(t, err)
+				require.NoError(t, l.Unlock(ctx))
+			}
+		}
+		for i := range 100 {
+			l, err := lk.Lock(ctx, fmt.Sprintf("once-waitable-%d", i))
+			require.NoError(t, err)
+			require.NoError(t, l.Unlock(ctx))
+		}
+		assert.Zero(t, lk.c.Waits.Channels(), "records after 500 uncontended holds released")
+
+		// One waiter: its channel is subscribed, and recorded, until idle.
+		held, err := lk.Lock(ctx, "contended")
+		require.NoError(t, err)
+		got := make(chan error, 1)
+		go func() {
+			l, err := lk.Lock(ctx, "contended")
+			if err == nil {
+				err = l.Unlock(ctx)
+			}
+			got <- err
+		}()
+		require.Eventually(t, func() bool { return lk.c.Waits.Busy(engine.QueueKey("{redlock:contended}"+scripts.ChannelSuffix, "")) },
+			5*time.Second, time.Millisecond, "the second Lock call waits")
+		require.NoError(t, held.Unlock(ctx))
+		require.NoError(t, <-got)
+		assert.Positive(t, lk.c.Waits.Channels(), "the contended name's record while its channel is subscribed")
+		require.Eventually(t, func() bool { return lk.c.Waits.Channels() == 0 }, engine.IdleGrace+5*time.Second, 10*time.Millisecond,
+			"the contended name's record, %v after its last waiter", engine.IdleGrace)
+	})
+	t.Run("redlock", func(t *testing.T) {
+		t.Parallel()
+		r := newRL(t, startRLNodes(t, 3, false, time.Second))
+		for i := range 200 {
+			l, err := r.Lock(ctx, fmt.Sprintf("once-%d", i))
+			require.NoError(t, err)
+			require.NoError(t, l.Unlock(ctx))
+		}
+		assert.Zero(t, r.c.Waits.Channels(), "records after 200 uncontended locks released")
+	})
+}

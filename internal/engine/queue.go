@@ -191,8 +191,12 @@ func (ws *waiters) Join(qk, name, wid string, cfg *Config, gone <-chan struct{})
 	var sent <-chan struct{}
 	if q == nil {
 		q = &waitQueue{}
+		ch := channelOf(qk)
 		if !ws.otherQueues(qk) {
-			sent = ws.PS.Subscribe(channelOf(qk))
+			sent = ws.PS.Subscribe(ch)
+		}
+		if _, ok := ws.msgs[ch]; !ok {
+			ws.msgs[ch] = 0 // counted from now until unsubscribed (Dispatch)
 		}
 		ws.Queues[qk] = q
 	}

@@ -29,12 +29,15 @@ func (ws *waiters) Unsubscribed(channel string) {
 	delete(ws.firm, channel)
 }
 
-// MissedAll forgets every channel's messages: the connections are
-// re-homed (listener).
+// MissedAll counts a message on every channel: the connections are
+// re-homed, and a release in between may have been heard by nobody, so a
+// Lock call between its count and its joining looks again (listener).
 func (ws *waiters) MissedAll() {
 	ws.Mu.Lock()
 	defer ws.Mu.Unlock()
-	clear(ws.msgs)
+	for ch := range ws.msgs {
+		ws.msgs[ch]++
+	}
 	clear(ws.unclaimed)
 }
 
@@ -82,12 +85,29 @@ func (ws *waiters) Dispatch(channel, owner string) {
 	default:
 		delete(ws.firm, channel)
 	}
-	ws.msgs[channel]++
+	queued := false
 	for _, suffix := range queueSuffixes {
 		if q := ws.queueOf(channel, suffix); q != nil {
+			queued = true
 			q.wakeFor(owner)
 		}
 	}
+	// Counted only on a channel this process waits on (a queue, or a count
+	// kept since the first Join until the channel is unsubscribed): only a
+	// Lock call that found it subscribed compares (missed). An own release
+	// of a name nobody here waited for leaves nothing: it used to leave a
+	// count per name, for good.
+	if _, ok := ws.msgs[channel]; ok || queued {
+		ws.msgs[channel]++
+	}
+}
+
+// Channels is how many channels the waiters keep a record of (counts,
+// unclaimed passes, firm holders): for tests.
+func (ws *waiters) Channels() int {
+	ws.Mu.Lock()
+	defer ws.Mu.Unlock()
+	return len(ws.msgs) + len(ws.unclaimed) + len(ws.firm)
 }
 
 // wakeFor wakes the head of q for a release of owner, unless it woke for
