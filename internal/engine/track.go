@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -296,7 +297,7 @@ func (t *Tracker) retire(l *Hold) {
 	case l.trk.inflight.Load() == 0:
 		credits, until := l.trk.credits.Load(), l.trk.until.Load()
 		for _, k := range watchKeys(l) {
-			t.ghosts[k] = t.ghosts[k].with(credits, until)
+			t.ghosts[k] = t.ghosts[k].with(credits, until, now)
 		}
 	default:
 		l.trk.kept = true
@@ -327,7 +328,7 @@ func (t *Tracker) sweep(all bool) {
 	t.Mu.Lock()
 	defer t.Mu.Unlock()
 	for k, g := range t.ghosts {
-		if all || now >= g.until {
+		if all || !g.live(now) {
 			delete(t.ghosts, k)
 		}
 	}
@@ -414,6 +415,16 @@ func (t *Tracker) heldSince(cutoff int64) (old, any bool) {
 		}
 	}
 	return false, any
+}
+
+// watching reports whether l is in the book (t.mu held).
+func (t *Tracker) watching(l *Hold) bool {
+	keys := watchKeys(l)
+	if len(keys) == 0 {
+		return false
+	}
+	w := t.watched[keys[0]]
+	return w.one == l || slices.Contains(w.more, l)
 }
 
 // watchers are the held locks of the core on one key: usually one.

@@ -20,36 +20,66 @@ type lockTrack struct {
 	kept bool
 }
 
-// ghost is what released locks left on a key: their credits (lockTrack's
-// form) that may still absorb an invalidation, until they lapse (UnixNano).
-type ghost struct {
+// ghost is what the last few released locks of a key left: each one's
+// credits (lockTrack's form) that may still absorb an invalidation, until
+// they lapse (UnixNano), each on its own clock as when the lock itself was
+// kept. A key has one tracked read at a time, so one write's invalidation
+// at a time in flight: ghostSlots is ample, and a busy name's older
+// credits go first.
+type ghost [ghostSlots]ghostSlot
+
+const ghostSlots = 4
+
+// ghostSlot is one released lock's credits and their lapse.
+type ghostSlot struct {
 	credits uint64
 	until   int64
 }
 
-// with is g with a released lock's credits and lapse added; a node's count
-// stops at 255.
-func (g ghost) with(credits uint64, until int64) ghost {
-	for shift := 0; shift < 8*creditNodes; shift += 8 {
-		n := min(g.credits>>shift&0xff+credits>>shift&0xff, 0xff)
-		g.credits = g.credits&^(0xff<<shift) | n<<shift
+// with is g with a released lock's credits and lapse, in the slot of a
+// lapsed or spent one, else of the one that lapses first.
+func (g ghost) with(credits uint64, until, now int64) ghost {
+	slot := 0
+	for i, s := range g {
+		if s.credits == 0 || now >= s.until {
+			slot = i
+			break
+		}
+		if s.until < g[slot].until {
+			slot = i
+		}
 	}
-	g.until = max(g.until, until)
+	g[slot] = ghostSlot{credits, until}
 	return g
 }
 
-// take consumes one credit of node from the live ghost g, and reports
-// whether there was one.
+// take consumes one credit of node from the live slot of g that lapses
+// first, and reports whether there was one.
 func (g *ghost) take(node int, now int64) bool {
-	if node >= creditNodes || now >= g.until {
+	if node >= creditNodes {
 		return false
 	}
-	shift := 8 * node
-	if g.credits>>shift&0xff == 0 {
+	shift, slot := 8*node, -1
+	for i, s := range g {
+		if now < s.until && s.credits>>shift&0xff != 0 && (slot < 0 || s.until < g[slot].until) {
+			slot = i
+		}
+	}
+	if slot < 0 {
 		return false
 	}
-	g.credits -= 1 << shift
+	g[slot].credits -= 1 << shift
 	return true
+}
+
+// live reports whether g has a credit that may still be spent.
+func (g *ghost) live(now int64) bool {
+	for _, s := range g {
+		if s.credits != 0 && now < s.until {
+			return true
+		}
+	}
+	return false
 }
 
 // creditNodes is how many nodes' credits a lockTrack counts.

@@ -28,7 +28,7 @@ func (t *Tracker) invalidated(node int, keys []string) {
 			// A released lock's write first: its invalidation comes before
 			// those of a lock taken after it.
 			paid := g.take(node, now)
-			if g.credits == 0 || now >= g.until {
+			if !g.live(now) {
 				delete(t.ghosts, k)
 			} else {
 				t.ghosts[k] = g

@@ -89,6 +89,9 @@ func (r *suspectReader) run() {
 			t.Mu.Lock()
 			again := false
 			for i, l := range batch {
+				if !t.watching(l) {
+					continue // released or lost while it was read: out of the book
+				}
 				if later[i] {
 					t.Suspect[l] = struct{}{}
 					again = true
