@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -442,8 +443,11 @@ func TestWithdrawnWriterNotQueuedAgain(t *testing.T) {
 // counts of the channels a Lock call may compare, passes nobody here
 // claimed, firm holders), for every kind of hold, on a Locker and on a
 // Redlock; a contended name's record lives while its channel is
-// subscribed and goes with it (IdleGrace after the last waiter). Every own
-// release used to leave a count per name, for good.
+// subscribed and goes with it (IdleGrace after the last waiter), also on a
+// Ring, whose per-channel connections confirm no UNSUBSCRIBE. Every own
+// release used to leave a count per name, for good; on a Ring or Cluster a
+// contended name's record stayed, and its channel read as heard, after its
+// connection was closed.
 func TestWaitersKeepNothingOfUncontendedNames(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -464,24 +468,15 @@ func TestWaitersKeepNothingOfUncontendedNames(t *testing.T) {
 		}
 		assert.Zero(t, lk.c.Waits.Channels(), "records after 500 uncontended holds released")
 
-		// One waiter: its channel is subscribed, and recorded, until idle.
-		held, err := lk.Lock(ctx, "contended")
-		require.NoError(t, err)
-		got := make(chan error, 1)
-		go func() {
-			l, err := lk.Lock(ctx, "contended")
-			if err == nil {
-				err = l.Unlock(ctx)
-			}
-			got <- err
-		}()
-		require.Eventually(t, func() bool { return lk.c.Waits.Busy(engine.QueueKey("{redlock:contended}"+scripts.ChannelSuffix, "")) },
-			5*time.Second, time.Millisecond, "the second Lock call waits")
-		require.NoError(t, held.Unlock(ctx))
-		require.NoError(t, <-got)
-		assert.Positive(t, lk.c.Waits.Channels(), "the contended name's record while its channel is subscribed")
-		require.Eventually(t, func() bool { return lk.c.Waits.Channels() == 0 }, engine.IdleGrace+5*time.Second, 10*time.Millisecond,
-			"the contended name's record, %v after its last waiter", engine.IdleGrace)
+		contendedRecordGoes(t, lk)
+	})
+	t.Run("ring", func(t *testing.T) {
+		// On a Ring each channel has a connection of its own, closed
+		// rather than unsubscribed: no UNSUBSCRIBE confirmation comes.
+		t.Parallel()
+		r := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": redistest.Start(t).Addr()}})
+		t.Cleanup(func() { r.Close() })
+		contendedRecordGoes(t, newLocker(t, r))
 	})
 	t.Run("redlock", func(t *testing.T) {
 		t.Parallel()
@@ -493,4 +488,31 @@ func TestWaitersKeepNothingOfUncontendedNames(t *testing.T) {
 		}
 		assert.Zero(t, r.c.Waits.Channels(), "records after 200 uncontended locks released")
 	})
+}
+
+// contendedRecordGoes: a name one Lock call waited for is recorded while
+// its channel is subscribed, and the record, and the channel's being
+// heard, go IdleGrace after the last waiter.
+func contendedRecordGoes(t *testing.T, lk *Locker) {
+	t.Helper()
+	ctx := context.Background()
+	ch := "{redlock:contended}" + scripts.ChannelSuffix
+	held, err := lk.Lock(ctx, "contended")
+	require.NoError(t, err)
+	got := make(chan error, 1)
+	go func() {
+		l, err := lk.Lock(ctx, "contended")
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	require.Eventually(t, func() bool { return lk.c.Waits.Busy(engine.QueueKey(ch, "")) },
+		5*time.Second, time.Millisecond, "the second Lock call waits")
+	require.NoError(t, held.Unlock(ctx))
+	require.NoError(t, <-got)
+	assert.Positive(t, lk.c.Waits.Channels(), "the contended name's record while its channel is subscribed")
+	require.Eventually(t, func() bool { return lk.c.Waits.Channels() == 0 && !lk.c.Waits.PS.Listening(ch) },
+		engine.IdleGrace+5*time.Second, 10*time.Millisecond,
+		"the contended name's record and its channel's being heard, %v after its last waiter", engine.IdleGrace)
 }

@@ -20,10 +20,16 @@ func (ws *waiters) seq(channel string) uint64 {
 }
 
 // Unsubscribed forgets channel's messages once a node confirmed its
-// UNSUBSCRIBE (listener).
+// UNSUBSCRIBE (listener), unless a Lock call joined a queue of the channel
+// since, whose subscription the confirmation does not end.
 func (ws *waiters) Unsubscribed(channel string) {
 	ws.Mu.Lock()
 	defer ws.Mu.Unlock()
+	for _, suffix := range queueSuffixes {
+		if ws.queueOf(channel, suffix) != nil {
+			return
+		}
+	}
 	delete(ws.msgs, channel)
 	delete(ws.unclaimed, channel)
 	delete(ws.firm, channel)

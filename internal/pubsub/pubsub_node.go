@@ -148,12 +148,15 @@ func (s *nodeSubs) subscribe(ctx context.Context, channel string) {
 }
 
 // unsubscribe closes channel's own connection, or unsubscribes it on the
-// node's one connection.
+// node's one connection. A closed connection confirms nothing, so its
+// closing counts as the confirmation: the channel is no longer heard, and
+// the waiters forget it, as after an UNSUBSCRIBE.
 func (s *nodeSubs) unsubscribe(ctx context.Context, channel string) {
 	delete(s.channels, channel)
 	if sc := s.perChan[channel]; sc != nil {
 		delete(s.perChan, channel)
 		s.retire(sc)
+		s.ps.confirmed(channel, false)
 	}
 	if s.main != nil {
 		_ = s.main.ps.Unsubscribe(ctx, channel)
