@@ -199,6 +199,7 @@ func (t *Tracker) giveUp(tc *trackConn) {
 	t.on.Store(false)
 	clear(t.watched)
 	clear(t.ghosts)
+	t.kept = 0
 	clear(t.Suspect)
 	clear(t.unarmed)
 }
