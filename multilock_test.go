@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/redlockgo/redlock/internal/engine"
 	"github.com/redlockgo/redlock/internal/redistest"
+	"github.com/redlockgo/redlock/internal/scripts"
 )
 
 // TestLockAllOppositeOrders: 8 goroutines over two Lockers take
@@ -166,6 +168,41 @@ func TestLockAllCrashedHolder(t *testing.T) {
 	defer cancel()
 	l, err := lks[1].LockAll(wctx, []string{"crash-b", "crash-a"})
 	require.NoError(t, err)
+	require.NoError(t, l.Unlock(ctx))
+}
+
+// TestLockAllClusterRaisedCounterLife: a multi-name lock over several
+// Cluster slots takes the largest of its names' tokens and raises the
+// other counters to it; with a retention of its own (1h), the counter that
+// minted the token keeps that retention and the raised ones keep at least
+// the default, as WithFenceRetention says.
+func TestLockAllClusterRaisedCounterLife(t *testing.T) {
+	t.Parallel()
+	cc := startCluster(t)
+	lk := newLocker(t, cc, WithFenceRetention(time.Hour), WithAutoRenew(false))
+	ctx := context.Background()
+	names := []string{"rl-a", "rl-b", "rl-c"}
+	slots := map[int64]bool{}
+	for _, n := range names {
+		s, err := cc.ClusterKeySlot(ctx, engine.LockKey("redlock:", n)).Result()
+		require.NoError(t, err)
+		slots[s] = true
+	}
+	require.Greater(t, len(slots), 1, "the names must span slots")
+	fence := func(n string) string { return engine.LockKey("redlock:", n) + ":fence" }
+	ahead := time.Now().Add(time.Hour).UnixMicro()
+	require.NoError(t, cc.Set(ctx, fence("rl-b"), ahead, 30*time.Minute).Err())
+	l, err := lk.TryLockAll(ctx, names)
+	require.NoError(t, err)
+	assert.Equal(t, ahead+1, l.Token(), "the token: the counter ahead plus one")
+	for _, n := range names {
+		assert.Equal(t, fmt.Sprint(ahead+1), cc.Get(ctx, fence(n)).Val(), "%s's counter at the token", n)
+		life := scripts.DefaultFenceRetention
+		if n == "rl-b" {
+			life = time.Hour // minted it: the lock's retention
+		}
+		assert.InDelta(t, float64(life), float64(cc.PTTL(ctx, fence(n)).Val()), float64(time.Minute), "%s's counter's life", n)
+	}
 	require.NoError(t, l.Unlock(ctx))
 }
 

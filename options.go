@@ -93,10 +93,11 @@ func WithFencing(on bool) Option { return func(c *config) { c.Fencing = on } }
 // to one day's worth.
 // [Locker.Inspect] reports Token 0 for a name whose counter expired.
 //
-// The retention applies to the counters a call's grant writes. A hand-off
-// to a waiter of the same Locker, a [Locker.LockAll] on a Cluster or Ring
-// client, and a Redlock's token write-back keep a counter for at least the
-// default (and never shorten one).
+// The retention applies to the counters a call's grant writes, a hand-off
+// to a waiter of the same Locker included (the waiter's). A counter raised
+// to a token minted elsewhere (a Redlock's write-back to the masters
+// behind, a [Locker.LockAll] on a Cluster or Ring client evening its
+// names' counters) keeps at least the default (and is never shortened).
 func WithFenceRetention(d time.Duration) Option { return func(c *config) { c.Retention = d } }
 
 // WithRetry sets the policy of a waiting Lock: how long it waits between

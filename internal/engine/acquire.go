@@ -41,12 +41,11 @@ type attempt struct {
 	contested bool
 }
 
-// command builds the attempt's acquire call, the same for every node, and
-// the fencing argument that settleToken reads back. argv is the whole
+// command builds the attempt's acquire call, the same for every node. argv is the whole
 // EVALSHA command when one call per node carries it (no parts, no replica
 // acks), boxed once for all nodes; an exclusive lock keeps the boxed key,
 // owner and lease for its release (releaseArgv).
-func (at *attempt) command(ttl any, wait string) (script *redis.Script, keys []string, args, argv []any, fence any) {
+func (at *attempt) command(ttl any, wait string) (script *redis.Script, keys []string, args, argv []any) {
 	l, cfg := at.l, at.cfg
 	fence, floor := fenceArg(cfg), any("")
 	if cfg.Fencing {
@@ -75,7 +74,7 @@ func (at *attempt) command(ttl any, wait string) (script *redis.Script, keys []s
 			}
 		}
 	}
-	return script, keys, args, argv, fence
+	return script, keys, args, argv
 }
 
 // run sends the attempt and reports whether a quorum granted it and its
@@ -85,7 +84,7 @@ func (at *attempt) command(ttl any, wait string) (script *redis.Script, keys []s
 // waiting writer's id ("" for none).
 func (at *attempt) run(ctx context.Context, ttl any, wait string) (bool, error) {
 	p, l, cfg, timeout := at.p, at.l, at.cfg, at.timeout
-	script, keys, args, argv, fence := at.command(ttl, wait)
+	script, keys, args, argv := at.command(ttl, wait)
 	// Redlock step 1: T1 before the first request; every key set by this
 	// attempt expires no earlier than T1+TTL on its server.
 	t1 := time.Now()
@@ -124,7 +123,7 @@ func (at *attempt) run(ctx context.Context, ttl any, wait string) (bool, error) 
 	if at.t.OK < p.Quorum || interrupted {
 		return false, nil
 	}
-	token, err := at.settleToken(ctx, rs, fence)
+	token, err := at.settleToken(ctx, rs)
 	if err != nil {
 		at.t.Errs = append(at.t.Errs, err)
 		return false, nil
@@ -207,8 +206,9 @@ func (at *attempt) fail(ctx context.Context) (permanent bool, err error) {
 // minted by the granting nodes. When they disagree (N > 1), it first raises
 // the counters of the other nodes to it and waits until a majority holds a
 // counter >= token, so any later quorum, which intersects that majority,
-// mints a strictly larger token.
-func (at *attempt) settleToken(ctx context.Context, rs []Reply, fence any) (int64, error) {
+// mints a strictly larger token. A raised counter keeps at least the
+// default retention (raise.lua without one), as WithFenceRetention says.
+func (at *attempt) settleToken(ctx context.Context, rs []Reply) (int64, error) {
 	p, l := at.p, at.l
 	if !l.fencing {
 		return 0, nil
@@ -239,14 +239,9 @@ func (at *attempt) settleToken(ctx context.Context, rs []Reply, fence any) (int6
 		}
 	}
 	arg, counter, timeout := strconv.FormatInt(token, 10), fenceKeys(l), at.timeout
-	if _, ok := fence.(*floorArg); ok {
-		// raise.lua reads its second argument as a retention alone: the
-		// default, as a write-back keeps (WithFenceRetention), not the floor.
-		fence = "1"
-	}
 	need := p.Quorum - atToken
 	got, _, err := p.Round(Detached(ctx), behind, timeout, timeout, func(ctx context.Context, n *node.Node, cl node.Client) Reply {
-		v, err := scripts.Raise.Run(ctx, cl, counter, arg, fence).Int64()
+		v, err := scripts.Raise.Run(ctx, cl, counter, arg).Int64()
 		return Reply{OK: err == nil && v >= token, val: v, Err: err}
 	}, earliest(time.Now().Add(timeout), at.until), ctx.Done(), func(rs []Reply) bool {
 		return p.Count(rs).OK >= need
@@ -335,8 +330,8 @@ func multiAcquireOn(ctx context.Context, cl node.Client, l *Hold, cfg *Config) (
 		if t == token {
 			continue
 		}
-		fences := l.Multi.acq[p][1:2] // one name per part
-		if err := scripts.Raise.Run(ctx, cl, fences, strconv.FormatInt(token, 10), fence).Err(); err != nil {
+		fences := l.Multi.acq[p][1:2] // one name per part; the default retention, as settleToken's
+		if err := scripts.Raise.Run(ctx, cl, fences, strconv.FormatInt(token, 10)).Err(); err != nil {
 			return Reply{Err: fmt.Errorf("redlock: raising the fence counter of %q to token %d: %w", l.Multi.Names[p], token, err)}, granted
 		}
 	}
