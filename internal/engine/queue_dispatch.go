@@ -91,19 +91,18 @@ func (ws *waiters) Dispatch(channel, owner string) {
 	default:
 		delete(ws.firm, channel)
 	}
-	queued := false
 	for _, suffix := range queueSuffixes {
 		if q := ws.queueOf(channel, suffix); q != nil {
-			queued = true
 			q.wakeFor(owner)
 		}
 	}
-	// Counted only on a channel this process waits on (a queue, or a count
-	// kept since the first Join until the channel is unsubscribed): only a
-	// Lock call that found it subscribed compares (missed). An own release
-	// of a name nobody here waited for leaves nothing: it used to leave a
-	// count per name, for good.
-	if _, ok := ws.msgs[channel]; ok || queued {
+	// Counted only on a channel this process waits on: its count lives
+	// from the Join that made its first queue until it is unsubscribed with
+	// none left (Unsubscribed), and only a Lock call that found it
+	// subscribed compares (missed). An own release of a name nobody here
+	// waited for leaves nothing: it used to leave a count per name, for
+	// good.
+	if _, ok := ws.msgs[channel]; ok {
 		ws.msgs[channel]++
 	}
 }
