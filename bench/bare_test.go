@@ -60,9 +60,10 @@ func loadBareScripts(tb testing.TB) bareScripts {
 		tb.Fatal("bench: cannot read the reply codes or the default fence retention from the library's source")
 	}
 	h, _ := strconv.Atoi(hours[1])
-	lib := strings.ReplaceAll(read("internal/scripts/_lib.lua"), "DEFAULT_FENCE_RETENTION_MS", strconv.Itoa(h*3600*1000))
+	retention := strconv.Itoa(h * 3600 * 1000)
+	lib := strings.ReplaceAll(read("internal/scripts/_lib.lua"), "DEFAULT_FENCE_RETENTION_MS", retention)
 	assemble := func(name string) *redis.Script {
-		body := strings.ReplaceAll(read("internal/scripts/"+name), "DEFAULT_FENCE_RETENTION_MS", strconv.Itoa(h*3600*1000))
+		body := strings.ReplaceAll(read("internal/scripts/"+name), "DEFAULT_FENCE_RETENTION_MS", retention)
 		src, err := luasrc.Assemble(lib, body, func(c string) (string, bool) {
 			if c == "PUBLISH_COMMAND" { // the library's assemble: PUBLISH off a Cluster
 				return `"PUBLISH"`, true
