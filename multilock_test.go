@@ -182,13 +182,7 @@ func TestLockAllClusterRaisedCounterLife(t *testing.T) {
 	lk := newLocker(t, cc, WithFenceRetention(time.Hour), WithAutoRenew(false))
 	ctx := context.Background()
 	names := []string{"rl-a", "rl-b", "rl-c"}
-	slots := map[int64]bool{}
-	for _, n := range names {
-		s, err := cc.ClusterKeySlot(ctx, engine.LockKey("redlock:", n)).Result()
-		require.NoError(t, err)
-		slots[s] = true
-	}
-	require.Greater(t, len(slots), 1, "the names must span slots")
+	requireSlotsSpanned(t, cc, names)
 	fence := func(n string) string { return engine.LockKey("redlock:", n) + ":fence" }
 	ahead := time.Now().Add(time.Hour).UnixMicro()
 	require.NoError(t, cc.Set(ctx, fence("rl-b"), ahead, 30*time.Minute).Err())
@@ -216,13 +210,7 @@ func TestLockAllCluster(t *testing.T) {
 	other := newLocker(t, cc)
 	ctx := context.Background()
 	names := []string{"cl-a", "cl-b", "cl-c", "cl-d"}
-	slots := map[int64]bool{}
-	for _, n := range names {
-		s, err := cc.ClusterKeySlot(ctx, engine.LockKey("redlock:", n)).Result()
-		require.NoError(t, err)
-		slots[s] = true
-	}
-	require.Greater(t, len(slots), 1, "the names must span slots")
+	requireSlotsSpanned(t, cc, names)
 
 	held, err := other.TryLock(ctx, "cl-c")
 	require.NoError(t, err)
@@ -258,4 +246,17 @@ func TestLockAllCluster(t *testing.T) {
 	}
 	_, err = lk.TryLockAll(ctx, names, WithReplicaAcks(1, time.Second))
 	assert.Error(t, err, "replica acks across shards")
+}
+
+// requireSlotsSpanned checks that the lock keys of names live in more
+// than one Cluster slot: a multi-name lock over them spans shards.
+func requireSlotsSpanned(t *testing.T, cc *redis.ClusterClient, names []string) {
+	t.Helper()
+	slots := map[int64]bool{}
+	for _, n := range names {
+		s, err := cc.ClusterKeySlot(context.Background(), engine.LockKey("redlock:", n)).Result()
+		require.NoError(t, err)
+		slots[s] = true
+	}
+	require.Greater(t, len(slots), 1, "the names must span slots")
 }
