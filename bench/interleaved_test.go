@@ -2,6 +2,8 @@ package bench
 
 import (
 	"context"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 	"github.com/go-redsync/redsync/v4"
 	rsredis "github.com/go-redsync/redsync/v4/redis"
 	goredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 	"github.com/redlockgo/redlock"
 )
@@ -59,6 +62,7 @@ func BenchmarkInterleaved(b *testing.B) {
 			redlockOp(b, "redlock", srvs),
 			redlockOp(b, "redlock-norenew", srvs, redlock.WithAutoRenew(false)),
 			redlockOp(b, "redlock-norenew-nofence", srvs, redlock.WithAutoRenew(false), redlock.WithFencing(false)),
+			bareRedlockOp(b, srvs),
 			redsyncOp(b, "redsync", srvs),
 			redsyncOp(b, "redsync-failfast", srvs, redsync.WithFailFast(true)),
 		)
@@ -137,6 +141,58 @@ func bareScriptsOp(b *testing.B, addr string, inGoroutine bool) namedOp {
 	return namedOp{name, func() {
 		if err := scripts.pair(ctx, c, key, inGoroutine); err != nil {
 			b.Fatal(err)
+		}
+	}}
+}
+
+// bareRedlockOp is bareScripts.pair over every server of srvs as a Redlock
+// sends it, with none of the library around: a goroutine per server sends
+// the acquire (one fencing floor for all), the pair goes on once a quorum
+// granted, each goroutine then sends its release, and the pair ends once a
+// quorum released; the rest finish in the background, as with redsync's
+// WithFailFast. Our scripts' share of a Redlock pair's time.
+func bareRedlockOp(b *testing.B, srvs []*server) namedOp {
+	scripts := loadBareScripts(b)
+	var clients []*redis.Client
+	for _, s := range srvs {
+		clients = append(clients, newGoRedis(b, s.Addr(), nil))
+	}
+	quorum := len(clients)/2 + 1
+	tag := "{" + lockName("interleaved-bare-redlock") + "}"
+	keys := []string{tag, tag + ":fence"}
+	relKeys := []string{tag, tag + ":released", tag + ":queue", tag + ":waiting"}
+	ttl := lockTTL.Milliseconds()
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	b.Cleanup(wg.Wait)
+	return namedOp{"bare-scripts-redlock", func() {
+		owner := uuid.NewString()
+		floor := strconv.FormatInt(time.Now().UnixMicro(), 10)
+		granted := make(chan bool, len(clients))
+		released := make(chan bool, len(clients))
+		release := make(chan struct{})
+		for _, c := range clients {
+			wg.Go(func() {
+				_, err := scripts.acquire.Run(ctx, c, keys, owner, ttl, floor).Int64()
+				granted <- err == nil
+				<-release
+				released <- err == nil && scripts.release.Run(ctx, c, relKeys, owner, ttl).Err() == nil
+			})
+		}
+		for _, ch := range []chan bool{granted, released} {
+			ok, seen := 0, 0
+			for ok < quorum && seen < len(clients) {
+				if <-ch {
+					ok++
+				}
+				seen++
+			}
+			if ok < quorum {
+				b.Fatalf("bare Redlock: %d of %d servers said yes", ok, len(clients))
+			}
+			if ch == granted {
+				close(release)
+			}
 		}
 	}}
 }
