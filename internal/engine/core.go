@@ -60,7 +60,7 @@ func NewCore[O ~func(*Config)](clients []node.Client, opts []O) (*Core, error) {
 	if err != nil {
 		return nil, err
 	}
-	life := &lifecycle.Life{Closing: make(chan struct{})}
+	life := &lifecycle.Life{Closing: make(chan struct{}), Idle: make(chan func())}
 	p := &Pool{Quorum: len(clients)/2 + 1, cleanup: cleanup{life: life}}
 	c := &Core{
 		Pool:   p,

@@ -15,7 +15,8 @@ import (
 
 // Pool is the nodes of a core and the one quorum round that every
 // operation runs over them: send to every node (from the caller's goroutine
-// when one node bounds the call itself, else one goroutine per node),
+// when one node bounds the call itself, else one goroutine per node, a
+// worker's: lifecycle.Go),
 // gather the replies until the outcome is settled or the node timeout
 // passes, tally them, and build the one error of a round that fell short.
 // It knows nothing of held locks or waiters. The calls built on the round
@@ -260,7 +261,8 @@ func (p *Pool) fanOut(ctx context.Context, nodes []*node.Node, timeout, callLimi
 	return p.spawn(ctx, nodes, timeout, callLimit, call)
 }
 
-// spawn is fanOut's goroutine path: a goroutine per node.
+// spawn is fanOut's goroutine path: a goroutine per node, each an idle
+// worker's when one waits (lifecycle.Go).
 func (p *Pool) spawn(ctx context.Context, nodes []*node.Node, timeout, callLimit time.Duration, call func(context.Context, *node.Node, node.Client) Reply) (<-chan Reply, error) {
 	ch := make(chan Reply, len(nodes))
 	if !p.life.GoCount(len(nodes)) {
@@ -279,7 +281,7 @@ func (p *Pool) spawn(ctx context.Context, nodes []*node.Node, timeout, callLimit
 	if len(nodes) == 1 {
 		// Nothing to share: one closure, and no fan to allocate.
 		n := nodes[0]
-		go func() {
+		p.life.Go(func() {
 			defer p.life.WG.Done()
 			cctx, cancel := context.WithTimeout(ctx, limit)
 			n.Begin()
@@ -289,7 +291,7 @@ func (p *Pool) spawn(ctx context.Context, nodes []*node.Node, timeout, callLimit
 			r.Err = n.Outcome(r.Err)
 			r.Node = n.Idx
 			ch <- r
-		}()
+		})
 		return ch, nil
 	}
 	// One bound for the whole round rather than one per node: every call
@@ -302,7 +304,7 @@ func (p *Pool) spawn(ctx context.Context, nodes []*node.Node, timeout, callLimit
 	// node: a closure per goroutine would be one allocation per node.
 	run := f.run
 	for range nodes {
-		go run()
+		p.life.Go(run)
 	}
 	return ch, nil
 }

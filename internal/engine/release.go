@@ -111,18 +111,19 @@ func (p *cleanup) releaseInBackground(ctx context.Context, nodes []*node.Node, l
 		return
 	}
 	for _, n := range nodes {
-		go func() {
+		p.life.Go(func() {
 			defer p.life.WG.Done()
 			for _, l := range locks {
 				p.releaseNode(ctx, n, l, false)
 			}
-		}()
+		})
 	}
 }
 
-// releaseLater is releaseNode from a goroutine of its own, for a call that
-// found it has something to release: the call ends now, so that it is not
-// counted on the wire (node.begin) while the release waits for the node.
+// releaseLater is releaseNode from a goroutine of its own (a worker's, see
+// lifecycle.Go), for a call that found it has something to release: the
+// call ends now, so that it is not counted on the wire (node.begin) while
+// the release waits for the node.
 func (p *cleanup) releaseLater(ctx context.Context, n *node.Node, l *Hold, ran bool) {
 	if !p.life.GoCount(1) {
 		// Close has ended its I/O: this goroutine, which Close waits for,
@@ -130,10 +131,10 @@ func (p *cleanup) releaseLater(ctx context.Context, n *node.Node, l *Hold, ran b
 		p.releaseNode(ctx, n, l, ran)
 		return
 	}
-	go func() {
+	p.life.Go(func() {
 		defer p.life.WG.Done()
 		p.releaseNode(ctx, n, l, ran)
-	}()
+	})
 }
 
 // releaseNode releases l on node n from a goroutine the core already owns,

@@ -17,6 +17,47 @@ type Life struct {
 	// stopped: Close has released what it could; no goroutine may start,
 	// so wg.Add never races the final wg.Wait.
 	stopped bool
+	// Idle hands a call to a worker goroutine waiting for one (Go); nil:
+	// every call gets a goroutine of its own.
+	Idle chan func()
+}
+
+// workerIdle is how long a worker goroutine waits for its next call before
+// it ends.
+const workerIdle = time.Second
+
+// Go runs f, a goroutine already counted by GoCount, on a worker goroutine:
+// one that ran an earlier call and waits for the next (for workerIdle, or
+// until Close begins), else a new one. A worker keeps the stack its calls
+// grew: a go-redis call needs a deeper one than a goroutine starts with.
+func (lc *Life) Go(f func()) {
+	select {
+	case lc.Idle <- f:
+		return
+	default:
+	}
+	if lc.Idle == nil || !lc.GoCount(1) {
+		go f()
+		return
+	}
+	go lc.work(f)
+}
+
+func (lc *Life) work(f func()) {
+	defer lc.WG.Done()
+	t := time.NewTimer(workerIdle)
+	defer t.Stop()
+	for {
+		f()
+		t.Reset(workerIdle)
+		select {
+		case f = <-lc.Idle:
+		case <-t.C:
+			return
+		case <-lc.Closing:
+			return
+		}
+	}
 }
 
 // GoCount registers n goroutines, or reports false once Close has finished
