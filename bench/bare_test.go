@@ -2,11 +2,13 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -104,4 +106,58 @@ func (s bareScripts) pair(ctx context.Context, c *redis.Client, name string, inG
 	return call(func() error {
 		return s.release.Run(ctx, c, []string{tag, tag + ":released", tag + ":queue", tag + ":waiting"}, owner, ttl).Err()
 	})
+}
+
+// bareRedlockPair is bareScripts.pair over every server of srvs as a
+// Redlock sends it, with none of the library around: a goroutine per server
+// sends the acquire (one fencing floor for all), the pair goes on once a
+// quorum granted, each goroutine then sends its release, and the pair ends
+// once a quorum released; the rest finish in the background, as with
+// redsync's WithFailFast. The goroutines are waited for when b ends.
+func bareRedlockPair(b *testing.B, srvs []*server) func() error {
+	scripts := loadBareScripts(b)
+	var clients []*redis.Client
+	for _, s := range srvs {
+		clients = append(clients, newGoRedis(b, s.Addr(), nil))
+	}
+	quorum := len(clients)/2 + 1
+	tag := "{" + lockName("bare-redlock") + "}"
+	keys := []string{tag, tag + ":fence"}
+	relKeys := []string{tag, tag + ":released", tag + ":queue", tag + ":waiting"}
+	ttl := lockTTL.Milliseconds()
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	b.Cleanup(wg.Wait)
+	return func() error {
+		owner := uuid.NewString()
+		floor := strconv.FormatInt(time.Now().UnixMicro(), 10)
+		granted := make(chan bool, len(clients))
+		released := make(chan bool, len(clients))
+		release := make(chan struct{})
+		for _, c := range clients {
+			wg.Go(func() {
+				_, err := scripts.acquire.Run(ctx, c, keys, owner, ttl, floor).Int64()
+				granted <- err == nil
+				<-release
+				released <- err == nil && scripts.release.Run(ctx, c, relKeys, owner, ttl).Err() == nil
+			})
+		}
+		for _, ch := range []chan bool{granted, released} {
+			ok, seen := 0, 0
+			for ok < quorum && seen < len(clients) {
+				if <-ch {
+					ok++
+				}
+				seen++
+			}
+			if ok < quorum {
+				close(release)
+				return fmt.Errorf("bare Redlock: %d of %d servers said yes", ok, len(clients))
+			}
+			if ch == granted {
+				close(release)
+			}
+		}
+		return nil
+	}
 }

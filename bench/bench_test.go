@@ -193,6 +193,15 @@ func BenchmarkRedlock5(b *testing.B) {
 	b.Run("redlock-norenew-nofence", func(b *testing.B) {
 		benchRedlock(b, srvs, redlock.WithAutoRenew(false), redlock.WithFencing(false))
 	})
+	// Our scripts alone, sent as a Redlock sends them: the server's share.
+	b.Run("bare-scripts-redlock", func(b *testing.B) {
+		pair := bareRedlockPair(b, srvs)
+		timePairs(b, nil, srvs, func() {
+			if err := pair(); err != nil {
+				b.Fatal(err)
+			}
+		})
+	})
 	b.Run("redsync", func(b *testing.B) { benchRedsync(b, srvs) })
 	// Returns at a quorum instead of waiting for every server, as ours does.
 	b.Run("redsync-failfast", func(b *testing.B) { benchRedsync(b, srvs, redsync.WithFailFast(true)) })

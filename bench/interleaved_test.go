@@ -2,8 +2,6 @@ package bench
 
 import (
 	"context"
-	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -11,7 +9,6 @@ import (
 	"github.com/go-redsync/redsync/v4"
 	rsredis "github.com/go-redsync/redsync/v4/redis"
 	goredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
-	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 	"github.com/redlockgo/redlock"
 )
@@ -145,54 +142,13 @@ func bareScriptsOp(b *testing.B, addr string, inGoroutine bool) namedOp {
 	}}
 }
 
-// bareRedlockOp is bareScripts.pair over every server of srvs as a Redlock
-// sends it, with none of the library around: a goroutine per server sends
-// the acquire (one fencing floor for all), the pair goes on once a quorum
-// granted, each goroutine then sends its release, and the pair ends once a
-// quorum released; the rest finish in the background, as with redsync's
-// WithFailFast. Our scripts' share of a Redlock pair's time.
+// bareRedlockOp is bareRedlockPair in the rotation: our scripts' share of a
+// Redlock pair's time.
 func bareRedlockOp(b *testing.B, srvs []*server) namedOp {
-	scripts := loadBareScripts(b)
-	var clients []*redis.Client
-	for _, s := range srvs {
-		clients = append(clients, newGoRedis(b, s.Addr(), nil))
-	}
-	quorum := len(clients)/2 + 1
-	tag := "{" + lockName("interleaved-bare-redlock") + "}"
-	keys := []string{tag, tag + ":fence"}
-	relKeys := []string{tag, tag + ":released", tag + ":queue", tag + ":waiting"}
-	ttl := lockTTL.Milliseconds()
-	ctx := context.Background()
-	var wg sync.WaitGroup
-	b.Cleanup(wg.Wait)
+	pair := bareRedlockPair(b, srvs)
 	return namedOp{"bare-scripts-redlock", func() {
-		owner := uuid.NewString()
-		floor := strconv.FormatInt(time.Now().UnixMicro(), 10)
-		granted := make(chan bool, len(clients))
-		released := make(chan bool, len(clients))
-		release := make(chan struct{})
-		for _, c := range clients {
-			wg.Go(func() {
-				_, err := scripts.acquire.Run(ctx, c, keys, owner, ttl, floor).Int64()
-				granted <- err == nil
-				<-release
-				released <- err == nil && scripts.release.Run(ctx, c, relKeys, owner, ttl).Err() == nil
-			})
-		}
-		for _, ch := range []chan bool{granted, released} {
-			ok, seen := 0, 0
-			for ok < quorum && seen < len(clients) {
-				if <-ch {
-					ok++
-				}
-				seen++
-			}
-			if ok < quorum {
-				b.Fatalf("bare Redlock: %d of %d servers said yes", ok, len(clients))
-			}
-			if ch == granted {
-				close(release)
-			}
+		if err := pair(); err != nil {
+			b.Fatal(err)
 		}
 	}}
 }
