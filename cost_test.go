@@ -68,6 +68,79 @@ func TestPairCommandBudget(t *testing.T) {
 	}
 }
 
+// handOffCommandBudget is the most server commands (scripts and the
+// commands they call) that one hand-off between two processes may cost: the
+// waiter's refused attempt that queues it, the holder's release that
+// reserves the name for it and publishes, and the waiter's attempt that
+// takes it, three EVALSHA in all. 26 before the refused attempt read the
+// holder with its SET NX and a new queue entry took one ZADD.
+const handOffCommandBudget = 23
+
+// TestHandOffCommandBudget counts the server commands of hand-offs of one
+// name between two Lockers (two processes, as far as the server can tell),
+// each waiting in Lock while the other holds it, and fails above the
+// budget: the cross-process queue's path, as TestPairCommandBudget is the
+// uncontended one's.
+func TestHandOffCommandBudget(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	lks := twoLockers(t, srv, WithAutoRenew(false), WithTTL(30*time.Second), WithRetry(ConstantRetry(time.Hour)))
+	admin := srv.Client(t)
+	ctx := context.Background()
+	const name, rounds = "relay", 20
+	queue := rlKey(name) + ":queue"
+	channel := engine.ReleaseChannel(engine.LockKey("redlock:", name))
+	held, err := lks[0].Lock(ctx, name)
+	require.NoError(t, err)
+	// One round hands the name from holder to waiter; the first one also
+	// subscribes the waiter's Locker, so counting starts after two.
+	handOff := func(i int) {
+		w := lks[(i+1)%2]
+		got := make(chan *Lock, 1)
+		go func() {
+			l, err := w.Lock(ctx, name)
+			assert.NoError(t, err)
+			got <- l
+		}()
+		// The waiter's refused attempt queued it (TYPE: no script uses it),
+		// and its Locker listens for the release: a message sent before
+		// its SUBSCRIBE ran would reach nobody, and the waiter (hour-long
+		// retry) would sleep out the lease.
+		require.True(t, eventually(10*time.Second, func() bool {
+			return admin.Type(ctx, queue).Val() == "zset" && w.c.Waits.PS.Listening(channel)
+		}), "round %d: the waiter queued and listening", i)
+		require.NoError(t, held.Unlock(ctx))
+		select {
+		case held = <-got:
+			require.NotNil(t, held)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: the waiter did not get the lock", i)
+		}
+	}
+	handOff(0)
+	handOff(1)
+	srv.Do(t, "CONFIG", "RESETSTAT")
+	for i := range rounds {
+		handOff(i)
+	}
+	calls := allCalls(t, srv)
+	total := 0
+	var each []string
+	for cmd, n := range calls {
+		switch cmd {
+		case "config|resetstat", "info", "hello", "client|setinfo", "ping", "type":
+			continue // the test's own, or a new connection's set-up
+		}
+		total += n
+		each = append(each, fmt.Sprintf("%s=%.2f", cmd, float64(n)/rounds))
+	}
+	sort.Strings(each)
+	t.Logf("%.2f commands per hand-off: %s", float64(total)/rounds, strings.Join(each, " "))
+	assert.Equal(t, 3*rounds, calls["evalsha"], "scripts: a refused attempt, a release, a claim per hand-off")
+	assert.LessOrEqual(t, float64(total)/rounds, float64(handOffCommandBudget), "server commands per hand-off (%s)", strings.Join(each, " "))
+	require.NoError(t, held.Unlock(ctx))
+}
+
 // TestReleasePublishesOnlyWhenWaited: a release publishes its message only
 // when a refused caller marked the name waited for; then the message is
 // what wakes it. Waiters of the holder's own Locker, which never ask the
@@ -251,7 +324,7 @@ func TestCommonPathDefinesLittle(t *testing.T) {
 		start string   // where the common path starts: its block ends at the next "end" line
 		want  []string // the functions defined before that block ends
 	}{
-		{scripts.Acquire, "local free = redis.call('SET', KEYS[1]", nil},
+		{scripts.Acquire, "local cur = redis.call('SET', KEYS[1]", nil},
 		{scripts.Release, "local v = redis.call('MGET', KEYS[1], KEYS[4])", nil},
 	} {
 		body := scripts.Sources[tc.s].Body

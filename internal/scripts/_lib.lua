@@ -159,9 +159,11 @@ local function enqueue(q, id)
     local last = redis.call('ZREVRANGEBYSCORE', q, '(0', '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
     local place = -4503599627370496
     if last[2] then place = tonumber(last[2]) + 1 end
-    redis.call('ZADD', q, place, 'o:' .. id)
+    -- Both of a new entry's members in one call.
+    redis.call('ZADD', q, place, 'o:' .. id, now + 5000, 'a:' .. id)
+  else
+    redis.call('ZADD', q, now + 5000, 'a:' .. id)
   end
-  redis.call('ZADD', q, now + 5000, 'a:' .. id)
   redis.call('PEXPIRE', q, 5000)
   return true
 end

@@ -47,9 +47,10 @@
 -- minted (see _lib.lua): the lock is not taken, since a repeated token
 -- would let a fence admit two owners. Reply codes: the table in scripts.go.
 --
--- An uncontended call runs three commands: SET NX takes the name (its
--- first and only read when free: read holds keep their mark in the lock
--- key, so they need no read of their own), and the token takes SET GET
+-- An uncontended call runs three commands: SET NX GET takes the name (its
+-- only read: when the name is taken, it answers the holder's value without
+-- writing, so a refusal reads no more; read holds keep their mark in the
+-- lock key, so they need no read of their own), and the token takes SET GET
 -- and PEXPIRE (mint's common case, written out). It never touches the
 -- queue; a failed mint deletes the key it set, so nothing changes then. It
 -- calls no function and returns before the marker line below (--@lib), so
@@ -64,8 +65,8 @@ else
   if sep then on, floor = string.sub(on, 1, sep - 1), string.sub(on, sep + 1) end
   tok = tonumber(floor)
 end
-local free = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
-if free and (wid == '' or wid == ARGV[1]) then
+local cur = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'GET', 'PX', ARGV[2])
+if not cur and (wid == '' or wid == ARGV[1]) then
   -- The name was free and no earlier refusal of this call queued it: what
   -- the code after --@lib would do then, written out without a function
   -- (each one a script defines is a closure made on every run, and a call
@@ -117,8 +118,7 @@ if free and (wid == '' or wid == ARGV[1]) then
 end
 --@lib
 local claimed = false
-if not free then
-  local cur = redis.call('GET', KEYS[1])
+if cur then
   if cur == ARGV[1] then
     -- Our own earlier execution of this very attempt (a client-side retry
     -- after a lost reply): report the grant it made instead of a false
