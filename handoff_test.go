@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlockgo/redlock/internal/redistest"
+	"github.com/redlockgo/redlock/internal/scripts"
 )
 
 // TestHandOffInProcess: an Unlock with a goroutine of the same Locker
@@ -37,13 +39,28 @@ func TestHandOffInProcess(t *testing.T) {
 		waiting(t, lk.c, "handoff")
 		// The waiter's first (failed) attempt and its SUBSCRIBE are done
 		// once it waits: from here on only the hand-off may run.
-		publishes, scripts := commandCalls(t, srv, "publish"), commandCalls(t, srv, "evalsha")
+		before := allCalls(t, srv)
 		unlocked := time.Now()
 		require.NoError(t, holder.Unlock(ctx))
 		w := <-got
 		require.NotNil(t, w)
-		assert.Equal(t, 0, commandCalls(t, srv, "publish")-publishes, "round %d: a hand-off publishes nothing", i)
-		assert.Equal(t, 1, commandCalls(t, srv, "evalsha")-scripts, "round %d: one script for release and grant", i)
+		after := allCalls(t, srv)
+		ran := func(cmd string) int { return after[cmd] - before[cmd] }
+		assert.Equal(t, 0, ran("publish"), "round %d: a hand-off publishes nothing", i)
+		assert.Equal(t, 1, ran("evalsha"), "round %d: one script for release and grant", i)
+		assert.Equal(t, 0, ran("time"), "round %d: the token's floor is the client's clock", i)
+		total, each := 0, ""
+		for cmd := range after {
+			switch cmd {
+			case "info", "hello", "client|setinfo", "ping":
+				continue // the test's own, or a new connection's set-up
+			}
+			if n := ran(cmd); n > 0 {
+				total += n
+				each += fmt.Sprintf(" %s=%d", cmd, n)
+			}
+		}
+		assert.LessOrEqual(t, total, 8, "round %d: server commands of a hand-off in process:%s", i, each)
 		assert.Greater(t, w.Token(), holder.Token())
 		assert.NotEqual(t, holder.Owner(), w.Owner())
 		assert.Equal(t, w.Owner(), get(t, admin, "{redlock:handoff}"))
@@ -94,4 +111,41 @@ func TestHandOffRacesWaiterLeaving(t *testing.T) {
 	assert.True(t, eventually(2*time.Second, func() bool { return admin.Exists(ctx, "{redlock:race}").Val() == 0 }),
 		"a lock handed to a waiter that had left is still held (owner %q)", get(t, admin, "{redlock:race}"))
 	t.Logf("%d of 300 waiters got the lock", got)
+}
+
+// TestHandOffMintForms: a hand-off mints the waiter's token with the floor
+// its client sends, in the form an acquire sends it (the floor alone for
+// the default retention, "<retention>:<floor>" otherwise), and keeps the
+// counter for the waiter's retention: a form read as another would give
+// the counter the default's life, or no floor.
+func TestHandOffMintForms(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	for _, retention := range []time.Duration{scripts.DefaultFenceRetention, 2 * time.Hour} {
+		name := fmt.Sprintf("forms-%d", retention.Milliseconds())
+		fence := rlKey(name) + ":fence"
+		lk := newLocker(t, srv.Client(t), WithFenceRetention(retention), WithRetry(ConstantRetry(time.Hour)), WithLossTracking(false))
+		holder, err := lk.TryLock(ctx, name)
+		require.NoError(t, err)
+		got := make(chan *Lock, 1)
+		go func() {
+			w, err := lk.Lock(ctx, name, WithAutoRenew(false))
+			assert.NoError(t, err)
+			got <- w
+		}()
+		waiting(t, lk.c, name)
+		unlocked := time.Now()
+		require.NoError(t, holder.Unlock(ctx))
+		w := <-got
+		require.NotNil(t, w)
+		counter, err := admin.Get(ctx, fence).Int64()
+		require.NoError(t, err)
+		assert.Equal(t, counter, w.Token(), "%v: the counter holds the waiter's token", retention)
+		assert.Greater(t, w.Token(), holder.Token(), "%v", retention)
+		assert.GreaterOrEqual(t, w.Token(), unlocked.UnixMicro(), "%v: the floor is the clock at the Unlock", retention)
+		assert.InDelta(t, float64(retention), float64(admin.PTTL(ctx, fence).Val()), float64(time.Minute), "%v: the counter's life", retention)
+		require.NoError(t, w.Unlock(ctx))
+	}
 }

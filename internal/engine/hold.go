@@ -56,7 +56,8 @@ type Hold struct {
 	fencing   bool
 	autoRenew bool
 	sharded   bool // its core's nodes are Clusters: its releases publish with SPUBLISH
-	// fenceFloor is the fencing argument of its acquire call (acquire.go).
+	// fenceFloor is the fencing argument of its acquire call (acquire.go),
+	// or of the hand-off that granted it (handOffArgs).
 	fenceFloor floorArg
 	// announce: an election's leader, whose release is published whether
 	// or not anyone waits (its observers do not mark it, see release.lua).

@@ -105,7 +105,14 @@ func exclusiveRelease(l *Hold, _ int, _ time.Duration) (*redis.Script, []string,
 func handOffArgs(l, nl *Hold, cfg *Config, wid string) ([]string, []any) {
 	rel := ReleaseKeys(l)
 	keys := []string{l.Keys[0], l.Keys[1], rel[1], rel[2]}
-	args := []any{l.Owner, nl.Owner, ttlMillis(cfg.TTL), fenceArg(cfg), ttlMillis(l.leaseTTL()), wid}
+	fence := fenceArg(cfg)
+	if cfg.Fencing {
+		// The token's time floor is this client's clock, as an acquire's
+		// (attempt.command): no TIME on the server.
+		nl.fenceFloor.set(cfg, time.Now().UnixMicro())
+		fence = &nl.fenceFloor
+	}
+	args := []any{l.Owner, nl.Owner, ttlMillis(cfg.TTL), fence, ttlMillis(l.leaseTTL()), wid}
 	if nl.Metadata != "" {
 		keys = append(keys, nl.Keys[4])
 		args = append(args, metaValue(nl.Owner, nl.Metadata))

@@ -117,6 +117,20 @@ local function mint(on, fences, floor, lease)
   return tok
 end
 
+-- fencearg(arg) splits a script's fencing argument into mint's on and
+-- floor: "0" (no token), "<retention>:<floor>", the floor alone for the
+-- default retention (a number of at least 10^15, which no retention
+-- reaches), or a retention alone (no floor: the server's TIME). acquire.lua
+-- reads the same forms with this code written out: its common path calls
+-- no function.
+local function fencearg(arg)
+  local n = tonumber(arg)
+  if n and n >= 1000000000000000 then return '1', arg end
+  local sep = string.find(arg, ':', 1, true)
+  if sep then return string.sub(arg, 1, sep - 1), string.sub(arg, sep + 1) end
+  return arg, nil
+end
+
 -- minted(on, fence) is the token a grant of this very attempt minted
 -- earlier, for a client-side retry after a lost reply: the counter at fence
 -- (0 when on is '0').

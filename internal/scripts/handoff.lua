@@ -9,9 +9,11 @@
 -- ARGV[1]  current owner value
 -- ARGV[2]  next owner value
 -- ARGV[3]  next owner's TTL in milliseconds
--- ARGV[4]  "1" to mint a fencing token for the next owner, "0" to skip it;
---          a number of ms above 1 also mints, keeping the counter that
---          long (its retention; "1": the default)
+-- ARGV[4]  "0" to skip the fencing token; otherwise the next owner's token
+--          is minted as acquire.lua's ARGV[3] says (fencearg in _lib.lua):
+--          "<retention>:<floor>", the floor alone for the default
+--          retention, or a retention without a floor ("1": the default),
+--          which takes this server's TIME as the floor
 -- ARGV[5]  lifetime of the released marker in milliseconds (the current TTL)
 -- ARGV[6]  the next owner's id in the queue of waiting writers (_lib.lua),
 --          "" if it has none
@@ -31,9 +33,10 @@
 -- Nothing is published: the name stays held, so no other waiter needs to
 -- wake. No read hold can exist while the current owner holds the name. All
 -- keys share one hash tag.
+local on, floor = fencearg(ARGV[4])
 local cur = redis.call('GET', KEYS[1])
 if cur == ARGV[2] then
-  return {REPLY_OK, minted(ARGV[4], KEYS[2])}
+  return {REPLY_OK, minted(on, KEYS[2])}
 end
 if cur ~= ARGV[1] then
   if redis.call('GET', KEYS[3]) == ARGV[1] then return {REPLY_ALREADY, 0} end
@@ -49,7 +52,7 @@ if redis.pcall('SET', KEYS[1], ARGV[1], 'XX', 'KEEPTTL').err then return {REPLY_
 local first = firstwaiter(KEYS[4])
 if first and first ~= ARGV[6] then return {REPLY_WRITER_FIRST, 0} end
 if first then dequeue(KEYS[4], first) end
-local tok, refused = mint(ARGV[4], KEYS[2], '', ARGV[3])
+local tok, refused = mint(on, KEYS[2], floor, ARGV[3])
 if not tok then return refused end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 if ARGV[7] then redis.call('SET', KEYS[5], ARGV[7], 'PX', ARGV[3]) end
