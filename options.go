@@ -79,7 +79,8 @@ func WithFencing(on bool) Option { return func(c *config) { c.Fencing = on } }
 //
 // Tokens still increase across an expired counter. A token is the larger
 // of the counter plus one and the acquiring client's clock in
-// microseconds (a hand-off within a Locker uses the server's TIME). An
+// microseconds (that of the client whose Unlock hands the lock to a
+// waiter of its Locker, for a hand-off). An
 // expired counter reads as none, so the next token is that clock alone. The
 // counter expires only once its server's clock has run the retention d past
 // the counter's last write, so the next token is larger than every earlier
