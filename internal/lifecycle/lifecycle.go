@@ -49,6 +49,7 @@ func (lc *Life) work(f func()) {
 	defer t.Stop()
 	for {
 		f()
+		f = nil // what the call kept reachable is not kept while idle
 		t.Reset(workerIdle)
 		select {
 		case f = <-lc.Idle:
