@@ -61,8 +61,10 @@ local tok = tonumber(on)
 if tok and tok >= 1000000000000000 then
   on, floor = '1', ARGV[3]
 else
-  local sep = string.find(on, ':', 1, true)
-  if sep then on, floor = string.sub(on, 1, sep - 1), string.sub(on, sep + 1) end
+  local arg, sep = on, string.find(on, ':', 1, true)
+  -- Both halves from arg: gopher-lua (miniredis) assigns on before it
+  -- computes the second.
+  if sep then on, floor = string.sub(arg, 1, sep - 1), string.sub(arg, sep + 1) end
   tok = tonumber(floor)
 end
 local cur = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'GET', 'PX', ARGV[2])
