@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -147,5 +148,32 @@ func TestHandOffMintForms(t *testing.T) {
 		assert.GreaterOrEqual(t, w.Token(), unlocked.UnixMicro(), "%v: the floor is the clock at the Unlock", retention)
 		assert.InDelta(t, float64(retention), float64(admin.PTTL(ctx, fence).Val()), float64(time.Minute), "%v: the counter's life", retention)
 		require.NoError(t, w.Unlock(ctx))
+	}
+}
+
+// TestHandOffRefusedKeepsTheQueue: a hand-off that can mint no token (an
+// exhausted counter, one that is not a number) changes nothing, the
+// waiter's place in the server-side queue included, so that the ordinary
+// release that follows still reserves the name for it.
+func TestHandOffRefusedKeepsTheQueue(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	for _, counter := range []string{fmt.Sprint(1<<53 - 1), "junk"} {
+		tag := rlKey("spent-" + counter)
+		keys := []string{tag, tag + ":fence", tag + scripts.ReleasedSuffix, tag + scripts.QueueSuffix}
+		require.NoError(t, admin.Set(ctx, keys[0], "holder", time.Minute).Err())
+		require.NoError(t, admin.Set(ctx, keys[1], counter, time.Hour).Err())
+		alive := float64(time.Now().Add(time.Minute).UnixMilli())
+		require.NoError(t, admin.ZAdd(ctx, keys[3], redis.Z{Score: -4503599627370496, Member: "o:w1"}, redis.Z{Score: alive, Member: "a:w1"}).Err())
+		res, err := scripts.HandOff.Run(ctx, admin, keys, "holder", "next", 30000, "1", 30000, "w1").Int64Slice()
+		require.NoError(t, err)
+		assert.NotEqual(t, int64(scripts.ReplyOK), res[0], "counter %q: no token, no hand-off", counter)
+		members, err := admin.ZRange(ctx, keys[3], 0, -1).Result()
+		require.NoError(t, err)
+		assert.ElementsMatch(t, []string{"o:w1", "a:w1"}, members, "counter %q: the waiter keeps its place", counter)
+		assert.Equal(t, "holder", admin.Get(ctx, keys[0]).Val(), "counter %q: the lock is untouched", counter)
+		assert.Equal(t, counter, admin.Get(ctx, keys[1]).Val(), "counter %q", counter)
 	}
 }

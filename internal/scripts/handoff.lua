@@ -28,7 +28,9 @@
 -- owner's (left untouched); {REPLY_EXHAUSTED, counter} or
 -- {REPLY_BAD_FENCE, 0} when no token can be minted (see _lib.lua): nothing
 -- was changed; {REPLY_OOM, 0} when the server refused the write (at
--- maxmemory): nothing was changed. Reply codes: the table in scripts.go.
+-- maxmemory): nothing was changed. "Nothing" but the entries of waiters
+-- whose entries had lapsed, which reading the queue's head drops (firstwaiter
+-- in _lib.lua), as any release does. Reply codes: the table in scripts.go.
 --
 -- Nothing is published: the name stays held, so no other waiter needs to
 -- wake. No read hold can exist while the current owner holds the name. All
@@ -51,9 +53,10 @@ end
 if redis.pcall('SET', KEYS[1], ARGV[1], 'XX', 'KEEPTTL').err then return {REPLY_OOM, 0} end
 local first = firstwaiter(KEYS[4])
 if first and first ~= ARGV[6] then return {REPLY_WRITER_FIRST, 0} end
-if first then dequeue(KEYS[4], first) end
+-- Minted before the waiter leaves the queue: a refusal changes nothing.
 local tok, refused = mint(on, KEYS[2], floor, ARGV[3])
 if not tok then return refused end
+if first then dequeue(KEYS[4], first) end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 if ARGV[7] then redis.call('SET', KEYS[5], ARGV[7], 'PX', ARGV[3]) end
 redis.pcall('SET', KEYS[3], ARGV[1], 'PX', ARGV[5])
