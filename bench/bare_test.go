@@ -142,7 +142,7 @@ func bareRedlockPair(b *testing.B, srvs []*server) func() error {
 				released <- err == nil && scripts.release.Run(ctx, c, relKeys, owner, ttl).Err() == nil
 			})
 		}
-		for _, ch := range []chan bool{granted, released} {
+		count := func(ch chan bool) error {
 			ok, seen := 0, 0
 			for ok < quorum && seen < len(clients) {
 				if <-ch {
@@ -151,13 +151,15 @@ func bareRedlockPair(b *testing.B, srvs []*server) func() error {
 				seen++
 			}
 			if ok < quorum {
-				close(release)
 				return fmt.Errorf("bare Redlock: %d of %d servers said yes", ok, len(clients))
 			}
-			if ch == granted {
-				close(release)
-			}
+			return nil
 		}
-		return nil
+		err := count(granted)
+		close(release) // granted or not: every goroutine goes on and ends
+		if err != nil {
+			return err
+		}
+		return count(released)
 	}
 }
