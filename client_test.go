@@ -56,17 +56,10 @@ func TestRingWaits(t *testing.T) {
 		name := fmt.Sprintf("ring-%d", i)
 		l, err := lk.TryLock(ctx, name)
 		require.NoError(t, err)
-		got := make(chan *Lock, 1)
-		go func() {
-			w, err := lk.Lock(ctx, name)
-			assert.NoError(t, err, "Lock() on a Ring")
-			got <- w
-		}()
-		waiting(t, lk.c, name)
+		waiter := waitBehind(t, lk, name)
 		released := time.Now()
 		require.NoError(t, l.Unlock(ctx))
-		w := <-got
-		require.NotNil(t, w)
+		w := waiter()
 		// Woken by the release message, not the 5s lease or a 1s timer.
 		assert.Less(t, time.Since(released), 500*time.Millisecond, "hand-off on a Ring")
 		require.NoError(t, w.Unlock(ctx))

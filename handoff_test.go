@@ -31,20 +31,13 @@ func TestHandOffInProcess(t *testing.T) {
 	for i := range 5 {
 		holder, err := lk.TryLock(ctx, "handoff")
 		require.NoError(t, err)
-		got := make(chan *Lock, 1)
-		go func() {
-			w, err := lk.Lock(ctx, "handoff", WithTTL(3*time.Second), WithAutoRenew(false))
-			assert.NoError(t, err)
-			got <- w
-		}()
-		waiting(t, lk.c, "handoff")
+		waiter := waitBehind(t, lk, "handoff", WithTTL(3*time.Second), WithAutoRenew(false))
 		// The waiter's first (failed) attempt and its SUBSCRIBE are done
 		// once it waits: from here on only the hand-off may run.
 		before := allCalls(t, srv)
 		unlocked := time.Now()
 		require.NoError(t, holder.Unlock(ctx))
-		w := <-got
-		require.NotNil(t, w)
+		w := waiter()
 		after := allCalls(t, srv)
 		ran := func(cmd string) int { return after[cmd] - before[cmd] }
 		assert.Equal(t, 0, ran("publish"), "round %d: a hand-off publishes nothing", i)
@@ -130,17 +123,10 @@ func TestHandOffMintForms(t *testing.T) {
 		lk := newLocker(t, srv.Client(t), WithFenceRetention(retention), WithRetry(ConstantRetry(time.Hour)), WithLossTracking(false))
 		holder, err := lk.TryLock(ctx, name)
 		require.NoError(t, err)
-		got := make(chan *Lock, 1)
-		go func() {
-			w, err := lk.Lock(ctx, name, WithAutoRenew(false))
-			assert.NoError(t, err)
-			got <- w
-		}()
-		waiting(t, lk.c, name)
+		waiter := waitBehind(t, lk, name, WithAutoRenew(false))
 		unlocked := time.Now()
 		require.NoError(t, holder.Unlock(ctx))
-		w := <-got
-		require.NotNil(t, w)
+		w := waiter()
 		counter, err := admin.Get(ctx, fence).Int64()
 		require.NoError(t, err)
 		assert.Equal(t, counter, w.Token(), "%v: the counter holds the waiter's token", retention)

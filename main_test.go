@@ -213,6 +213,26 @@ func waiting(t testing.TB, c *engine.Core, name string) {
 	}
 }
 
+// waitBehind starts lk.Lock(name, opts...) in a goroutine and returns once
+// the call waits in lk's queue for name; the function it returns gives the
+// call's lock (failing t on an error).
+func waitBehind(t *testing.T, lk *Locker, name string, opts ...Option) func() *Lock {
+	t.Helper()
+	got := make(chan *Lock, 1)
+	go func() {
+		w, err := lk.Lock(context.Background(), name, opts...)
+		assert.NoError(t, err, "the waiting Lock(%q)", name)
+		got <- w
+	}()
+	waiting(t, lk.c, name)
+	return func() *Lock {
+		t.Helper()
+		w := <-got
+		require.NotNil(t, w)
+		return w
+	}
+}
+
 // writersQueued waits until the server-side queue of waiting writers of
 // name (default prefix) holds n entries.
 func writersQueued(t testing.TB, srv *redistest.Server, name string, n int64) {
