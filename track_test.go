@@ -725,3 +725,48 @@ func TestTrackerForgetsReleasedLocks(t *testing.T) {
 		}, drained, 10*time.Millisecond, "the book, %v after the last release", drained)
 	})
 }
+
+// TestLossHeardWhileArming: a lock that becomes held while the tracking
+// connections are being opened, after their subscriptions read the locks
+// held then, is armed all the same, so an outside DEL of it is heard at
+// once. (The connections open once a lock is held ArmAfter; the first lock
+// here is deleted at once, so that the subscriptions' read finds it lost,
+// which tells the test that the read has run.)
+func TestLossHeardWhileArming(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	out := srv.Client(t)
+	lk := newLocker(t, srv.Client(t), WithTTL(30*time.Second))
+	ctx := context.Background()
+	first, err := lk.TryLock(ctx, "arming-1")
+	require.NoError(t, err)
+	second := make(chan *Lock, 1)
+	var once sync.Once
+	lk.c.Track.AfterArm = func() {
+		once.Do(func() {
+			// The keeper's goroutine, inside arm: wait for the
+			// subscriptions' read, then take the second lock.
+			select {
+			case <-first.Done():
+			case <-time.After(5 * time.Second):
+			}
+			l, err := lk.TryLock(ctx, "arming-2")
+			assert.NoError(t, err)
+			second <- l
+		})
+	}
+	require.NoError(t, out.Del(ctx, "{redlock:arming-1}").Err())
+	heardAfter(t, time.Now(), 10*time.Second, first)
+	requireLoss(t, first.Err(), LossDeleted)
+	var l *Lock
+	select {
+	case l = <-second:
+		require.NotNil(t, l)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the keeper did not arm")
+	}
+	at := time.Now()
+	require.NoError(t, out.Del(ctx, "{redlock:arming-2}").Err())
+	heardAfter(t, at, 5*time.Second, l)
+	requireLoss(t, l.Err(), LossDeleted)
+}

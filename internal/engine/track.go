@@ -109,10 +109,13 @@ type Tracker struct {
 	byNode []*trackConn // by node index, nil for a node without tracking
 	// on: some node's tracking connection may be armed, so the bookkeeping
 	// below is worth its cost.
-	on     atomic.Bool
-	Armed  atomic.Bool // the connections are open (the keeper's)
-	ctx    context.Context
-	cancel context.CancelFunc
+	on    atomic.Bool
+	Armed atomic.Bool // the connections are open (the keeper's)
+	// AfterArm, when set (by tests, before the first lock), is called by
+	// the keeper once arm has started the subscriptions.
+	AfterArm func()
+	ctx      context.Context
+	cancel   context.CancelFunc
 	// keeper opens and closes the connections, and reader reads the
 	// suspect locks: each runs one goroutine of the tracker's.
 	keeper keeper

@@ -117,9 +117,15 @@ func (k *keeper) pause(d time.Duration) bool {
 	}
 }
 
-// arm opens the tracking connections.
+// arm opens the tracking connections. Armed is set first: a lock that
+// becomes held from then on is queued for its own arming read (heldNow),
+// and one that became held before was watched before the subscriptions
+// start, so their read of every held lock reads it. Set after them, a lock
+// held in between was read by neither, and a DEL of it went unheard until
+// its renewal (seen once on a loaded machine; TestLossHeardWhileArming).
 func (k *keeper) arm() {
 	t := k.t
+	t.Armed.Store(true)
 	for _, tc := range t.Conns {
 		if tc.gone.Load() || !t.life.GoCount(1) {
 			continue
@@ -127,7 +133,9 @@ func (k *keeper) arm() {
 		tc.ps, tc.stop = tc.cl.Subscribe(t.ctx), make(chan struct{}) // connects in run
 		go tc.run(tc.ps, tc.stop)
 	}
-	t.Armed.Store(true)
+	if t.AfterArm != nil {
+		t.AfterArm()
+	}
 }
 
 // disarm closes them, and drops the locks still to be armed: the next
@@ -149,4 +157,10 @@ func (k *keeper) disarm() {
 	clear(t.unarmed)
 	t.Mu.Unlock()
 	t.sweep(true) // no invalidation can come now
+	// A lock that became held after the keeper last looked, and was queued
+	// to be armed (Armed was still set), was dropped above: the keeper
+	// arms again for it.
+	if _, any := t.heldSince(0); any {
+		k.wake()
+	}
 }
