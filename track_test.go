@@ -68,15 +68,22 @@ var holdKinds = []holdKind{
 	}, func(name string) string { return "{redlock:" + name + "}" }, LossTaken},
 }
 
+// lossSetup is a loss-tracking test's server, an outside client of it, and
+// a Locker whose leases (30 s, renewed every 10 s) are far from any renewal
+// while the test runs: only the tracking connections can tell of a change.
+func lossSetup(t *testing.T) (*redistest.Server, *redis.Client, *Locker) {
+	t.Helper()
+	srv := redistest.Start(t)
+	return srv, srv.Client(t), newLocker(t, srv.Client(t), WithTTL(30*time.Second))
+}
+
 // TestLossHeardAtOnce: an outside DEL, or SET of another value, of a held
 // key closes Done at once (p90 of 10 trials within 250 ms), with the reason,
 // for every kind of hold; the lease (30 s, renewed every 10 s) is far from
 // any renewal, so only the tracking connection can have told.
 func TestLossHeardAtOnce(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	out := srv.Client(t)
-	lk := newLocker(t, srv.Client(t), WithTTL(30*time.Second))
+	_, out, lk := lossSetup(t)
 	ctx := context.Background()
 	changes := []struct {
 		name   string
@@ -110,9 +117,7 @@ func TestLossHeardAtOnce(t *testing.T) {
 // every Done at once, as deleted.
 func TestLossHeardFlushAll(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	out := srv.Client(t)
-	lk := newLocker(t, srv.Client(t), WithTTL(30*time.Second))
+	_, out, lk := lossSetup(t)
 	ctx := context.Background()
 	var locks []*Lock
 	for i := range 100 {
@@ -203,9 +208,7 @@ func trackingSubscribers(t testing.TB, srv *redistest.Server) int64 {
 // was down is found when it comes back, not at the next renewal.
 func TestLossHeardAfterReconnect(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	out := srv.Client(t)
-	lk := newLocker(t, srv.Client(t), WithTTL(30*time.Second))
+	srv, out, lk := lossSetup(t)
 	ctx := context.Background()
 	l, err := lk.TryLock(ctx, "reconnect")
 	require.NoError(t, err)
@@ -457,9 +460,7 @@ func TestTrackingHearsOwnNamesOnly(t *testing.T) {
 // found.
 func TestRearmAfterReconnectBounded(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	out := srv.Client(t)
-	lk := newLocker(t, srv.Client(t), WithTTL(30*time.Second))
+	_, out, lk := lossSetup(t)
 	ctx := context.Background()
 	const held = 2000
 	locks := make([]*Lock, held)
@@ -508,9 +509,7 @@ func TestRearmAfterReconnectBounded(t *testing.T) {
 // held.
 func TestLossHeardAfterDataConnKilled(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	out := srv.Client(t)
-	lk := newLocker(t, srv.Client(t), WithTTL(30*time.Second))
+	srv, out, lk := lossSetup(t)
 	short := newLocker(t, srv.Client(t), WithTTL(600*time.Millisecond))
 	ctx := context.Background()
 	l, err := lk.TryLock(ctx, "killed-data")
@@ -560,9 +559,7 @@ func TestLossHeardAfterDataConnKilled(t *testing.T) {
 // PING and the deletion heard within IdlePing.
 func TestDataConnectionIsOne(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	out := srv.Client(t)
-	lk := newLocker(t, srv.Client(t), WithTTL(30*time.Second))
+	_, out, lk := lossSetup(t)
 	ctx := context.Background()
 	locks := make([]*Lock, 20)
 	for i := range locks {
@@ -734,9 +731,7 @@ func TestTrackerForgetsReleasedLocks(t *testing.T) {
 // which tells the test that the read has run.)
 func TestLossHeardWhileArming(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	out := srv.Client(t)
-	lk := newLocker(t, srv.Client(t), WithTTL(30*time.Second))
+	_, out, lk := lossSetup(t)
 	ctx := context.Background()
 	first, err := lk.TryLock(ctx, "arming-1")
 	require.NoError(t, err)
