@@ -733,16 +733,19 @@ func TestLossHeardWhileArming(t *testing.T) {
 	t.Parallel()
 	_, out, lk := lossSetup(t)
 	ctx := context.Background()
-	first, err := lk.TryLock(ctx, "arming-1")
-	require.NoError(t, err)
-	second := make(chan *Lock, 1)
+	// Set before the first lock, whose hold wakes the keeper that reads it.
+	firstCh, second := make(chan *Lock, 1), make(chan *Lock, 1)
 	var once sync.Once
 	lk.c.Track.AfterArm = func() {
 		once.Do(func() {
 			// The keeper's goroutine, inside arm: wait for the
 			// subscriptions' read, then take the second lock.
 			select {
-			case <-first.Done():
+			case first := <-firstCh:
+				select {
+				case <-first.Done():
+				case <-time.After(5 * time.Second):
+				}
 			case <-time.After(5 * time.Second):
 			}
 			l, err := lk.TryLock(ctx, "arming-2")
@@ -750,6 +753,9 @@ func TestLossHeardWhileArming(t *testing.T) {
 			second <- l
 		})
 	}
+	first, err := lk.TryLock(ctx, "arming-1")
+	require.NoError(t, err)
+	firstCh <- first
 	require.NoError(t, out.Del(ctx, "{redlock:arming-1}").Err())
 	heardAfter(t, time.Now(), 10*time.Second, first)
 	requireLoss(t, first.Err(), LossDeleted)
