@@ -29,7 +29,8 @@ const workerIdle = time.Second
 // Go runs f, a goroutine already counted by GoCount, on a worker goroutine:
 // one that ran an earlier call and waits for the next (for workerIdle, or
 // until Close begins), else a new one. A worker keeps the stack its calls
-// grew: a go-redis call needs a deeper one than a goroutine starts with.
+// grew (until the garbage collector shrinks an idle one): a go-redis call
+// needs a deeper one than a goroutine starts with.
 func (lc *Life) Go(f func()) {
 	select {
 	case lc.Idle <- f:
