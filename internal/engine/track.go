@@ -341,11 +341,7 @@ func (t *Tracker) sweep(all bool) {
 	}
 	var gone []*Hold
 	for _, w := range t.watched {
-		for i := -1; i < len(w.more); i++ {
-			l := w.one
-			if i >= 0 {
-				l = w.more[i]
-			}
+		for l := range w.all {
 			if l.trk.retired.Load() && (all || !l.trk.live(now)) {
 				gone = append(gone, l)
 			}
@@ -400,11 +396,7 @@ func (t *Tracker) heldSince(cutoff int64) (old, any bool) {
 	t.Mu.Lock()
 	defer t.Mu.Unlock()
 	for _, w := range t.watched {
-		for i := -1; i < len(w.more); i++ {
-			l := w.one
-			if i >= 0 {
-				l = w.more[i]
-			}
+		for l := range w.all {
 			at := l.trk.heldAt.Load()
 			if at == 0 || l.trk.retired.Load() {
 				continue
@@ -435,6 +427,18 @@ func (t *Tracker) watching(l *Hold) bool {
 type watchers struct {
 	one  *Hold
 	more []*Hold
+}
+
+// all yields the locks of w, its one first.
+func (w watchers) all(yield func(*Hold) bool) {
+	if !yield(w.one) {
+		return
+	}
+	for _, l := range w.more {
+		if !yield(l) {
+			return
+		}
+	}
 }
 
 // with is w and l.

@@ -81,11 +81,7 @@ func (t *Tracker) invalidated(node int, keys []string) {
 func (t *Tracker) spend(w watchers, node int, now int64) *Hold {
 	var got *Hold
 	var gone []*Hold
-	for i := -1; i < len(w.more); i++ {
-		l := w.one
-		if i >= 0 {
-			l = w.more[i]
-		}
+	for l := range w.all {
 		if got == nil && l.trk.spend(node, now) {
 			got = l
 		}
@@ -103,11 +99,7 @@ func (t *Tracker) spend(w watchers, node int, now int64) *Hold {
 // and reports whether there were any (t.mu held).
 func (t *Tracker) rearm(w watchers) bool {
 	any := false
-	for i := -1; i < len(w.more); i++ {
-		l := w.one
-		if i >= 0 {
-			l = w.more[i]
-		}
+	for l := range w.all {
 		if l.trk.heldAt.Load() != 0 && !l.trk.retired.Load() {
 			t.Suspect[l] = struct{}{}
 			any = true
