@@ -78,10 +78,10 @@ func WithFencing(on bool) Option { return func(c *config) { c.Fencing = on } }
 // lease, and a grant never shortens a counter's remaining life.
 //
 // Tokens still increase across an expired counter. A token is the larger
-// of the counter plus one and the acquiring client's clock in
-// microseconds (that of the client whose Unlock hands the lock to a
-// waiter of its Locker, for a hand-off). An
-// expired counter reads as none, so the next token is that clock alone. The
+// of the counter plus one and the acquiring client's clock in microseconds
+// (for a hand-off to a waiter of the same Locker, the clock of the client
+// whose Unlock hands it). An expired counter reads as none, so the next
+// token is that clock alone. The
 // counter expires only once its server's clock has run the retention d past
 // the counter's last write, so the next token is larger than every earlier
 // one as long as the clock that floors it is less than d behind the clock
