@@ -80,9 +80,9 @@ type pairLib struct {
 }
 
 // pairLibs are the rows of Parallel16 and ServerInstructions against the
-// server at addr: the raw SET NX + DEL floor, our scripts alone, ours (the
-// library at go-redis defaults, and with ContextTimeoutEnabled),
-// bsm/redislock and redsync.
+// server at addr: the raw SET NX + DEL floor, our scripts alone, ours (Lock
+// at go-redis defaults and with ContextTimeoutEnabled; TryLock with fencing
+// on and off), bsm/redislock and redsync.
 func pairLibs(addr string) []pairLib {
 	return []pairLib{
 		{"raw-setnx-del", func(b *testing.B) pairFunc {
@@ -102,6 +102,13 @@ func pairLibs(addr string) []pairLib {
 		}},
 		{"redlock", func(b *testing.B) pairFunc { return redlockPair(b, newGoRedis(b, addr, nil)) }},
 		{"redlock-ctxdl", func(b *testing.B) pairFunc { return redlockPair(b, newCtxDLGoRedis(b, addr, nil)) }},
+		// TryLock, the server-cost issue's own measure: a call that never
+		// waits sends neither the queue's keys nor a waiter's id.
+		{"redlock-trylock", func(b *testing.B) pairFunc { return redlockTryPair(b, newGoRedis(b, addr, nil)) }},
+		// The same with fencing off: what the token costs, by difference.
+		{"redlock-trylock-nofence", func(b *testing.B) pairFunc {
+			return redlockTryPair(b, newGoRedis(b, addr, nil), redlock.WithFencing(false))
+		}},
 		{"redislock", func(b *testing.B) pairFunc {
 			c := redislock.New(newGoRedis(b, addr, nil))
 			return func(ctx context.Context, name string) error {
@@ -131,11 +138,7 @@ func pairLibs(addr string) []pairLib {
 // redlockPair is Lock + Unlock of ours on a Locker over cl, closed when b
 // ends.
 func redlockPair(b *testing.B, cl *redis.Client) func(ctx context.Context, name string) error {
-	lk, err := redlock.NewLocker(cl)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { lk.Close() })
+	lk := benchLocker(b, cl)
 	return func(ctx context.Context, name string) error {
 		l, err := lk.Lock(ctx, name)
 		if err != nil {
@@ -143,4 +146,26 @@ func redlockPair(b *testing.B, cl *redis.Client) func(ctx context.Context, name 
 		}
 		return l.Unlock(ctx)
 	}
+}
+
+// redlockTryPair is TryLock + Unlock of ours on a Locker over cl with opts.
+func redlockTryPair(b *testing.B, cl *redis.Client, opts ...redlock.Option) func(ctx context.Context, name string) error {
+	lk := benchLocker(b, cl, opts...)
+	return func(ctx context.Context, name string) error {
+		l, err := lk.TryLock(ctx, name)
+		if err != nil {
+			return err
+		}
+		return l.Unlock(ctx)
+	}
+}
+
+// benchLocker is a Locker over cl with opts, closed when b ends.
+func benchLocker(b *testing.B, cl *redis.Client, opts ...redlock.Option) *redlock.Locker {
+	lk, err := redlock.NewLocker(cl, opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { lk.Close() })
+	return lk
 }
