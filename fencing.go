@@ -104,7 +104,7 @@ func (f *Fence) Highest() int64 { return f.highest.Load() }
 
 // fenceMaxRedisToken is the largest token a RedisFence accepts: its scripts
 // compare tokens as Lua numbers (IEEE doubles), exact for integers up to
-// 2^53. Lock tokens follow the server time in microseconds (about 1.8e15 in
+// 2^53. Lock tokens follow the clock in microseconds (about 1.8e15 in
 // 2027) and reach 2^53 around the year 2255.
 const fenceMaxRedisToken = 1 << 53
 

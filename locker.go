@@ -15,8 +15,8 @@ import (
 //
 // A Locker's locks are exactly as safe as that deployment: replication is
 // asynchronous, so a failover can lose a lock together with its fencing
-// counter. Tokens carry a server-time floor so that fencing still tells the
-// two holders apart; see the package documentation.
+// counter. Tokens carry a time floor (this client's clock, in µs) so that
+// fencing still tells the two holders apart; see the package documentation.
 type Locker struct{ c *engine.Core }
 
 // NewLocker returns a Locker on client with opts as defaults for every call.

@@ -31,8 +31,9 @@ import (
 // refused it last. A waiting LockAll does not keep read holds out (no writer
 // preference) and is never handed a name by an Unlock of this Locker.
 // WithMetadata is ignored, and WithReplicaAcks is refused on a Cluster or
-// Ring client. Errors are those of Lock, and an error for an empty list or
-// an empty name.
+// Ring client for names that are not all one (they may lie on several
+// shards, and one WAIT covers one). Errors are those of Lock, and an error
+// for an empty list or an empty name.
 func (lk *Locker) LockAll(ctx context.Context, names []string, opts ...Option) (*Lock, error) {
 	return handle(lk.lockAll(ctx, names, opts, true))
 }

@@ -57,10 +57,11 @@ func WithDriftFactor(f float64) Option { return func(c *config) { c.DriftFactor 
 // WithKeyPrefix sets the prefix of the keys the library writes. Default
 // "redlock:". A lock named n lives at "{<prefix>n}", its fencing counter at
 // "{<prefix>n}:fence" (for the retention of [WithFenceRetention] after the
-// last grant), and for one TTL after each release a marker of the
-// released owner at "{<prefix>n}:released"; releases are published on
-// "{<prefix>n}:rel". The prefix must be non-empty and contain no '{' or '}',
-// so the hash tag of both keys is never empty and they share one Cluster slot.
+// last grant), and after each release, for at most one TTL (what was left
+// of the lease), a marker of the released owner at "{<prefix>n}:released";
+// releases are published on "{<prefix>n}:rel". The prefix must be non-empty
+// and contain no '{' or '}', so the hash tag of both keys is never empty and
+// they share one Cluster slot.
 func WithKeyPrefix(p string) Option { return func(c *config) { c.Prefix = p } }
 
 // WithFencing turns fencing tokens on or off. Default true: every acquisition
@@ -173,8 +174,8 @@ func WithMetadata(s string) Option { return func(c *config) { c.Metadata = s } }
 // first. A watchdog renewing several locks together on one node sends one
 // WAIT for the largest replicas and timeout among them. Replica acks need a
 // client that talks to one master per key: a *redis.Client (Sentinel
-// failover clients included) or a *redis.ClusterClient; a *redis.Ring is
-// refused.
+// failover clients included), a *redis.ClusterClient or a *redis.Ring,
+// whose WAIT goes to the connection of the key's own shard.
 //
 // It narrows the window in which a failover loses a lock, it does not
 // close it: WAIT is not consensus. Sentinel or Cluster may still promote a

@@ -115,13 +115,13 @@ func (r *Redlock) Do(ctx context.Context, name string, fn func(ctx context.Conte
 // does. It does not close the clients.
 func (r *Redlock) Close() error { return r.core().Close() }
 
-// core is the engine, or nil for a nil or zero Redlock, whose methods then
-// return an error instead of panicking.
 // Ping checks, before any lock is needed, that a quorum of the masters
 // answer and accept writes; the error names every master that does not,
 // with its cause. Bounded by the node timeout (and ctx).
 func (r *Redlock) Ping(ctx context.Context) error { return engine.Ping(ctx, r.core()) }
 
+// core is the engine, or nil for a nil or zero Redlock, whose methods then
+// return an error instead of panicking.
 func (r *Redlock) core() *engine.Core {
 	if r == nil {
 		return nil
