@@ -140,7 +140,9 @@ func TestMaxHold(t *testing.T) {
 	cl := srv.Client(t)
 	ctx := context.Background()
 	const hold = 400 * time.Millisecond
-	lk := newLocker(t, cl, WithTTL(time.Second), WithRenewInterval(100*time.Millisecond), WithMaxHold(hold))
+	// A lease of 5s renewed every 100ms until the cap: left alone, the key
+	// would stay more than 4.5s after it.
+	lk := newLocker(t, cl, WithTTL(5*time.Second), WithRenewInterval(100*time.Millisecond), WithMaxHold(hold))
 	other := newLocker(t, cl)
 
 	start := time.Now()
@@ -152,12 +154,12 @@ func TestMaxHold(t *testing.T) {
 	requireLoss(t, l.Err(), LossMaxHold)
 	require.ErrorIs(t, l.Extend(ctx, time.Second), ErrNotHeld)
 
-	// Released by the library: another owner gets it long before the lease
-	// (1s, renewed) would have run out.
-	lctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	ol, err := other.Lock(lctx, "max-hold")
-	require.NoError(t, err, "other Lock() after the max hold")
+	// Released by the library: the key goes, and another owner gets the
+	// name, long before the lease would have run out.
+	require.True(t, eventually(2*time.Second, func() bool { return cl.Exists(ctx, rlKey("max-hold")).Val() == 0 }),
+		"the key still on the server 2s after the max hold")
+	ol, err := other.TryLock(ctx, "max-hold")
+	require.NoError(t, err, "other TryLock() after the max hold")
 	require.NoError(t, ol.Unlock(ctx))
 
 	var cause error
@@ -216,4 +218,45 @@ func TestLossReasonText(t *testing.T) {
 	assert.Equal(t, "LossReason(99)", LossReason(99).String())
 	assert.NotErrorIs(t, err, ErrClosed)
 	assert.ErrorIs(t, &LostError{Reason: LossClosed}, ErrClosed)
+}
+
+// TestErrExactWhileLossClockStalled: Err says ErrLost from Until on by the
+// clock alone. The loss clock normally closes Done ahead of Until, so here
+// its loop is held (a test hook) as it comes to the lock: Done stays open,
+// and Err read after Until must still report the loss, closing Done.
+func TestErrExactWhileLossClockStalled(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	lk := newLocker(t, srv.Client(t), WithTTL(300*time.Millisecond), WithAutoRenew(false))
+	stall, stalled := make(chan struct{}), make(chan struct{}, 1)
+	lk.c.Exp.BeforeExpire = func() {
+		select {
+		case stalled <- struct{}{}:
+		default:
+		}
+		<-stall
+	}
+	defer close(stall) // before the Locker's Close (a cleanup)
+	l, err := lk.TryLock(context.Background(), "exact-stalled")
+	require.NoError(t, err)
+	select {
+	case <-stalled:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the loss clock never came to the lock")
+	}
+	select {
+	case <-l.Done():
+		t.Fatal("Done() closed while the loss clock is held")
+	default:
+	}
+	// The clock itself is what is under test: wait for it to pass Until.
+	for time.Now().Before(l.Until()) {
+		time.Sleep(time.Until(l.Until()))
+	}
+	require.ErrorIs(t, l.Err(), ErrLost, "Err() after Until with the loss clock held")
+	select {
+	case <-l.Done():
+	default:
+		t.Fatal("Done() open after Err() reported the loss")
+	}
 }

@@ -42,6 +42,11 @@ type expiry struct {
 	// the last of a batch of thousands (renewed together, due together)
 	// still closes Done by its Until.
 	cost time.Duration
+	// BeforeExpire, when set (by tests, before the first lock), is called
+	// by the loop before it declares a batch of due locks lost, outside mu:
+	// a test stalls the loss clock with it, to see what Err says when the
+	// clock is late.
+	BeforeExpire func()
 }
 
 func newExpiry() *expiry {
@@ -122,6 +127,9 @@ func (e *expiry) run() {
 		began := time.Now()
 		due, dueAt, lead = e.take(due[:0], dueAt[:0], lead, slack)
 		if len(due) > 0 {
+			if e.BeforeExpire != nil {
+				e.BeforeExpire()
+			}
 			// Close every Done first: other owners may be granted the names
 			// soon.
 			if over := e.expire(due, dueAt, lead+slack, began); over > 0 {
