@@ -250,6 +250,55 @@ func TestHandOffLetsOtherProcessesIn(t *testing.T) {
 	require.NoError(t, l.Unlock(ctx))
 }
 
+// TestHandOffCapFreesTheName: a Locker whose goroutines keep its own queue
+// full hands the name on at most 8 times in a row, then releases it, so a
+// process that never enters the server-side queue (here one that only
+// polls with TryLock) still gets it. Without the cap the name would pass
+// from hand to hand and never be free.
+func TestHandOffCapFreesTheName(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	busy := newLocker(t, srv.Client(t))
+	other := newLocker(t, srv.Client(t))
+	ctx := context.Background()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				l, err := busy.Lock(ctx, "capped")
+				if err != nil {
+					return
+				}
+				time.Sleep(time.Millisecond) // the critical section
+				_ = l.Unlock(ctx)
+			}
+		})
+	}
+	defer func() {
+		close(stop)
+		wg.Wait()
+	}()
+	waiting(t, busy.c, "capped")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		l, err := other.TryLock(ctx, "capped")
+		if err == nil {
+			require.NoError(t, l.Unlock(ctx))
+			return
+		}
+		require.ErrorIs(t, err, ErrNotObtained, "TryLock()")
+		if time.Now().After(deadline) {
+			t.Fatal("the name was never free for 5s: hand-offs did not stop")
+		}
+	}
+}
+
 // TestReservedWaiterWokenByHead: a release passed the name to a waiter of
 // this Locker that is not the head of its queue, and its wake-up message was
 // lost (it came before the subscription). The head, refused by the
