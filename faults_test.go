@@ -550,3 +550,30 @@ func TestDeadServerFailsWithinNodeTimeout(t *testing.T) {
 		assert.Less(t, took, 3*timeout, "TryLock on a dead port took %v, node timeout %v", took, timeout)
 	}
 }
+
+// TestExtendUnansweredKeepsLock: a Locker's Extend that a paused server
+// does not answer fails within the node timeout with an error that is not
+// ErrNotHeld, and the lock stays held until its current Until: Err nil,
+// Until unchanged, Done open.
+func TestExtendUnansweredKeepsLock(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	lk := newLocker(t, srv.Client(t), WithNodeTimeout(100*time.Millisecond), WithTTL(5*time.Second), WithAutoRenew(false))
+	ctx := context.Background()
+	l, err := lk.TryLock(ctx, "extend-unanswered")
+	require.NoError(t, err)
+	until := l.Until()
+	srv.Pause(t)
+	err = l.Extend(ctx, 10*time.Second)
+	srv.Resume(t)
+	require.Error(t, err, "Extend() on a paused server")
+	assert.NotErrorIs(t, err, ErrNotHeld, "Extend() on a paused server")
+	assert.NoError(t, l.Err(), "Err() after an unanswered Extend")
+	assert.Equal(t, until, l.Until(), "Until() after an unanswered Extend")
+	select {
+	case <-l.Done():
+		t.Fatal("Done() closed after an unanswered Extend")
+	default:
+	}
+	require.NoError(t, l.Unlock(ctx))
+}

@@ -271,3 +271,35 @@ func BenchmarkObserver(b *testing.B) {
 		})
 	}
 }
+
+// TestObserverPerCall: WithObserver given per call is the observer of that
+// call's lock instead of the Locker's: it sees the lock's acquisition and
+// release, and the Locker's sees nothing of them; nil removes the observer
+// for the call. The Locker's observer still sees the other calls.
+func TestObserverPerCall(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	base, own := &eventLog{}, &eventLog{}
+	lk := newLocker(t, srv.Client(t), WithObserver(base))
+	calls := []struct {
+		name string
+		opts []Option
+	}{
+		{"obs-own", []Option{WithObserver(own)}},
+		{"obs-none", []Option{WithObserver(nil)}},
+		{"obs-base", nil},
+	}
+	for _, c := range calls {
+		l, err := lk.TryLock(ctx, c.name, c.opts...)
+		require.NoError(t, err, "TryLock(%q)", c.name)
+		require.NoError(t, l.Unlock(ctx), "Unlock(%q)", c.name)
+	}
+	seq := func(r *eventLog) []string {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return slices.Clone(r.seq)
+	}
+	assert.Equal(t, []string{"acquire:obs-own:acquired", "release:obs-own"}, seq(own), "the per-call observer's events")
+	assert.Equal(t, []string{"acquire:obs-base:acquired", "release:obs-base"}, seq(base), "the Locker's observer's events")
+}

@@ -212,9 +212,9 @@ func WithLogger(l *slog.Logger) Option {
 // same).
 // Default on, for a *redis.Client (standalone or Sentinel) on a server that
 // allows CLIENT TRACKING; a Cluster or Ring client, or a server that refuses
-// it, finds such a loss at the next renewal. Without it, or per call, loss
-// is found by renewals only. Given per call it has no effect: the
-// connection is the constructor's. See "Hearing a loss" in SAFETY.md.
+// it, finds such a loss at the next renewal. Without it, loss is found by
+// renewals only. Given per call it has no effect: the connections are the
+// constructor's. See "Hearing a loss" in SAFETY.md.
 func WithLossTracking(on bool) Option { return func(c *config) { c.NoTracking = !on } }
 
 // announced makes a lock's release publish whether or not anyone waits:

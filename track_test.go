@@ -771,3 +771,19 @@ func TestLossHeardWhileArming(t *testing.T) {
 	heardAfter(t, at, 5*time.Second, l)
 	requireLoss(t, l.Err(), LossDeleted)
 }
+
+// TestLossTrackingPerCallHasNoEffect: WithLossTracking given per call
+// changes nothing (the tracking connections are the constructor's): an
+// outside DEL of a lock taken with WithLossTracking(false) on a tracking
+// Locker is heard at once all the same, with its renewal 10 s away.
+func TestLossTrackingPerCallHasNoEffect(t *testing.T) {
+	t.Parallel()
+	_, out, lk := lossSetup(t)
+	ctx := context.Background()
+	l, err := lk.TryLock(ctx, "per-call-untracked", WithLossTracking(false))
+	require.NoError(t, err)
+	at := time.Now()
+	require.NoError(t, out.Del(ctx, rlKey("per-call-untracked")).Err())
+	heardAfter(t, at, 5*time.Second, l)
+	requireLoss(t, l.Err(), LossDeleted)
+}
