@@ -538,3 +538,100 @@ func TestElectionRedlockPausedMaster(t *testing.T) {
 	ocancel()
 	w.waitClosed(t, 5*time.Second)
 }
+
+// TestElectionCampaignForcesFencingAndRenewal: Campaign's lock is "always
+// with fencing (its Token is the term) and auto-renewal, whatever the
+// options say" (Election.Campaign's doc, election.go). Options that turn
+// both off, on the Locker, on the Election or on a Redlock, still give a
+// term >= 1 and a leader that stays elected, on the server too, for more
+// than three TTLs; a plain lock with the same options has neither, so the
+// options are in force.
+func TestElectionCampaignForcesFencingAndRenewal(t *testing.T) {
+	t.Parallel()
+	// 800ms: a renewal every 267ms, each retried when it fails, so a
+	// starved machine cannot make the lease run out; short enough that
+	// three leases pass in under 3s.
+	const ttl = 800 * time.Millisecond
+	off := []Option{WithFencing(false), WithAutoRenew(false)}
+	cases := []struct {
+		name string
+		// election returns the Election under test, the options its plain
+		// lock gets, and the nodes' clients, to read the key.
+		election func(t *testing.T, name string) (*Election, func(context.Context, string) (*Lock, error), []*redis.Client)
+	}{
+		{"Locker options", func(t *testing.T, name string) (*Election, func(context.Context, string) (*Lock, error), []*redis.Client) {
+			srv := redistest.Start(t)
+			lk := newLocker(t, srv.Client(t), append([]Option{WithTTL(ttl)}, off...)...)
+			plain := func(ctx context.Context, n string) (*Lock, error) { return lk.TryLock(ctx, n) }
+			return lk.Election(name), plain, []*redis.Client{srv.Client(t)}
+		}},
+		{"Election options", func(t *testing.T, name string) (*Election, func(context.Context, string) (*Lock, error), []*redis.Client) {
+			srv := redistest.Start(t)
+			lk := newLocker(t, srv.Client(t), WithTTL(ttl))
+			plain := func(ctx context.Context, n string) (*Lock, error) { return lk.TryLock(ctx, n, off...) }
+			return lk.Election(name, off...), plain, []*redis.Client{srv.Client(t)}
+		}},
+		{"Redlock", func(t *testing.T, name string) (*Election, func(context.Context, string) (*Lock, error), []*redis.Client) {
+			nodes := startRLNodes(t, 3, false, time.Second)
+			r := newRL(t, nodes, append([]Option{WithTTL(ttl)}, off...)...)
+			var admins []*redis.Client
+			for _, nd := range nodes {
+				admins = append(admins, nd.admin)
+			}
+			plain := func(ctx context.Context, n string) (*Lock, error) { return r.TryLock(ctx, n) }
+			return r.Election(name), plain, admins
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			const name = "election-forced"
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			e, plain, admins := tc.election(t, name)
+
+			p, err := plain(ctx, name+"-plain")
+			require.NoError(t, err, "TryLock() with fencing and renewal off")
+			assert.Equal(t, int64(0), p.Token(), "TryLock() Token with WithFencing(false): the option is in force")
+			require.NoError(t, p.Unlock(ctx))
+
+			l, err := e.Campaign(ctx, "leader")
+			won := time.Now()
+			require.NoError(t, err)
+			require.GreaterOrEqual(t, l.Token(), int64(1), "Campaign() Token = %d with WithFencing(false), want a term >= 1", l.Token())
+
+			// Renewals move Until on: past won+4*TTL means the leader held
+			// through more than three leases. Without renewal Done closes
+			// after the first one, and the wait ends there.
+			renewed := eventually(6*ttl, func() bool {
+				select {
+				case <-l.Done():
+					return true
+				default:
+				}
+				return l.Until().After(won.Add(4 * ttl))
+			})
+			require.NoError(t, l.Err(), "Err() of the leader %v after Campaign with WithAutoRenew(false), want nil", time.Since(won))
+			select {
+			case <-l.Done():
+				t.Fatalf("Done() closed %v after Campaign with WithAutoRenew(false), want open", doneAt(l).Sub(won))
+			default:
+			}
+			require.True(t, renewed, "Until() = won + %v after %v, want past won + %v: no renewals", l.Until().Sub(won), time.Since(won), 4*ttl)
+
+			// On the server too: every node's key still holds the leader.
+			for i, cl := range admins {
+				assert.Equal(t, l.Owner(), get(t, cl, rlKey(name)), "node %d: lock key %v after Campaign", i, time.Since(won))
+				pttl, err := cl.PTTL(ctx, rlKey(name)).Result()
+				require.NoError(t, err)
+				assert.Greater(t, pttl, time.Duration(0), "node %d: PTTL of the leader's key", i)
+			}
+			got, err := e.Leader(ctx)
+			require.NoError(t, err, "Leader()")
+			assert.Equal(t, l.Token(), got.Term, "Leader().Term")
+			assert.Equal(t, "leader", got.Value, "Leader().Value")
+			t.Logf("term %d; held %v after Campaign (TTL %v), Until won + %v", l.Token(), time.Since(won), ttl, l.Until().Sub(won))
+			require.NoError(t, l.Unlock(ctx))
+		})
+	}
+}
