@@ -635,3 +635,62 @@ func TestElectionCampaignForcesFencingAndRenewal(t *testing.T) {
 		})
 	}
 }
+
+// TestElectionCloseResigns: Close of the leader's Locker resigns
+// (Election.Campaign's doc, election.go: "Close of the Locker resigns
+// too"), and the candidate waiting on another Locker leads at once
+// (docs/election.md, Takeover: "after a resignation (Unlock, or Close on
+// shutdown) the next candidate leads within milliseconds"). The TTL is 30s
+// and the bound 5s: only the resignation explains the takeover.
+func TestElectionCloseResigns(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	const name = "election-close-resigns"
+	const ttl = 30 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lkA := newLocker(t, srv.Client(t), WithTTL(ttl))
+	lkB := newLocker(t, srv.Client(t), WithTTL(ttl))
+
+	a, err := lkA.Election(name).Campaign(ctx, "a")
+	require.NoError(t, err)
+	type win struct {
+		l   *Lock
+		err error
+		at  time.Time
+	}
+	won := make(chan win, 1)
+	eb := lkB.Election(name)
+	go func() {
+		l, err := eb.Campaign(ctx, "b")
+		won <- win{l, err, time.Now()}
+	}()
+	writersQueued(t, srv, name, 1) // b waits behind a
+
+	closed := time.Now()
+	require.NoError(t, lkA.Close())
+	select {
+	case <-a.Done():
+	default:
+		t.Fatal("Done() of the leader open after Close of its Locker, want closed")
+	}
+	require.ErrorIs(t, a.Err(), ErrClosed, "Err() of the leader after Close")
+
+	var b win
+	select {
+	case b = <-won:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("no new leader within 5s of Close (TTL %v): Close did not resign", ttl)
+	}
+	require.NoError(t, b.err, "Campaign() of the waiting candidate")
+	took := b.at.Sub(closed)
+	t.Logf("takeover after Close of the leader's Locker: %v (TTL %v)", took, ttl)
+	assert.Less(t, took, 2*time.Second, "takeover after Close")
+	assert.Greater(t, b.l.Token(), a.Token(), "the new term")
+	assert.Equal(t, b.l.Owner(), get(t, srv.Client(t), rlKey(name)), "lock key after the takeover")
+	got, err := eb.Leader(ctx)
+	require.NoError(t, err, "Leader()")
+	assert.Equal(t, Leader{Value: "b", Term: b.l.Token(), TTL: got.TTL}, got)
+	require.NoError(t, b.l.Unlock(ctx))
+}
+
