@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlockgo/redlock/internal/redistest"
+	"github.com/redlockgo/redlock/internal/scripts"
 )
 
 // watcher collects what an Observe channel sends, with when it arrived.
@@ -694,3 +695,61 @@ func TestElectionCloseResigns(t *testing.T) {
 	require.NoError(t, b.l.Unlock(ctx))
 }
 
+// TestElectionLeaderReservedIsNoLeader: the leader resigns while a
+// candidate waits, so the release reserves the name for that candidate
+// ("queued:<id>"); until the candidate takes it, Leader says ErrNoLeader
+// (errors.go, ErrNoLeader: "or a release has just reserved it for a
+// waiting candidate"), not a leader with no value. The candidate is cut
+// off (its link blackholed) so that it cannot take the name during the
+// check, and the reservation lasts the releaser's node timeout (5s);
+// reading the key before and after Leader shows the reservation spanned
+// the call.
+func TestElectionLeaderReservedIsNoLeader(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	const name = "election-reserved"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	lkA := newLocker(t, srv.Client(t), WithTTL(30*time.Second), WithNodeTimeout(5*time.Second))
+	a, err := lkA.Election(name).Campaign(ctx, "a")
+	require.NoError(t, err)
+
+	proxy := redistest.NewProxy(t, srv.Addr())
+	clB := redis.NewClient(&redis.Options{Addr: proxy.Addr(), DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second, MaxRetries: -1})
+	t.Cleanup(func() { clB.Close() })
+	lkB := newLocker(t, clB, WithTTL(30*time.Second))
+	type win struct {
+		l   *Lock
+		err error
+	}
+	won := make(chan win, 1)
+	go func() {
+		l, err := lkB.Election(name).Campaign(ctx, "b")
+		won <- win{l, err}
+	}()
+	writersQueued(t, srv, name, 1) // b waits behind a
+
+	proxy.Blackhole(true)
+	require.NoError(t, a.Unlock(ctx), "Unlock() of the leader")
+	before := get(t, admin, rlKey(name))
+	require.Contains(t, before, scripts.ReservedPrefix, "lock key after the leader resigned with a candidate queued")
+
+	_, err = newLocker(t, srv.Client(t)).Election(name).Leader(ctx)
+	after := get(t, admin, rlKey(name))
+	require.Equal(t, before, after, "lock key after Leader(): the reservation must span the call")
+	require.ErrorIs(t, err, ErrNoLeader, "Leader() while the name is reserved for a candidate")
+
+	// The candidate, reconnected, takes the name.
+	proxy.Blackhole(false)
+	var b win
+	select {
+	case b = <-won:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reserved candidate did not lead within 10s of reconnecting")
+	}
+	require.NoError(t, b.err, "Campaign() of the reserved candidate")
+	assert.Greater(t, b.l.Token(), a.Token(), "the new term")
+	require.NoError(t, b.l.Unlock(ctx))
+}
