@@ -231,3 +231,25 @@ func TestHooksAddedLaterSeeLockCommands(t *testing.T) {
 		assert.LessOrEqual(t, rebuilds.rebuilds.Load()-before, int64(1), "round %d: hook chain rebuilt by steady locking", round)
 	}
 }
+
+// TestPingWrongPassword: Ping names a wrong password (an ACL user's) with
+// the server's refusal; the right one passes.
+func TestPingWrongPassword(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	srv.Do(t, "ACL", "SETUSER", "locker", "on", ">secret", "~*", "&*", "+@all")
+	ctx := context.Background()
+	for _, c := range []struct {
+		password string
+		ok       bool
+	}{{"wrong", false}, {"secret", true}} {
+		cl := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "locker", Password: c.password})
+		t.Cleanup(func() { cl.Close() })
+		err := newLocker(t, cl).Ping(ctx)
+		if c.ok {
+			assert.NoError(t, err, "Ping() with the right password")
+			continue
+		}
+		assert.ErrorContains(t, err, "WRONGPASS", "Ping() with a wrong password")
+	}
+}

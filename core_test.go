@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlockgo/redlock/internal/redistest"
+	"github.com/redlockgo/redlock/internal/scripts"
 )
 
 // TestCloseReleases: Close releases held locks (Done closed, ErrReleased, keys
@@ -332,5 +334,55 @@ func TestRedlockCloseBounded(t *testing.T) {
 				assert.ErrorIs(t, l.Err(), ErrClosed)
 			}
 		})
+	}
+}
+
+// TestClosedWaiterPassesOnReservation: a waiter whose Locker is closed
+// while the name is reserved for it (a release made it "queued:<id>" and
+// took it off the queue; its wake-up not acted on yet) passes the name on
+// before Lock returns: the next waiter, of another Locker, gets it at
+// once, not when the reservation (30 s) lapses.
+func TestClosedWaiterPassesOnReservation(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	const name = "closed-reserved"
+	key, queue := rlKey(name), rlKey(name)+scripts.QueueSuffix
+	hour := WithRetry(ConstantRetry(time.Hour))
+	require.NoError(t, admin.Set(ctx, key, "someone", 30*time.Second).Err())
+	first, err := NewLocker(defaultClient(t, srv))
+	require.NoError(t, err)
+	next := newLocker(t, srv.Client(t))
+	firstDone := make(chan error, 1)
+	go func() {
+		_, err := first.Lock(ctx, name, hour)
+		firstDone <- err
+	}()
+	writersQueued(t, srv, name, 1)
+	got := make(chan *Lock, 1)
+	go func() {
+		l, err := next.Lock(ctx, name, hour)
+		assert.NoError(t, err, "the next waiter's Lock()")
+		got <- l
+	}()
+	writersQueued(t, srv, name, 2)
+	// What a release does for the head of the queue, without its message:
+	// the name reserved for it, its entry gone.
+	head, err := admin.ZRangeByScore(ctx, queue, &redis.ZRangeBy{Min: "-inf", Max: "(0", Count: 1}).Result()
+	require.NoError(t, err)
+	require.Len(t, head, 1)
+	id := strings.TrimPrefix(head[0], "o:")
+	require.NoError(t, admin.Set(ctx, key, scripts.ReservedPrefix+id, 30*time.Second).Err())
+	require.NoError(t, admin.ZRem(ctx, queue, "o:"+id, "a:"+id).Err())
+
+	require.NoError(t, first.Close())
+	require.ErrorIs(t, <-firstDone, ErrClosed, "the reserved waiter's Lock() after Close")
+	select {
+	case l := <-got:
+		require.NotNil(t, l)
+		require.NoError(t, l.Unlock(ctx))
+	case <-time.After(5 * time.Second):
+		t.Fatal("the next waiter did not get the name within 5s of Close (the reservation lasts 30s)")
 	}
 }

@@ -98,3 +98,44 @@ func TestMetadataRedlock(t *testing.T) {
 	assert.Equal(t, "job 7", h.Metadata)
 	require.NoError(t, l.Unlock(ctx))
 }
+
+// TestMetadataIgnoredByOtherHolds: read holds, permits and LockAll take no
+// metadata: WithMetadata given to them leaves Metadata() empty and writes
+// no metadata key, while the same option on Lock does both.
+func TestMetadataIgnoredByOtherHolds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	lk := newLocker(t, srv.Client(t))
+	meta := WithMetadata("not for these")
+	sem, err := lk.Semaphore("meta-permits", 2)
+	require.NoError(t, err)
+	holds := []struct {
+		name string
+		take func() (*Lock, error)
+	}{
+		{"RLock", func() (*Lock, error) { return lk.RLock(ctx, "meta-read", meta) }},
+		{"Semaphore.Acquire", func() (*Lock, error) { return sem.Acquire(ctx, meta) }},
+		{"LockAll", func() (*Lock, error) { return lk.LockAll(ctx, []string{"meta-all-a", "meta-all-b"}, meta) }},
+	}
+	metaKeys := func() []string {
+		t.Helper()
+		keys, err := admin.Keys(ctx, "*:meta").Result()
+		require.NoError(t, err)
+		return keys
+	}
+	for _, h := range holds {
+		l, err := h.take()
+		require.NoError(t, err, "%s()", h.name)
+		assert.Empty(t, l.Metadata(), "%s().Metadata()", h.name)
+		assert.Empty(t, metaKeys(), "metadata keys while %s holds", h.name)
+		require.NoError(t, l.Unlock(ctx))
+	}
+	// The same option on Lock does store it: the checks above can fail.
+	l, err := lk.Lock(ctx, "meta-plain", meta)
+	require.NoError(t, err)
+	assert.Equal(t, "not for these", l.Metadata())
+	assert.Equal(t, []string{rlKey("meta-plain") + ":meta"}, metaKeys())
+	require.NoError(t, l.Unlock(ctx))
+}
