@@ -3,7 +3,10 @@ package redlock
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -156,4 +159,178 @@ func TestPing(t *testing.T) {
 	assert.Contains(t, err.Error(), "1 of 3 nodes")
 	var nilLocker *Locker
 	assert.Error(t, nilLocker.Ping(ctx))
+}
+
+// TestDoLossFoundByRelease: fn deletes its own lock's key and returns nil;
+// Do still returns an error matching ErrLost (Locker.Do's doc, locker.go:
+// "or when the release found the key no longer ours ..., even when fn
+// returned nil"). Without the tracking connection nothing hears of the
+// deletion before fn returns (the first renewal is seconds away): the
+// release is what finds it. With the defaults either may find it first;
+// the promise is the same.
+func TestDoLossFoundByRelease(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name, lock string
+		opts       []Option
+	}{
+		{"release finds it", "do-gone-untracked", []Option{WithLossTracking(false)}},
+		{"defaults", "do-gone-defaults", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lk := newLocker(t, srv.Client(t), tc.opts...)
+			var key string
+			err := lk.Do(ctx, tc.lock, func(fctx context.Context) error {
+				l, ok := FromContext(fctx)
+				require.True(t, ok, "FromContext(fn ctx)")
+				key = l.Key()
+				n, err := admin.Del(ctx, key).Result()
+				require.NoError(t, err)
+				require.Equal(t, int64(1), n, "DEL %s", key)
+				return nil // fn "succeeds": Do must still report the loss
+			})
+			assert.ErrorIs(t, err, ErrLost, "Do() = %v, want ErrLost", err)
+			assert.Equal(t, "", get(t, admin, key), "lock key after Do")
+		})
+	}
+}
+
+// gateHook holds the scripts a client sends, once armed, until open is
+// called: a call stays in flight as long as the test needs.
+type gateHook struct {
+	armed   atomic.Bool
+	entered chan struct{} // closed when the first script is held
+	gate    chan struct{}
+	once    sync.Once
+	opened  sync.Once
+}
+
+func newGateHook() *gateHook {
+	return &gateHook{entered: make(chan struct{}), gate: make(chan struct{})}
+}
+
+func (h *gateHook) open() { h.opened.Do(func() { close(h.gate) }) }
+
+func (h *gateHook) hold(ctx context.Context, cmds ...redis.Cmder) error {
+	if !h.armed.Load() {
+		return nil
+	}
+	for _, cmd := range cmds {
+		if n := cmd.Name(); n == "evalsha" || n == "eval" {
+			h.once.Do(func() { close(h.entered) })
+			select {
+			case <-h.gate:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+	return nil
+}
+
+func (h *gateHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *gateHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if err := h.hold(ctx, cmd); err != nil {
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *gateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if err := h.hold(ctx, cmds...); err != nil {
+			return err
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// waitsIn reports whether a goroutine that the test function creator
+// started is parked on a channel receive in fn itself (its innermost frame).
+func waitsIn(fn, creator string) bool {
+	buf := make([]byte, 1<<16)
+	for range 10 { // 64 KiB to 32 MiB
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		lines := strings.SplitN(g, "\n", 3)
+		if len(lines) == 3 && strings.Contains(lines[0], "[chan receive") &&
+			strings.HasPrefix(lines[1], fn+"(") && strings.Contains(g, "created by "+creator+" ") {
+			return true
+		}
+	}
+	return false
+}
+
+// TestCloseConcurrentWaitsForFirst: a second Close, called while the first
+// one's release is still in flight, returns only when the first does
+// (Locker.Close's doc, locker.go: "a concurrent second Close returns when
+// the first does"): when it returns, the first Close's release has run on
+// the server. The first Close's release script is held in a client hook
+// until the second Close is seen parked in Close, or has returned (which
+// fails the test, the key still being there).
+func TestCloseConcurrentWaitsForFirst(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	cl := srv.Client(t)
+	h := newGateHook()
+	cl.AddHook(h)
+	defer h.open()
+	// A node timeout far above the test's few milliseconds of holding:
+	// the first Close waits for its release instead of leaving it to the
+	// background.
+	lk := newLocker(t, cl, WithTTL(30*time.Second), WithNodeTimeout(5*time.Second), WithLossTracking(false))
+	ctx := context.Background()
+	l, err := lk.TryLock(ctx, "close-twice")
+	require.NoError(t, err)
+
+	h.armed.Store(true)
+	first := make(chan struct{})
+	go func() {
+		defer close(first)
+		assert.NoError(t, lk.Close(), "first Close()")
+	}()
+	select {
+	case <-h.entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first Close sent no release")
+	}
+	waitDone(t, l, 5*time.Second) // the first Close has begun: the lock is marked released
+
+	second := make(chan int64, 1)
+	go func() {
+		assert.NoError(t, lk.Close(), "second Close()")
+		n, err := admin.Exists(ctx, l.Key()).Result()
+		assert.NoError(t, err)
+		second <- n
+	}()
+	creator := "github.com/redlockgo/redlock.TestCloseConcurrentWaitsForFirst"
+	require.True(t, eventually(5*time.Second, func() bool {
+		return len(second) > 0 || waitsIn("github.com/redlockgo/redlock/internal/engine.(*Core).Close", creator)
+	}), "the second Close neither returned nor waited in Close")
+	h.open()
+	select {
+	case n := <-second:
+		assert.Zero(t, n, "lock keys when the second Close returned = %d, want 0 (released by the first Close)", n)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the second Close did not return")
+	}
+	select {
+	case <-first:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first Close did not return")
+	}
 }
