@@ -255,3 +255,79 @@ func TestSemaphoreDo(t *testing.T) {
 }
 
 var errFnFailed = errors.New("fn failed")
+
+// TestSemaphoreDoLossFoundByRelease: fn removes its own permit from the
+// server and returns nil; Do still returns an error matching ErrLost
+// (Semaphore.Do's doc, semaphore.go: "joined with one matching ErrLost if
+// the permit was lost while fn ran", the promise of Locker.Do). Without the
+// tracking connection the release is what finds the permit gone.
+func TestSemaphoreDoLossFoundByRelease(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name, sem string
+		opts      []Option
+	}{
+		{"release finds it", "sem-gone-untracked", []Option{WithLossTracking(false)}},
+		{"defaults", "sem-gone-defaults", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lk := newLocker(t, srv.Client(t), tc.opts...)
+			s, err := lk.Semaphore(tc.sem, 2)
+			require.NoError(t, err)
+			err = s.Do(ctx, func(fctx context.Context) error {
+				l, ok := FromContext(fctx)
+				require.True(t, ok, "FromContext(fn ctx)")
+				n, err := admin.ZRem(ctx, l.Key(), l.Owner()).Result()
+				require.NoError(t, err)
+				require.Equal(t, int64(1), n, "ZREM %s %s", l.Key(), l.Owner())
+				return nil // fn "succeeds": Do must still report the loss
+			})
+			assert.ErrorIs(t, err, ErrLost, "Do() = %v, want ErrLost", err)
+		})
+	}
+}
+
+// TestSemaphoreTokensIncrease: successive permits of one semaphore, taken
+// by two Lockers (two processes), with permits held side by side, released,
+// and the semaphore emptied between them, carry strictly increasing tokens
+// in the order they were taken (Semaphore.Acquire's doc, semaphore.go: "a
+// fencing token strictly increasing across the semaphore's permits").
+func TestSemaphoreTokensIncrease(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	lks := twoLockers(t, srv)
+	ctx := context.Background()
+	var sems [2]*Semaphore
+	for i, lk := range lks {
+		s, err := lk.Semaphore("sem-tokens", 2)
+		require.NoError(t, err)
+		sems[i] = s
+	}
+	var tokens []int64
+	take := func(i int) *Lock {
+		t.Helper()
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		l, err := sems[i].Acquire(actx)
+		require.NoError(t, err, "Acquire() by Locker %d", i)
+		require.Positive(t, l.Token())
+		tokens = append(tokens, l.Token())
+		return l
+	}
+	for range 3 {
+		a := take(0)
+		b := take(1) // both permits held
+		require.NoError(t, a.Unlock(ctx))
+		c := take(1) // the permit a returned, the other still held by b
+		require.NoError(t, b.Unlock(ctx))
+		d := take(0)
+		require.NoError(t, c.Unlock(ctx))
+		require.NoError(t, d.Unlock(ctx)) // the semaphore is empty again
+	}
+	for i := 1; i < len(tokens); i++ {
+		assert.Greater(t, tokens[i], tokens[i-1], "token of permit %d = %d after %d, want strictly increasing (all: %v)", i, tokens[i], tokens[i-1], tokens)
+	}
+}
