@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -728,4 +729,120 @@ func TestExtendBelowRenewInterval(t *testing.T) {
 		assert.NoError(t, l.Err(), "Err() after Extend(%v) with a renew interval of 1s", ttl)
 		require.NoError(t, l.Unlock(ctx))
 	}
+}
+
+// TestValidNeverAfterUntil: once Until has passed without a renewal, Valid
+// reports false even though the server still holds the lock's owner value
+// (Lock.Valid's doc, lock.go: "never true after Until"). The key's lease is
+// stretched to a minute by hand so that only the local clock says the lock
+// is over; without the tracking connection that change goes unheard.
+func TestValidNeverAfterUntil(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	lk := newLocker(t, srv.Client(t), WithAutoRenew(false), WithTTL(300*time.Millisecond), WithLossTracking(false))
+	l, err := lk.TryLock(ctx, "valid-until")
+	require.NoError(t, err)
+	stretched, err := admin.PExpire(ctx, l.Key(), time.Minute).Result()
+	require.NoError(t, err)
+	require.True(t, stretched, "PEXPIRE %s", l.Key())
+
+	// Waiting for the clock, not for our code: Until is at most 300ms away.
+	for i := 0; i < 100 && time.Now().Before(l.Until()); i++ {
+		time.Sleep(time.Until(l.Until()))
+	}
+	require.False(t, time.Now().Before(l.Until()), "Until() still ahead")
+	require.Equal(t, l.Owner(), get(t, admin, l.Key()), "the server still holds the owner value")
+	ok, err := l.Valid(ctx)
+	require.NoError(t, err)
+	assert.False(t, ok, "Valid() after Until = %v, want false", ok)
+}
+
+// TestExtendLaterRenewalsUseTTL: after Extend to a TTL other than the
+// lock's, the watchdog's renewals send the new TTL (Lock.Extend's doc,
+// lock.go: "later renewals use ttl too"): a lock taken for 10s and
+// extended to 2s has a lease of at most 2s on the server after the
+// watchdog has renewed it, not one of 10s.
+func TestExtendLaterRenewalsUseTTL(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	const taken, extended = 10 * time.Second, 2 * time.Second
+	lk := newLocker(t, srv.Client(t), WithTTL(taken), WithRenewInterval(100*time.Millisecond))
+	l, err := lk.TryLock(ctx, "extend-renew-ttl")
+	require.NoError(t, err)
+	require.NoError(t, l.Extend(ctx, extended))
+	afterExtend := l.Until()
+	require.True(t, eventually(5*time.Second, func() bool { return l.Until().After(afterExtend) }),
+		"no renewal after Extend; Err() = %v", l.Err())
+	require.NoError(t, l.Err())
+	d, err := admin.PTTL(ctx, l.Key()).Result()
+	require.NoError(t, err)
+	assert.Positive(t, d)
+	assert.LessOrEqual(t, d, extended, "PTTL after a renewal = %v, want <= %v (the Extend's TTL, not %v)", d, extended, taken)
+	assert.LessOrEqual(t, time.Until(l.Until()), extended, "Until() after a renewal, from now")
+	require.NoError(t, l.Unlock(ctx))
+}
+
+// doneAtSend counts, once a lock's Done channel is set, what the client
+// sends and how much of it went while that channel was still open.
+type doneAtSend struct {
+	done       atomic.Pointer[<-chan struct{}]
+	sent, open atomic.Int64
+}
+
+func (h *doneAtSend) check() {
+	done := h.done.Load()
+	if done == nil {
+		return
+	}
+	h.sent.Add(1)
+	select {
+	case <-*done:
+	default:
+		h.open.Add(1)
+	}
+}
+
+func (h *doneAtSend) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *doneAtSend) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.check()
+		return next(ctx, cmd)
+	}
+}
+
+func (h *doneAtSend) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.check()
+		return next(ctx, cmds)
+	}
+}
+
+// TestUnlockDoneBeforeSend: Unlock closes Done before it sends anything
+// (Lock.Unlock's doc, lock.go: "It stops renewal and closes Done before
+// sending anything"): a client hook sees every command of the release, and
+// Done is closed at each of them. Nothing else of the Locker talks to the
+// server meanwhile: no renewal (WithAutoRenew(false)), no tracking
+// connection.
+func TestUnlockDoneBeforeSend(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	cl := srv.Client(t)
+	h := &doneAtSend{}
+	cl.AddHook(h)
+	ctx := context.Background()
+	lk := newLocker(t, cl, WithAutoRenew(false), WithLossTracking(false))
+	l, err := lk.TryLock(ctx, "unlock-done-first")
+	require.NoError(t, err)
+	done := l.Done() // taken before Unlock, as by a goroutine watching the lock
+	h.done.Store(&done)
+	require.NoError(t, l.Unlock(ctx))
+	h.done.Store(nil)
+	require.Positive(t, h.sent.Load(), "commands Unlock sent")
+	assert.Zero(t, h.open.Load(), "commands Unlock sent while Done was open = %d, want 0", h.open.Load())
+	assert.Equal(t, "", get(t, srv.Client(t), "{redlock:unlock-done-first}"), "lock key after Unlock")
 }
