@@ -163,3 +163,30 @@ func TestHandOffRefusedKeepsTheQueue(t *testing.T) {
 		assert.Equal(t, counter, admin.Get(ctx, keys[1]).Val(), "counter %q", counter)
 	}
 }
+
+// TestHandOffWaiterOptions: a hand-off in process grants the lock with the
+// waiter's own options, not the holder's: its metadata, fencing off (token
+// 0) and no auto-renewal (its short lease runs out), as an acquire of its
+// own would.
+func TestHandOffWaiterOptions(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	lk := newLocker(t, srv.Client(t), WithRetry(ConstantRetry(time.Hour)), WithLossTracking(false), WithTTL(5*time.Second))
+	ctx := context.Background()
+	const name = "handoff-options"
+	holder, err := lk.TryLock(ctx, name, WithMetadata("holder"))
+	require.NoError(t, err)
+	require.Positive(t, holder.Token())
+	waiter := waitBehind(t, lk, name, WithMetadata("waiter"), WithFencing(false), WithAutoRenew(false), WithTTL(500*time.Millisecond))
+	publishes := commandCalls(t, srv, "publish")
+	require.NoError(t, holder.Unlock(ctx))
+	w := waiter()
+	assert.Equal(t, publishes, commandCalls(t, srv, "publish"), "PUBLISH calls: not a hand-off")
+	assert.Equal(t, "waiter", w.Metadata(), "Metadata() of the handed lock")
+	h, err := lk.Inspect(ctx, name)
+	require.NoError(t, err)
+	assert.Equal(t, "waiter", h.Metadata, "Inspect().Metadata of the handed lock")
+	assert.Zero(t, w.Token(), "Token() of a waiter with fencing off")
+	waitDone(t, w, 3*time.Second)
+	requireLoss(t, w.Err(), LossExpired)
+}

@@ -331,3 +331,31 @@ func TestSemaphoreTokensIncrease(t *testing.T) {
 		assert.Greater(t, tokens[i], tokens[i-1], "token of permit %d = %d after %d, want strictly increasing (all: %v)", i, tokens[i], tokens[i-1], tokens)
 	}
 }
+
+// TestSemaphoreIndependentOfLock: a Semaphore shares nothing with the lock
+// and read holds of the same name: a permit is granted while the name is
+// write-locked, and while a permit is held the name can be read-held and
+// then write-locked.
+func TestSemaphoreIndependentOfLock(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	lk := newLocker(t, srv.Client(t))
+	ctx := context.Background()
+	const name = "sem-and-lock"
+	sem, err := lk.Semaphore(name, 1)
+	require.NoError(t, err)
+
+	w, err := lk.TryLock(ctx, name)
+	require.NoError(t, err)
+	p, err := sem.TryAcquire(ctx)
+	require.NoError(t, err, "TryAcquire() while the name is write-locked")
+	require.NoError(t, w.Unlock(ctx))
+
+	r, err := lk.TryRLock(ctx, name)
+	require.NoError(t, err, "TryRLock() while the permit is held")
+	require.NoError(t, r.Unlock(ctx))
+	w, err = lk.TryLock(ctx, name)
+	require.NoError(t, err, "TryLock() while the permit is held")
+	require.NoError(t, w.Unlock(ctx))
+	require.NoError(t, p.Unlock(ctx))
+}
