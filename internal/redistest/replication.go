@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // syncTimeout bounds the waits of a Pair for its replica to link up and
@@ -53,6 +55,7 @@ func (p *Pair) HoldReplication(on bool) { p.Link.Hold(on) }
 // 10 seconds.
 func (p *Pair) WaitSynced(t testing.TB) {
 	t.Helper()
+	streams := false
 	err := waitFor(syncTimeout, func() error {
 		ri, err := replicationFields(p.Replica)
 		if err != nil {
@@ -61,6 +64,12 @@ func (p *Pair) WaitSynced(t testing.TB) {
 		if ri["role"] != "slave" || ri["master_link_status"] != "up" {
 			return fmt.Errorf("replica %s: role %q, master link %q", p.Replica.Addr(), ri["role"], ri["master_link_status"])
 		}
+		if !streams {
+			if err := masterStreams(p.Master); err != nil {
+				return err
+			}
+			streams = true
+		}
 		mi, err := replicationFields(p.Master)
 		if err != nil {
 			return err
@@ -68,11 +77,27 @@ func (p *Pair) WaitSynced(t testing.TB) {
 		if ri["slave_repl_offset"] != mi["master_repl_offset"] {
 			return fmt.Errorf("replica at offset %s, master at %s", ri["slave_repl_offset"], mi["master_repl_offset"])
 		}
+		// What WAIT counts: the offset the replica acknowledged, as the
+		// master knows it ("slave0:...,offset=N,...").
+		if acked := field(mi["slave0"], "offset"); acked != mi["master_repl_offset"] {
+			return fmt.Errorf("master at offset %s, its replica's acknowledgement at %q", mi["master_repl_offset"], acked)
+		}
 		return nil
 	})
 	if err != nil {
 		t.Fatalf("redistest: replica %s not in sync with master %s within %v: %v", p.Replica.Addr(), p.Master.Addr(), syncTimeout, err)
 	}
+}
+
+// field returns the value of name in an INFO line of "name=value" pairs
+// separated by commas, "" if it has none.
+func field(line, name string) string {
+	for kv := range strings.SplitSeq(line, ",") {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == name {
+			return v
+		}
+	}
+	return ""
 }
 
 // Failover does by hand what Sentinel would do after a crash of the
@@ -116,6 +141,35 @@ func replicationFields(s *Server) (map[string]string, error) {
 		}
 	}
 	return fields, nil
+}
+
+// masterStreams checks that the master streams its writes to the replica
+// and WAIT counts its acknowledgement. A replica in sync by the offsets may
+// still not get the master's new writes: after a full sync Redis starts the
+// stream at the replica's first REPLCONF ACK, which it sends once a second;
+// until then a lock taken with WithReplicaAcks gets no ack. A PUBLISH is
+// replicated but writes no key, so the check leaves nothing in the
+// keyspace; the REPLCONF GETACK that a blocked WAIT sends moves the
+// master's offset, which WaitSynced then waits for the replica to
+// acknowledge.
+func masterStreams(master *Server) error {
+	c := adminClient(master.Addr())
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)
+	defer cancel()
+	var wait *redis.Cmd
+	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Publish(ctx, "redistest:synced", "1")
+		wait = p.Do(ctx, "wait", 1, 50)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("PUBLISH and WAIT on %s: %w", master.Addr(), err)
+	}
+	if n, _ := wait.Int64(); n < 1 {
+		return fmt.Errorf("master %s: its replica does not acknowledge writes yet", master.Addr())
+	}
+	return nil
 }
 
 // serverRole returns the first element of s's ROLE reply.
