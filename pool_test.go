@@ -384,3 +384,40 @@ func TestReplicaAcksWaiter(t *testing.T) {
 	require.ErrorIs(t, r.err, context.DeadlineExceeded)
 	require.NoError(t, a.Close())
 }
+
+// TestReplicaAcksOnRing: WithReplicaAcks works on a Ring, each WAIT on the
+// connection of its key's own shard: with one shard's replication held
+// back, a name on that shard is refused with the ack count, and a name on
+// the other shard is granted.
+func TestReplicaAcksOnRing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pairs := []*redistest.Pair{redistest.StartPair(t), redistest.StartPair(t)}
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": pairs[0].Master.Addr(), "b": pairs[1].Master.Addr()}})
+	t.Cleanup(func() { ring.Close() })
+	lk := newLocker(t, ring, WithNodeTimeout(time.Second))
+	acks := WithReplicaAcks(1, 300*time.Millisecond)
+	// A name on each shard, each granted with its ack.
+	var on [2]string
+	for i := 0; on[0] == "" || on[1] == ""; i++ {
+		require.Less(t, i, 100, "no name on each shard among 100")
+		name := fmt.Sprintf("ring-acks-%d", i)
+		l, err := lk.TryLock(ctx, name, acks)
+		require.NoError(t, err, "TryLock(%q) with replica acks on a Ring", name)
+		for s, p := range pairs {
+			if p.Master.Client(t).Exists(ctx, rlKey(name)).Val() == 1 && on[s] == "" {
+				on[s] = name
+			}
+		}
+		require.NoError(t, l.Unlock(ctx))
+	}
+	pairs[0].HoldReplication(true)
+	defer pairs[0].HoldReplication(false)
+	_, err := lk.TryLock(ctx, on[0], acks)
+	var ae *ReplicaAcksError
+	require.ErrorAs(t, err, &ae, "TryLock(%q) on the shard whose replication is held", on[0])
+	assert.Equal(t, 0, ae.Acked)
+	l, err := lk.TryLock(ctx, on[1], acks)
+	require.NoError(t, err, "TryLock(%q) on the other shard", on[1])
+	require.NoError(t, l.Unlock(ctx))
+}
