@@ -125,6 +125,27 @@ var acquirePaths = []acquirePath{
 		return err
 	}},
 	{name: "Redlock", redlock: true, acquire: func(ctx context.Context, lk lockMaker) error { return keep(lk.TryLock(ctx, "p-redlock")) }, probe: tryAndDrop("p-redlock")},
+	{name: "Redlock.Lock", redlock: true, acquire: func(ctx context.Context, lk lockMaker) error { return keep(lk.Lock(ctx, "p-redlock-lock")) }, probe: tryAndDrop("p-redlock-lock")},
+	{name: "Redlock.Do", redlock: true, acquire: func(ctx context.Context, lk lockMaker) error {
+		ran := false
+		err := lk.Do(ctx, "p-redlock-do", func(context.Context) error { ran = true; return nil })
+		if ran {
+			return errors.New("Do ran fn for a call whose ctx had ended")
+		}
+		return err
+	}, probe: tryAndDrop("p-redlock-do")},
+	{name: "Redlock.Campaign", redlock: true, acquire: func(ctx context.Context, lk lockMaker) error {
+		return keep(lk.Election("p-redlock-elect").Campaign(ctx, "late"))
+	}, probe: func(ctx context.Context, lk lockMaker) error {
+		_, err := lk.Election("p-redlock-elect").Leader(ctx)
+		if errors.Is(err, ErrNoLeader) {
+			return nil
+		}
+		if err == nil {
+			return errors.New("a leader whose Campaign's ctx had ended")
+		}
+		return err
+	}},
 }
 
 // TestPromiseCancelledCallReturnsAtOnce: a call whose ctx ends while its
