@@ -376,3 +376,80 @@ func TestPromiseTable(t *testing.T) {
 	}
 	assert.Equal(t, pkgs, args, "the closing command must name the packages of those tests")
 }
+
+// TestPromiseUnansweredLimitOff: WithUnansweredLimit(0) turns the limit
+// off, and a Lock then waits until its ctx ends (options.go,
+// WithUnansweredLimit): on a server that answers nothing (paused with
+// SIGSTOP), a Lock with the limit off returns only when its 1.5s ctx ends,
+// with an error matching ErrNotObtained and the ctx's error, not
+// ErrUnreachable. The limit off is checked given to the constructor and
+// given per call over a constructor's 200ms; the same Locker's call without
+// the option gives up on that 200ms limit (ErrUnreachable) while its ctx
+// has 10s left: the server does not answer, and only the limit being off
+// keeps the other calls waiting. (That call decides at about 300ms, and
+// returns after the one diagnosing call the library then makes, up to 2s.
+// The default limit, 10s, would cost more than this test's budget to
+// watch run out.)
+func TestPromiseUnansweredLimitOff(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	const limit, wait = 200 * time.Millisecond, 1500 * time.Millisecond
+	locker := func(opts ...Option) *Locker {
+		// Socket timeouts short, so that the calls the paused server leaves
+		// hanging end soon; one dial per connection, so that no go-redis
+		// dial retry outlives the test.
+		cl := redis.NewClient(&redis.Options{Addr: srv.Addr(), DialTimeout: 250 * time.Millisecond, DialerRetries: 1,
+			ReadTimeout: 250 * time.Millisecond, WriteTimeout: 250 * time.Millisecond, MaxRetries: -1})
+		t.Cleanup(func() { cl.Close() })
+		lk := newLocker(t, cl, append([]Option{WithNodeTimeout(100 * time.Millisecond)}, opts...)...)
+		// Connected, scripts loaded: what follows is the pause, not a cold start.
+		l, err := lk.TryLock(context.Background(), "p-unanswered-warm", WithAutoRenew(false))
+		require.NoError(t, err)
+		require.NoError(t, l.Unlock(context.Background()))
+		return lk
+	}
+	limited, off := locker(WithUnansweredLimit(limit)), locker(WithUnansweredLimit(0))
+	type result struct {
+		err, ctxErr error
+		took        time.Duration
+	}
+	lock := func(lk *Locker, d time.Duration, name string, opts ...Option) <-chan result {
+		got := make(chan result, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), d)
+			defer cancel()
+			start := time.Now()
+			l, err := lk.Lock(ctx, name, opts...)
+			if err == nil {
+				_ = l.Unlock(context.Background())
+			}
+			got <- result{err, ctx.Err(), time.Since(start)}
+		}()
+		return got
+	}
+	srv.Pause(t)
+	t.Cleanup(func() { srv.Resume(t) })
+	calls := []struct {
+		name string
+		got  <-chan result
+	}{
+		{"constructor 0", lock(off, wait, "p-unanswered-off")},
+		{"per call 0 over 200ms", lock(limited, wait, "p-unanswered-call", WithUnansweredLimit(0))},
+	}
+	gaveUp := lock(limited, 10*time.Second, "p-unanswered-limited")
+
+	r := <-gaveUp
+	t.Logf("limit %v: returned after %v: %v", limit, r.took, r.err)
+	require.ErrorIs(t, r.err, ErrNotObtained, "Lock() with a %v limit", limit)
+	require.ErrorIs(t, r.err, ErrUnreachable, "Lock() = %v, want it to give up after %v unanswered", r.err, limit)
+	require.NoError(t, r.ctxErr, "the call with a %v limit gave up only when its ctx ended", limit)
+	for _, c := range calls {
+		r := <-c.got
+		t.Logf("%s: returned after %v: %v", c.name, r.took, r.err)
+		require.Error(t, r.ctxErr, "%s: Lock() = %v after %v, before its ctx ended (%v)", c.name, r.err, r.took, wait)
+		assert.ErrorIs(t, r.err, ErrNotObtained, "%s: Lock()", c.name)
+		assert.ErrorIs(t, r.err, context.DeadlineExceeded, "%s: Lock() = %v, want the ctx's error", c.name, r.err)
+		assert.NotErrorIs(t, r.err, ErrUnreachable, "%s: Lock() = %v, want no unanswered limit", c.name, r.err)
+		assert.Less(t, r.took, wait+time.Second, "%s: Lock() returned %v after its ctx ended at %v", c.name, r.took, wait)
+	}
+}
