@@ -127,3 +127,84 @@ func TestRetryPolicyBoundsTrustedWait(t *testing.T) {
 	assert.Less(t, elapsed, 900*time.Millisecond)
 	require.NoError(t, held.Unlock(ctx))
 }
+
+// TestRetryWaitEndsWithHoldersLease: a policy given by WithRetry bounds
+// every wait, but no wait lasts past the moment the holder's lease would
+// expire (options.go, WithRetry; DESIGN.md "No waiter sleeps past the end
+// of the holder's lease"). The holder crashed: it never releases (no
+// release message comes) and nothing renews its 500ms lease. A Lock, an
+// RLock and a Redlock's Lock that wait with ConstantRetry(time.Hour) get
+// the name soon after that lease ends, within 3s (their ctx), which only a
+// wait cut at the lease's end explains.
+func TestRetryWaitEndsWithHoldersLease(t *testing.T) {
+	t.Parallel()
+	const lease, margin = 500 * time.Millisecond, 2500 * time.Millisecond
+	for _, tc := range []struct {
+		name    string
+		masters int
+		// crash leaves name held for lease by a holder that will never
+		// release or renew it.
+		crash func(t *testing.T, srvs []*redistest.Server, name string, lease time.Duration)
+		wait  func(t *testing.T, ctx context.Context, srvs []*redistest.Server, name string) (*Lock, error)
+	}{
+		{"Lock after an abandoned Locker's lock", 1, crashedLocker, hourlyLock},
+		{"Lock after a dead process's key", 1, deadKey, hourlyLock},
+		{"RLock after an abandoned Locker's lock", 1, crashedLocker,
+			func(t *testing.T, ctx context.Context, srvs []*redistest.Server, name string) (*Lock, error) {
+				return newLocker(t, srvs[0].Client(t)).RLock(ctx, name, WithRetry(ConstantRetry(time.Hour)))
+			}},
+		{"Redlock.Lock after dead processes' keys", 3, deadKey,
+			func(t *testing.T, ctx context.Context, srvs []*redistest.Server, name string) (*Lock, error) {
+				clients := make([]Client, len(srvs))
+				for i, srv := range srvs {
+					clients[i] = srv.Client(t)
+				}
+				rl, err := NewRedlock(clients)
+				require.NoError(t, err)
+				t.Cleanup(func() { rl.Close() })
+				return rl.Lock(ctx, name, WithRetry(ConstantRetry(time.Hour)))
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srvs := redistest.StartN(t, tc.masters)
+			const name = "retry-capped"
+			tc.crash(t, srvs, name, lease)
+			heldAt := time.Now()
+			ctx, cancel := context.WithTimeout(context.Background(), lease+margin)
+			defer cancel()
+			l, err := tc.wait(t, ctx, srvs, name)
+			took := time.Since(heldAt)
+			require.NoError(t, err, "%s: waiting call = %v after %v, want the name once the holder's %v lease ended", tc.name, err, took, lease)
+			t.Logf("got the name %v after the crashed holder's %v lease began", took, lease)
+			// Not at once: the holder's lease was there to wait for.
+			assert.GreaterOrEqual(t, took, lease/2, "got the name %v after the holder's %v lease began", took, lease)
+			require.NoError(t, l.Unlock(context.Background()))
+		})
+	}
+}
+
+// hourlyLock waits for name in Lock, from a Locker of its own, with a
+// retry policy that sleeps an hour.
+func hourlyLock(t *testing.T, ctx context.Context, srvs []*redistest.Server, name string) (*Lock, error) {
+	return newLocker(t, srvs[0].Client(t)).Lock(ctx, name, WithRetry(ConstantRetry(time.Hour)))
+}
+
+// crashedLocker takes name for lease from a Locker of its own that never
+// renews it and never releases it (the process crashed): no release
+// message will come. Its Locker is closed when the test ends, long after
+// the lease.
+func crashedLocker(t *testing.T, srvs []*redistest.Server, name string, lease time.Duration) {
+	t.Helper()
+	_, err := newLocker(t, srvs[0].Client(t)).TryLock(context.Background(), name, WithTTL(lease), WithAutoRenew(false))
+	require.NoError(t, err)
+}
+
+// deadKey writes name's lock key on every server for lease, as a holder
+// process that died right after its grant leaves it.
+func deadKey(t *testing.T, srvs []*redistest.Server, name string, lease time.Duration) {
+	t.Helper()
+	for _, srv := range srvs {
+		require.NoError(t, srv.Client(t).Set(context.Background(), rlKey(name), "dead-process", lease).Err())
+	}
+}
