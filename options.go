@@ -120,10 +120,13 @@ func WithRetry(f RetryFunc) Option { return func(c *config) { c.Retry, c.RetrySe
 // answers at all: connections refused, calls timing out, a server loading
 // its data or a failover client's master in the middle of a failover. Once
 // the attempts of one call have gone unanswered for d in a row (counted from
-// the start of the first; the last attempt comes at d, so the call returns
-// about d plus one attempt after it began), it gives up, even under a ctx
-// without deadline, with an error matching
-// [ErrNotObtained] and [ErrUnreachable] that names the last cause. Every
+// the start of the first; the last attempt comes at d), it gives up, even
+// under a ctx without deadline, with an error matching [ErrNotObtained] and
+// [ErrUnreachable] that names the last cause. To name it, it first asks each
+// node that only timed out once more, for up to 2s (a refused dial hides
+// behind a timeout), so the call returns about d plus one attempt plus that
+// after it began; a ctx that ends meanwhile ends it then, and the error also
+// matches the ctx's. Every
 // such attempt is logged at WARN through [WithLogger]'s logger, at most
 // once per 5s per call. Contention never counts: a node that answers "held
 // by another owner" has answered. Errors that no retry can fix (a reply

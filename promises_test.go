@@ -453,3 +453,47 @@ func TestPromiseUnansweredLimitOff(t *testing.T) {
 		assert.Less(t, r.took, wait+time.Second, "%s: Lock() returned %v after its ctx ended at %v", c.name, r.took, wait)
 	}
 }
+
+// TestPromiseUnansweredDiagnosisEndsWithCtx: a waiting Lock that reaches
+// its unanswered limit asks each silent node once more, with a bound of its
+// own (2s), why it did not answer. When the call's ctx ends meanwhile (its
+// deadline, or a cancel), Lock returns then, with an error matching
+// ErrNotObtained and the ctx's error, not when that question times out.
+func TestPromiseUnansweredDiagnosisEndsWithCtx(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	// One dial per connection, so that no go-redis dial retry outlives the
+	// test (as in TestPromiseUnansweredLimitOff).
+	cl := redis.NewClient(&redis.Options{Addr: srv.Addr(), DialTimeout: 250 * time.Millisecond, DialerRetries: 1,
+		ReadTimeout: 250 * time.Millisecond, WriteTimeout: 250 * time.Millisecond, MaxRetries: -1})
+	t.Cleanup(func() { cl.Close() })
+	lk := newLocker(t, cl, WithNodeTimeout(100*time.Millisecond), WithUnansweredLimit(200*time.Millisecond))
+	l, err := lk.TryLock(context.Background(), "diagnosis-warm", WithAutoRenew(false))
+	require.NoError(t, err)
+	require.NoError(t, l.Unlock(context.Background()))
+	srv.Pause(t)
+	defer srv.Resume(t)
+	// The limit is reached at about 300ms (two attempts of 100ms and a
+	// sleep), the diagnosis starts then and would run 2s; the ctx ends at
+	// 450ms.
+	const end = 450 * time.Millisecond
+	ends := map[string]func() (context.Context, context.CancelFunc){
+		"deadline": func() (context.Context, context.CancelFunc) { return context.WithTimeout(context.Background(), end) },
+		"cancel": func() (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancel(context.Background())
+			stop := time.AfterFunc(end, cancel)
+			return ctx, func() { stop.Stop(); cancel() }
+		},
+	}
+	for how, mk := range ends {
+		ctx, cancel := mk()
+		start := time.Now()
+		_, err := lk.Lock(ctx, "diagnosis-"+how)
+		took := time.Since(start)
+		cancel()
+		require.Error(t, err, "Lock() on a paused server (%s)", how)
+		assert.ErrorIs(t, err, ErrNotObtained, "Lock() ended by its ctx's %s", how)
+		assert.ErrorIs(t, err, ctx.Err(), "Lock() ended by its ctx's %s: %v after %v", how, err, took)
+		assert.Less(t, took, end+time.Second, "Lock() returned %v after it began; its ctx ended at %v (%s)", took, end, how)
+	}
+}

@@ -25,8 +25,10 @@ const diagnoseLimit = 2 * time.Second
 // in time, why they did not: a node timeout shorter than go-redis's dial
 // retries hides a refused connection behind "no reply". It makes one call
 // with a longer bound on each node whose cause is unknown, and returns errs
-// with those nodes' timeouts naming what it heard.
-func (p *Pool) diagnose(errs []error) []error {
+// with those nodes' timeouts naming what it heard. It ends when ctx (the
+// waiting call's) does, returning errs as they were: a call whose ctx
+// ended returns then, not when the diagnosis would have.
+func (p *Pool) diagnose(ctx context.Context, errs []error) []error {
 	var silent []*node.Node
 	for _, e := range errs {
 		if i, cause, ok := Say.NodeOf(e); ok && errors.Is(cause, node.ErrTimeout) && p.Nodes[i].LastErr.Load() == nil {
@@ -36,13 +38,15 @@ func (p *Pool) diagnose(errs []error) []error {
 	if len(silent) == 0 {
 		return errs
 	}
-	ch, err := p.fanOut(context.Background(), silent, diagnoseLimit, diagnoseLimit, func(ctx context.Context, n *node.Node, cl node.Client) Reply {
+	ch, err := p.fanOut(ctx, silent, diagnoseLimit, diagnoseLimit, func(ctx context.Context, n *node.Node, cl node.Client) Reply {
 		return Reply{Err: scriptPing.Run(ctx, cl, nil).Err()} // noted by fanOut
 	})
 	if err != nil {
 		return errs // Close: no goroutine may start
 	}
-	gather(ch, silent, time.Now().Add(diagnoseLimit), nil, Never)
+	if _, interrupted := gather(ch, silent, time.Now().Add(diagnoseLimit), ctx.Done(), Never); interrupted || ctxEnded(ctx) != nil {
+		return errs
+	}
 	out := make([]error, len(errs))
 	for i, e := range errs {
 		out[i] = e

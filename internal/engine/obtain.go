@@ -191,7 +191,7 @@ func (o *obtaining) attemptOnce(ctx context.Context, attempt int) (l *Hold, err 
 	}
 	o.lastErr, o.hint = err, v.hint
 	o.firm, o.contested, o.took = v.firm, v.contested, time.Since(began)
-	if err := o.unanswered(v.answered, began, err); err != nil {
+	if err := o.unanswered(ctx, v.answered, began, err); err != nil {
 		return nil, err, true
 	}
 	if a.writer {
@@ -215,8 +215,10 @@ const unansweredWarnGap = 5 * time.Second
 // WARN, rate limited, and once they have lasted WithUnansweredLimit from the
 // start of the first returns the error that ends the wait (sleepFor makes
 // the last attempt come at that limit). An answered attempt (contention)
-// resets it.
-func (o *obtaining) unanswered(answered bool, began time.Time, err error) error {
+// resets it. Before it gives up it asks the silent nodes why (diagnose),
+// for as long as ctx lasts: when ctx ends meanwhile, the error matches
+// ctx's error too.
+func (o *obtaining) unanswered(ctx context.Context, answered bool, began time.Time, err error) error {
 	if answered {
 		o.silentSince = time.Time{}
 		return nil
@@ -233,7 +235,11 @@ func (o *obtaining) unanswered(answered bool, began time.Time, err error) error 
 		} else {
 			causes = append(causes, err)
 		}
-		return Say.Join(o.c.Pool.diagnose(causes)...)
+		causes = o.c.Pool.diagnose(ctx, causes)
+		if cerr := ctxEnded(ctx); cerr != nil {
+			causes = append(causes, cerr) // it ended while the diagnosis ran
+		}
+		return Say.Join(causes...)
 	}
 	if o.warned.IsZero() || now.Sub(o.warned) >= unansweredWarnGap {
 		o.warned = now
