@@ -326,9 +326,11 @@ func TestPromiseTable(t *testing.T) {
 	fset := token.NewFileSet()
 	files, err := filepath.Glob("*_test.go")
 	require.NoError(t, err)
-	internal, err := filepath.Glob("internal/*/*_test.go")
-	require.NoError(t, err)
-	files = append(files, internal...)
+	for _, dir := range []string{"internal/*", "redlocktest"} {
+		more, err := filepath.Glob(dir + "/*_test.go")
+		require.NoError(t, err)
+		files = append(files, more...)
+	}
 	tests := map[string]string{} // test -> the package's directory, as go test names it
 	for _, f := range files {
 		file, err := parser.ParseFile(fset, f, nil, parser.SkipObjectResolution)
