@@ -700,15 +700,7 @@ func TestErrExactAtUntil(t *testing.T) {
 	defer srv.Resume(t)
 	// Read Err just after each Until: it must already say lost.
 	for _, l := range locks {
-		for time.Now().Before(l.Until()) {
-			time.Sleep(time.Until(l.Until()))
-		}
-		require.ErrorIs(t, l.Err(), ErrLost, "Err() after Until")
-		select {
-		case <-l.Done():
-		default:
-			t.Fatalf("Done() open after Err() reported the loss")
-		}
+		requireLostAfterUntil(t, l)
 	}
 }
 

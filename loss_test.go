@@ -249,11 +249,18 @@ func TestErrExactWhileLossClockStalled(t *testing.T) {
 		t.Fatal("Done() closed while the loss clock is held")
 	default:
 	}
-	// The clock itself is what is under test: wait for it to pass Until.
+	requireLostAfterUntil(t, l)
+}
+
+// requireLostAfterUntil waits for the clock to pass l's Until (the clock
+// itself is what is under test), then requires Err to say lost and Done to
+// be closed.
+func requireLostAfterUntil(t *testing.T, l *Lock) {
+	t.Helper()
 	for time.Now().Before(l.Until()) {
 		time.Sleep(time.Until(l.Until()))
 	}
-	require.ErrorIs(t, l.Err(), ErrLost, "Err() after Until with the loss clock held")
+	require.ErrorIs(t, l.Err(), ErrLost, "Err() after Until")
 	select {
 	case <-l.Done():
 	default:

@@ -216,33 +216,9 @@ func TestWaitTwoProcesses(t *testing.T) {
 func TestHandOffLetsOtherProcessesIn(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	busy := newLocker(t, srv.Client(t))
 	other := newLocker(t, srv.Client(t))
 	ctx := context.Background()
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				l, err := busy.Lock(ctx, "hog")
-				if err != nil {
-					return
-				}
-				time.Sleep(time.Millisecond) // the critical section
-				_ = l.Unlock(ctx)
-			}
-		})
-	}
-	defer func() {
-		close(stop)
-		wg.Wait()
-	}()
-	waiting(t, busy.c, "hog")
+	hog(t, newLocker(t, srv.Client(t)), "hog")
 	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	l, err := other.Lock(lctx, "hog")
@@ -258,33 +234,9 @@ func TestHandOffLetsOtherProcessesIn(t *testing.T) {
 func TestHandOffCapFreesTheName(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	busy := newLocker(t, srv.Client(t))
 	other := newLocker(t, srv.Client(t))
 	ctx := context.Background()
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				l, err := busy.Lock(ctx, "capped")
-				if err != nil {
-					return
-				}
-				time.Sleep(time.Millisecond) // the critical section
-				_ = l.Unlock(ctx)
-			}
-		})
-	}
-	defer func() {
-		close(stop)
-		wg.Wait()
-	}()
-	waiting(t, busy.c, "capped")
+	hog(t, newLocker(t, srv.Client(t)), "capped")
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		l, err := other.TryLock(ctx, "capped")
@@ -297,6 +249,38 @@ func TestHandOffCapFreesTheName(t *testing.T) {
 			t.Fatal("the name was never free for 5s: hand-offs did not stop")
 		}
 	}
+}
+
+// hog keeps lk's local queue for name full until the test ends: four
+// goroutines each take the lock, hold it a millisecond and unlock, over
+// and over. It returns once one of them waits.
+func hog(t *testing.T, lk *Locker, name string) {
+	t.Helper()
+	ctx := context.Background()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				l, err := lk.Lock(ctx, name)
+				if err != nil {
+					return
+				}
+				time.Sleep(time.Millisecond) // the critical section
+				_ = l.Unlock(ctx)
+			}
+		})
+	}
+	t.Cleanup(func() {
+		close(stop)
+		wg.Wait()
+	})
+	waiting(t, lk.c, name)
 }
 
 // TestReservedWaiterWokenByHead: a release passed the name to a waiter of
