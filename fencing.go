@@ -156,6 +156,11 @@ var (
 // stale token although its first attempt was applied, if a newer holder got
 // in between.
 //
+// Its calls run on the client as it is: on a *redis.Client at go-redis
+// defaults (ContextTimeoutEnabled false), a call to a server that does not
+// answer ends at the client's read timeout, not when ctx ends. Set
+// ContextTimeoutEnabled for ctx deadlines to bound them.
+//
 // A RedisFence is safe for concurrent use.
 type RedisFence struct {
 	client Client

@@ -128,8 +128,10 @@ func (l *Lock) Err() error { return l.ref().Err() }
 // answer, until it runs there (a paused server, a silent link that heals)
 // or for three leases (10s at least), so the name is free right after
 // the fault rather than at the lease's end. Cancelling ctx does not stop
-// the release: it runs detached from ctx, bounded by the node timeout, so a
-// cancelled caller still unlocks. When a goroutine of the same Locker waits
+// the release: it runs detached from ctx, so a cancelled caller still
+// unlocks, bounded by the node timeout; by two of them when a withdrawal of
+// this Locker's waiter that gave up on the name is still on its way, which
+// the release waits for first. When a goroutine of the same Locker waits
 // for the name, Unlock hands the lock to the first of them in the same
 // script that releases it, unless a waiter of another process queued for
 // the name first: then, as whenever a waiter of another process is queued,

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlockgo/redlock/internal/engine"
 	"github.com/redlockgo/redlock/internal/redistest"
 )
 
@@ -498,4 +499,51 @@ func TestPromiseUnansweredDiagnosisEndsWithCtx(t *testing.T) {
 		assert.ErrorIs(t, err, ctx.Err(), "Lock() ended by its ctx's %s: %v after %v", how, err, took)
 		assert.Less(t, took, end+time.Second, "Lock() returned %v after it began; its ctx ended at %v (%s)", took, end, how)
 	}
+}
+
+// TestPromiseWithdrawalEndsWithCtx: a waiting Lock that gives up on its
+// own (its retry policy ran out) leaves the server-side queue before it
+// returns; when its ctx ends during that withdrawal (a paused server), it
+// returns then, with the ctx's error, and the withdrawal runs on.
+func TestPromiseWithdrawalEndsWithCtx(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	holder := newLocker(t, srv.Client(t), WithTTL(30*time.Second))
+	ctx := context.Background()
+	l, err := holder.TryLock(ctx, "withdraw-paused")
+	require.NoError(t, err)
+	cl := redis.NewClient(&redis.Options{Addr: srv.Addr(), DialTimeout: 250 * time.Millisecond, DialerRetries: 1, MaxRetries: -1})
+	t.Cleanup(func() { cl.Close() })
+	// Attempts 200ms apart, two in all, each bounded by 1s.
+	waiter := newLocker(t, cl, WithNodeTimeout(time.Second), WithRetry(LimitRetry(ConstantRetry(200*time.Millisecond), 2)))
+	// Refused at once (queued), then the second attempt at 200ms gets no
+	// answer until 1.2s; the withdrawal then runs until 2.2s. The ctx ends
+	// in between, at 1.6s.
+	const end = 1600 * time.Millisecond
+	lctx, cancel := context.WithTimeout(ctx, end)
+	defer cancel()
+	type result struct {
+		err  error
+		took time.Duration
+	}
+	got := make(chan result, 1)
+	start := time.Now()
+	go func() {
+		_, err := waiter.Lock(lctx, "withdraw-paused")
+		got <- result{err, time.Since(start)}
+	}()
+	// Queued and listening for the release (a SUBSCRIBE on a paused server
+	// would push the second attempt past the ctx's end).
+	writersQueued(t, srv, "withdraw-paused", 1)
+	channel := engine.ReleaseChannel(engine.LockKey("redlock:", "withdraw-paused"))
+	require.True(t, eventually(5*time.Second, func() bool { return waiter.c.Waits.PS.Listening(channel) }), "the waiter listens")
+	srv.Pause(t)
+	defer srv.Resume(t)
+	r := <-got
+	require.Error(t, r.err)
+	assert.ErrorIs(t, r.err, ErrNotObtained)
+	assert.ErrorIs(t, r.err, context.DeadlineExceeded, "Lock() = %v, its ctx ended during the withdrawal", r.err)
+	assert.Less(t, r.took, end+300*time.Millisecond, "Lock() returned %v after it began; its ctx ended at %v", r.took, end)
+	srv.Resume(t)
+	require.NoError(t, l.Unlock(ctx))
 }

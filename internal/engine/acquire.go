@@ -240,7 +240,7 @@ func (at *attempt) settleToken(ctx context.Context, rs []Reply) (int64, error) {
 	}
 	arg, counter, timeout := strconv.FormatInt(token, 10), fenceKeys(l), at.timeout
 	need := p.Quorum - atToken
-	got, _, err := p.Round(Detached(ctx), behind, timeout, timeout, func(ctx context.Context, n *node.Node, cl node.Client) Reply {
+	got, interrupted, err := p.Round(Detached(ctx), behind, timeout, timeout, func(ctx context.Context, n *node.Node, cl node.Client) Reply {
 		v, err := scripts.Raise.Run(ctx, cl, counter, arg).Int64()
 		return Reply{OK: err == nil && v >= token, val: v, Err: err}
 	}, earliest(time.Now().Add(timeout), at.until), ctx.Done(), func(rs []Reply) bool {
@@ -250,7 +250,11 @@ func (at *attempt) settleToken(ctx context.Context, rs []Reply) (int64, error) {
 		return 0, err
 	}
 	if t := p.Count(got); t.OK < need {
-		return 0, Say.Join(append([]error{fmt.Errorf("redlock: fencing token %d reached %d of %d nodes, need a majority", token, atToken+t.OK, len(p.Nodes))}, t.Errs...)...)
+		errs := append([]error{fmt.Errorf("redlock: fencing token %d reached %d of %d nodes, need a majority", token, atToken+t.OK, len(p.Nodes))}, t.Errs...)
+		if cerr := CtxErrIf(ctx, interrupted); cerr != nil {
+			errs = append(errs, cerr) // the caller's ctx ended the write-back
+		}
+		return 0, Say.Join(errs...)
 	}
 	return token, nil
 }

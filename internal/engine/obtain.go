@@ -34,7 +34,7 @@ func (o *obtaining) run(ctx context.Context) (l *Hold, err error) {
 	// it, never hides it.
 	o.heardSeq = c.Waits.seq(channelOf(a.Queue))
 	o.warm = c.Waits.PS.Listening(channelOf(a.Queue))
-	defer o.leave(ctx)
+	defer func() { err = o.leave(ctx, err) }()
 	for attempt := 0; ; attempt++ {
 		if o.try {
 			if l, err, done := o.attemptOnce(ctx, attempt); done {
@@ -315,27 +315,47 @@ func (o *obtaining) sleepFor(attempt int) (d time.Duration, trusted, ok bool) {
 
 // leave withdraws an acquisition that did not get the lock from the name's
 // server-side queue of writers, and any acquisition from its local queue.
-func (o *obtaining) leave(ctx context.Context) {
+// It returns err, the call's, joined with ctx's error when ctx ended while
+// the call waited for its withdrawal.
+func (o *obtaining) leave(ctx context.Context, err error) error {
 	c, a := o.c, o.a
 	if !o.acquired && a.writer && a.ww.entered {
-		// A caller whose ctx ended gets its answer now (the call returns
-		// at its ctx's end); the withdrawal runs on, and a release of the
-		// name by this core waits for it (withdrawals), so that it does
-		// not reserve the name for a writer that left.
+		// The withdrawal runs from a goroutine of the core, and a release
+		// of the name by this core waits for it (withdrawals), so that it
+		// does not reserve the name for a writer that left. A caller whose
+		// ctx ended gets its answer now; one that gave up for another
+		// reason (its retry policy, the unanswered limit, a refusal)
+		// leaves the queue before it returns, unless its ctx ends first.
 		w := Withdrawal{Tag: a.Tag, ID: a.ww.id, Channel: a.Channel, Timeout: a.Cfg.Timeout(a.Cfg.TTL), sharded: a.Cfg.Sharded}
-		if ctx.Err() != nil && c.Life.GoCount(1) {
+		if c.Life.GoCount(1) {
 			done := c.Withdraw.begin(a.Channel)
+			var left chan struct{}
+			if ctxEnded(ctx) == nil {
+				left = make(chan struct{})
+			}
 			go func() {
 				defer c.Life.WG.Done()
 				defer done()
 				Unwait(ctx, c.Pool, w)
+				if left != nil {
+					close(left)
+				}
 			}()
+			if left != nil {
+				select {
+				case <-left:
+				case <-ctx.Done():
+					if !errors.Is(err, ctx.Err()) {
+						err = Say.Join(err, ctx.Err())
+					}
+				}
+			}
 		} else {
-			Unwait(ctx, c.Pool, w)
+			Unwait(ctx, c.Pool, w) // Close began: it leaves before Lock returns
 		}
 	}
 	if o.w == nil {
-		return
+		return err
 	}
 	c.Waits.Leave(o.qk, o.w, o.acquired)
 	if !o.acquired {
@@ -347,6 +367,7 @@ func (o *obtaining) leave(ctx context.Context) {
 		default:
 		}
 	}
+	return err
 }
 
 // How a waiter's wait ended.

@@ -87,7 +87,7 @@ func (tr *acquireTrace) Done(l *Hold, err error) {
 	switch {
 	case err == nil:
 		ev.Outcome = OutcomeAcquired
-	case tr.ctx.Err() != nil:
+	case ctxEnded(tr.ctx) != nil:
 		// The caller's ctx ended. A node call's own deadline (a NodeError
 		// wrapping DeadlineExceeded) is a failure, not a cancellation.
 		ev.Outcome = OutcomeCanceled
