@@ -75,8 +75,9 @@ const expiryMargin = 2 * time.Millisecond
 // Locker's own) and runs a goroutine per node plus one, all ended when ctx
 // ends or at Close (a connection stuck dialling a server that does not
 // answer ends by the client's own timeouts, as other calls left behind
-// do). An unusable Election (see [Locker.Election]), or one whose Locker
-// is closed, gives a closed channel.
+// do; the channel is closed without waiting for it). An unusable Election
+// (see [Locker.Election]), or one whose Locker is closed, gives a closed
+// channel.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	out := make(chan Leader, observeBuffer)
 	if e.usable() != nil || ctx.Err() != nil || e.c.Life.IsClosing() || !e.c.Life.GoCount(len(e.c.Pool.Nodes)+1) {
@@ -135,11 +136,16 @@ type observeEvent struct {
 }
 
 // run is the observer's loop: it owns the state and is the only sender on
-// out.
+// out, so out is closed as soon as the loop returns. The connections are
+// closed after it: PubSub.Close waits for a re-dial in progress (go-redis
+// holds the PubSub's mutex through the new connection's handshake, up to
+// the client's timeouts when the node does not answer), and the reader
+// ranging over out must not wait with it. Close still waits for run, and so
+// for that teardown, as for any goroutine of the core.
 func (o *observer) run(ctx context.Context) {
 	defer o.e.c.Life.WG.Done()
-	defer close(o.out)
 	defer o.shutdown()
+	defer close(o.out)
 	o.timer = time.NewTimer(time.Hour)
 	o.timer.Stop()
 	defer o.timer.Stop()

@@ -125,3 +125,44 @@ func TestObserveAnnouncementTwice(t *testing.T) {
 	}
 	assert.NotContains(t, values[slices.Index(values, "v-2"):], "v-1", "v-1 reported after v-2: %v", values)
 }
+
+// TestObserveEndsWhileReconnectHangs: an observer whose connection was cut
+// while its node is black-holed has go-redis re-dial it, and the new
+// connection's handshake hangs (until the client's timeouts) holding the
+// PubSub's mutex, which PubSub.Close waits for. Observe's channel still
+// closes as soon as ctx ends: the connection's teardown comes after it, not
+// before it (the channel closed about 5s after the cancel when it did).
+func TestObserveEndsWhileReconnectHangs(t *testing.T) {
+	t.Parallel()
+	const name = "observe-reconnect-hangs"
+	srv := redistest.Start(t)
+	proxy := redistest.NewProxy(t, srv.Addr())
+	cl := goRedisDefaults(t, proxy.Addr())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch := newLocker(t, cl).Election(name).Observe(ctx)
+	subscribedObserver(t, srv, name, 1)
+	dialled := cl.PoolStats().PubSubStats.Created
+
+	// Black-holed first, so that the re-dial after the reset reaches a node
+	// that does not answer: its handshake hangs.
+	proxy.Blackhole(true)
+	proxy.Cut()
+	// The pub/sub pool counts a connection once dialled, before its
+	// handshake: from then on the re-dial holds the mutex.
+	require.True(t, eventually(5*time.Second, func() bool { return cl.PoolStats().PubSubStats.Created > dialled }),
+		"go-redis did not re-dial the observer's connection")
+
+	cancel()
+	cancelled := time.Now()
+	timer := time.NewTimer(500 * time.Millisecond)
+	defer timer.Stop()
+	for open := true; open; {
+		select {
+		case _, open = <-ch:
+		case <-timer.C:
+			t.Fatalf("Observe channel open %v after the cancel, want closed within 500ms", time.Since(cancelled))
+		}
+	}
+	t.Logf("channel closed %v after the cancel", time.Since(cancelled))
+}
