@@ -93,3 +93,97 @@ func TestSentinelMinReplicasWarning(t *testing.T) {
 	newLocker(t, g.Master(t).Client(t), WithLogger(slog.New(h)), warmedUp)
 	assert.False(t, h.logged(slog.LevelWarn, msg), "NewLocker on a plain client")
 }
+
+// TestSentinelFollowCheckEndsWithCtx: the first acquisition on an idle
+// Locker over a go-redis Sentinel client checks where the master is before
+// it is sent (internal/engine/follow.go), and go-redis bounds that query to
+// the sentinel by the Sentinel client's own timeouts (5 s here), not by the
+// call's ctx. With the sentinel's replies held back, the master up and the
+// client's pool warm: a Lock and two TryLocks at once, each with a ctx of
+// 150 ms, return at the end of their ctx with ErrNotObtained and the ctx's
+// error, side by side (the check is shared, not queued for); a TryLock whose
+// ctx outlasts the node timeout waits for the check one node timeout, then
+// gets its name from the master. (Before: the three returned after 5 s,
+// 10 s and 15 s, one check after the other.)
+func TestSentinelFollowCheckEndsWithCtx(t *testing.T) {
+	t.Parallel()
+	const (
+		nodeTimeout = 300 * time.Millisecond
+		callCtx     = 150 * time.Millisecond
+		bound       = time.Second
+	)
+	g := redistest.StartSentinel(t)
+	proxy := redistest.NewProxy(t, g.SentinelAddrs()[0])
+	// Default timeouts; no retries, so that a dial left waiting on the
+	// sentinel ends with the test (go-redis's dial goroutines outlive a
+	// client's Close while they retry).
+	cl := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:    g.MasterName(),
+		SentinelAddrs: []string{proxy.Addr()},
+		MaxRetries:    -1,
+		DialerRetries: 1,
+	})
+	t.Cleanup(func() { _ = cl.Close() })
+	lk := newLocker(t, cl, WithNodeTimeout(nodeTimeout))
+	ctx := context.Background()
+	// Pooled connections for every call below, taken straight from the
+	// client: an acquisition would make the follower busy, not idle.
+	conns := make([]*redis.Conn, 6)
+	for i := range conns {
+		conns[i] = cl.Conn()
+		require.NoError(t, conns[i].Ping(ctx).Err())
+	}
+	for _, c := range conns {
+		require.NoError(t, c.Close())
+	}
+
+	proxy.Hold(true)
+	t.Cleanup(func() { proxy.Hold(false) }) // before lk.Close: the check ends
+
+	calls := map[string]func(context.Context) error{
+		"Lock": func(ctx context.Context) error {
+			_, err := lk.Lock(ctx, "follow-ctx-lock")
+			return err
+		},
+		"TryLock 1": func(ctx context.Context) error {
+			_, err := lk.TryLock(ctx, "follow-ctx-try-1")
+			return err
+		},
+		"TryLock 2": func(ctx context.Context) error {
+			_, err := lk.TryLock(ctx, "follow-ctx-try-2")
+			return err
+		},
+	}
+	type result struct {
+		name string
+		took time.Duration
+		err  error
+	}
+	results := make(chan result, len(calls))
+	for name, call := range calls {
+		go func() {
+			ctx, cancel := context.WithTimeout(ctx, callCtx)
+			defer cancel()
+			start := time.Now()
+			err := call(ctx)
+			results <- result{name, time.Since(start), err}
+		}()
+	}
+	for range calls {
+		r := <-results
+		t.Logf("%s: %v", r.name, r.took.Round(time.Millisecond))
+		assert.Less(t, r.took, bound, "%s with a ctx of %v on an idle follower, sentinel silent", r.name, callCtx)
+		assert.ErrorIs(t, r.err, ErrNotObtained, "%s() = %v, want ErrNotObtained", r.name, r.err)
+		assert.ErrorIs(t, r.err, context.DeadlineExceeded, "%s() = %v, want the ctx's error", r.name, r.err)
+	}
+
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	l, err := lk.TryLock(lctx, "follow-ctx-after")
+	took := time.Since(start)
+	t.Logf("TryLock past the node timeout: %v", took.Round(time.Millisecond))
+	require.NoError(t, err, "TryLock() with a ctx longer than the node timeout, sentinel silent, master up")
+	assert.Less(t, took, bound, "TryLock() waits for the sentinel at most about one node timeout (%v)", nodeTimeout)
+	require.NoError(t, l.Unlock(ctx))
+}

@@ -29,7 +29,8 @@ import (
 // master, and a dial that finds the master moved makes the client drop its
 // connections to the old one. An acquisition after the follower went idle
 // makes that check first (fresh), so it cannot be the first call on a
-// stale pool.
+// stale pool; it waits for the check at most one node timeout, and not past
+// its ctx (see acquiring).
 type follower struct {
 	life  *lifecycle.Life
 	dials []func(context.Context) // one per Sentinel client
@@ -39,7 +40,10 @@ type follower struct {
 	// loop runs.
 	last   atomic.Int64
 	active atomic.Bool
-	mu     sync.Mutex // one check at a time
+	mu     sync.Mutex
+	// checking is closed when the check in flight ends; nil while none is
+	// (mu). One check at a time, shared by whoever asks for one meanwhile.
+	checking chan struct{}
 }
 
 // followIdle is how long after its last acquisition, with no lock held, a
@@ -68,8 +72,14 @@ func newFollower(nodes []*node.Node, life *lifecycle.Life, nodeTimeout time.Dura
 }
 
 // acquiring records an acquisition about to be sent. When the follower is
-// idle it checks now, bounded by timeout, and starts following again: the
-// pool may not have been used since before a failover.
+// idle it checks now and starts following again: the pool may not have been
+// used since before a failover. The caller waits for the check at most
+// timeout (then goes on, as after a check that timed out), and not past the
+// end of ctx: go-redis bounds a dial's query to a sentinel by the Sentinel
+// client's own timeouts, not by ctx (unless ContextTimeoutEnabled), so a
+// silent sentinel held every acquisition for seconds, one after the other.
+// The attempt that follows finds ctx ended and says so (ErrNotObtained and
+// ctx.Err()); the check goes on without it, for the next acquisition.
 func (f *follower) acquiring(ctx context.Context, timeout time.Duration) {
 	if f == nil {
 		return
@@ -78,7 +88,14 @@ func (f *follower) acquiring(ctx context.Context, timeout time.Duration) {
 	if f.active.Load() {
 		return
 	}
-	f.check(ctx, timeout)
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-f.check(ctx, timeout):
+	case <-t.C:
+	case <-ctx.Done():
+		return
+	}
 	if f.active.CompareAndSwap(false, true) {
 		if !f.life.GoCount(1) {
 			f.active.Store(false)
@@ -91,18 +108,37 @@ func (f *follower) acquiring(ctx context.Context, timeout time.Duration) {
 	}
 }
 
-// check dials through every Sentinel client at once, each bounded by
-// timeout.
-func (f *follower) check(ctx context.Context, timeout time.Duration) {
+// check starts a check unless one is in flight, and returns the channel
+// closed when the one in flight ends (at once after Close). A check dials
+// through every Sentinel client at once, each bounded by timeout, on a
+// goroutine that Close waits for.
+func (f *follower) check(ctx context.Context, timeout time.Duration) <-chan struct{} {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-	defer cancel()
-	var wg sync.WaitGroup
-	for _, d := range f.dials {
-		wg.Go(func() { d(ctx) })
+	if f.checking != nil {
+		return f.checking
 	}
-	wg.Wait()
+	done := make(chan struct{})
+	if !f.life.GoCount(1) {
+		close(done)
+		return done
+	}
+	f.checking = done
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	go func() {
+		defer f.life.WG.Done()
+		defer cancel()
+		var wg sync.WaitGroup
+		for _, d := range f.dials {
+			wg.Go(func() { d(ctx) })
+		}
+		wg.Wait()
+		f.mu.Lock()
+		f.checking = nil
+		f.mu.Unlock()
+		close(done)
+	}()
+	return done
 }
 
 // run checks every interval while a lock is held or an acquisition came
@@ -121,7 +157,11 @@ func (f *follower) run() {
 		if !f.busy() && time.Since(time.Unix(0, f.last.Load())) > followIdle {
 			return
 		}
-		f.check(context.Background(), f.every)
+		select {
+		case <-f.check(context.Background(), f.every):
+		case <-f.life.Closing:
+			return
+		}
 		t.Reset(f.every)
 	}
 }
