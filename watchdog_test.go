@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -105,6 +106,124 @@ func TestWatchdogServerPaused(t *testing.T) {
 	defer cancel()
 	if _, err := other.Lock(octx, "paused"); err != nil {
 		t.Errorf("other Lock() after the lost lock expired = %v", err)
+	}
+}
+
+// TestExtendDuringPausedRenewalEndsWithCtx: an Extend called while the
+// watchdog's renewal of the same lock is on the wire to a paused server
+// returns when its ctx ends, with the ctx's error and not ErrNotHeld: the
+// lock stays held until its current Until (Lock.Extend's doc). It used to
+// wait for the renewal batch to settle, which on a paused server is the
+// lock's Until: 2.87s here, and ErrNotHeld, the lock lost by then.
+func TestExtendDuringPausedRenewalEndsWithCtx(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	cl := deadlineClient(t, srv) // no read timeout of its own: the calls' deadlines bound them
+	hook := newRenewalHook()
+	cl.AddHook(hook)
+	lk := newLocker(t, cl, WithTTL(3*time.Second), WithRenewInterval(100*time.Millisecond))
+	ctx := context.Background()
+	l, err := lk.TryLock(ctx, "extend-during-renewal")
+	require.NoError(t, err)
+	srv.Pause(t)
+	defer srv.Resume(t)
+	hook.armed.Store(true)
+	select {
+	case <-hook.sent:
+	case <-time.After(2 * time.Second):
+		t.Fatal("no renewal sent within 2s of the pause")
+	}
+	// The watchdog holds the lock's IO for its whole batch, which the paused
+	// server does not answer before Until.
+	ectx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err = l.Extend(ectx, 3*time.Second)
+	took := time.Since(start)
+	assert.ErrorIs(t, err, context.DeadlineExceeded, "Extend() during a renewal on the wire")
+	assert.NotErrorIs(t, err, ErrNotHeld, "Extend() during a renewal on the wire")
+	assert.Less(t, took, time.Second, "Extend() with a 200ms ctx took this long")
+	// Until is about 2.7s after the pause: an Extend that ended with its ctx
+	// leaves the lock held.
+	assert.NoError(t, l.Err(), "Err() right after the Extend ended by its ctx")
+	t.Logf("Extend returned after %v: %v", took, err)
+}
+
+// TestExtendWaitsForRenewalIO: an Extend that finds the lock's IO taken
+// (as by the watchdog's renewal) waits for it, without running while it is
+// held, and runs as soon as it is let go.
+func TestExtendWaitsForRenewalIO(t *testing.T) {
+	srv := redistest.Start(t)
+	lk := newLocker(t, srv.Client(t), WithAutoRenew(false))
+	ctx := context.Background()
+	l, err := lk.TryLock(ctx, "extend-waits-io")
+	require.NoError(t, err)
+	io := &l.ref().IO
+	require.True(t, io.TryLock(), "IO of a lock nobody renews is taken")
+	until := l.Until()
+	done := make(chan error, 1)
+	go func() {
+		ectx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		done <- l.Extend(ectx, time.Minute)
+	}()
+	require.True(t, eventually(2*time.Second, func() bool { return stacksContain("engine.(*ioMutex).LockCtx(") }),
+		"Extend not seen waiting for IO")
+	select {
+	case err := <-done:
+		t.Fatalf("Extend() = %v while IO was held, want it to wait", err)
+	default:
+	}
+	io.Unlock()
+	select {
+	case err := <-done:
+		require.NoError(t, err, "Extend() once IO was let go")
+	case <-time.After(2 * time.Second):
+		t.Fatal("Extend() not done 2s after IO was let go")
+	}
+	assert.True(t, l.Until().After(until.Add(30*time.Second)), "Until() = first + %v, want moved by the 1m Extend", l.Until().Sub(until))
+	require.NoError(t, l.Unlock(ctx))
+}
+
+// stacksContain reports whether some goroutine's stack has s in it.
+func stacksContain(s string) bool {
+	buf := make([]byte, 1<<16)
+	for range 10 { // 64 KiB to 32 MiB: a full run leaves many goroutines
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Contains(string(buf[:n]), s)
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	return strings.Contains(string(buf), s)
+}
+
+// renewalHook closes sent when, once armed, a client sends its first
+// pipeline of scripts (the watchdog's renewals): from then until the batch
+// settles the watchdog holds the lock's IO.
+type renewalHook struct {
+	armed atomic.Bool
+	once  sync.Once
+	sent  chan struct{}
+}
+
+func newRenewalHook() *renewalHook { return &renewalHook{sent: make(chan struct{})} }
+
+func (h *renewalHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *renewalHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (h *renewalHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.armed.Load() {
+			for _, cmd := range cmds {
+				if n := cmd.Name(); n == "evalsha" || n == "eval" {
+					h.once.Do(func() { close(h.sent) })
+					break
+				}
+			}
+		}
+		return next(ctx, cmds)
 	}
 }
 

@@ -357,7 +357,13 @@ func (c *Core) unlock(ctx context.Context, l *Hold) error {
 
 // extend moves l's lease to ttl on every node (engine: see Lock.Extend).
 func (c *Core) extend(ctx context.Context, l *Hold, ttl time.Duration) error {
-	l.IO.Lock()
+	// The watchdog may be renewing l right now, holding IO until its batch
+	// settles: on a paused server, at l's Until. Waiting for it is bounded by
+	// ctx like the rest of the call, and a wait cut short changed nothing, so
+	// l stays held until its current Until: no ErrNotHeld.
+	if err := l.IO.LockCtx(ctx); err != nil {
+		return fmt.Errorf("redlock: extend %q: waited for a renewal in flight; the lock stays held until its current Until: %w", l.Name, err)
+	}
 	defer l.IO.Unlock()
 	if err := l.Err(); err != nil {
 		return Say.NotHeld("extend", l.Name, err)
