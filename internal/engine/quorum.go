@@ -219,20 +219,6 @@ func CtxErrIf(ctx context.Context, interrupted bool) error {
 	return nil
 }
 
-// ctxEnded is ctx.Err(), or context.DeadlineExceeded once ctx's deadline
-// has passed though its timer has not fired yet: a call bounded by that
-// deadline can return before the timer does, and must then still say that
-// its ctx ended.
-func ctxEnded(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
-		return context.DeadlineExceeded
-	}
-	return nil
-}
-
 func earliest(a, b time.Time) time.Time {
 	if a.Before(b) {
 		return a

@@ -1,6 +1,9 @@
 package engine
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // Drift is the Redlock spec's allowance for clock drift between processes:
 // ttl*factor, plus 2ms for Redis's expiry precision (0-1ms) and rounding.
@@ -72,4 +75,18 @@ type lease struct {
 	guard       time.Duration // see guardMillis
 	holdEnd     time.Time     // when MaxHold runs out; zero without a cap
 	driftFactor float64
+}
+
+// ctxEnded is ctx.Err(), or context.DeadlineExceeded once ctx's deadline
+// has passed though its timer has not fired yet: a call bounded by that
+// deadline can return before the timer does, and must then still say that
+// its ctx ended.
+func ctxEnded(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
