@@ -480,24 +480,28 @@ func TestPromiseUnansweredDiagnosisEndsWithCtx(t *testing.T) {
 	// sleep), the diagnosis starts then and would run 2s; the ctx ends at
 	// 450ms.
 	const end = 450 * time.Millisecond
-	ends := map[string]func() (context.Context, context.CancelFunc){
-		"deadline": func() (context.Context, context.CancelFunc) { return context.WithTimeout(context.Background(), end) },
-		"cancel": func() (context.Context, context.CancelFunc) {
+	ends := []struct {
+		how  string
+		ctx  func() (context.Context, context.CancelFunc)
+		want error
+	}{
+		{"deadline", func() (context.Context, context.CancelFunc) { return context.WithTimeout(context.Background(), end) }, context.DeadlineExceeded},
+		{"cancel", func() (context.Context, context.CancelFunc) {
 			ctx, cancel := context.WithCancel(context.Background())
 			stop := time.AfterFunc(end, cancel)
 			return ctx, func() { stop.Stop(); cancel() }
-		},
+		}, context.Canceled},
 	}
-	for how, mk := range ends {
-		ctx, cancel := mk()
+	for _, e := range ends {
+		ctx, cancel := e.ctx()
 		start := time.Now()
-		_, err := lk.Lock(ctx, "diagnosis-"+how)
+		_, err := lk.Lock(ctx, "diagnosis-"+e.how)
 		took := time.Since(start)
 		cancel()
-		require.Error(t, err, "Lock() on a paused server (%s)", how)
-		assert.ErrorIs(t, err, ErrNotObtained, "Lock() ended by its ctx's %s", how)
-		assert.ErrorIs(t, err, ctx.Err(), "Lock() ended by its ctx's %s: %v after %v", how, err, took)
-		assert.Less(t, took, end+time.Second, "Lock() returned %v after it began; its ctx ended at %v (%s)", took, end, how)
+		require.Error(t, err, "Lock() on a paused server (%s)", e.how)
+		assert.ErrorIs(t, err, ErrNotObtained, "Lock() ended by its ctx's %s", e.how)
+		assert.ErrorIs(t, err, e.want, "Lock() ended by its ctx's %s: %v after %v", e.how, err, took)
+		assert.Less(t, took, end+time.Second, "Lock() returned %v after it began; its ctx ended at %v (%s)", took, end, e.how)
 	}
 }
 
