@@ -44,8 +44,9 @@ func (p *Pool) diagnose(ctx context.Context, errs []error) []error {
 	if err != nil {
 		return errs // Close: no goroutine may start
 	}
-	if _, interrupted := gather(ch, silent, time.Now().Add(diagnoseLimit), ctx.Done(), Never); interrupted || ctxEnded(ctx) != nil {
-		return errs
+	gather(ch, silent, time.Now().Add(diagnoseLimit), ctx.Done(), Never)
+	if ctxEnded(ctx) != nil {
+		return errs // ctx's end cut the gather short, or came with its last reply
 	}
 	out := make([]error, len(errs))
 	for i, e := range errs {

@@ -88,8 +88,8 @@ func (f *follower) acquiring(ctx context.Context, timeout time.Duration) {
 	if f.active.Load() {
 		return
 	}
-	t := time.NewTimer(timeout)
-	defer t.Stop()
+	t := node.GetTimer(timeout)
+	defer node.PutTimer(t)
 	select {
 	case <-f.check(ctx, timeout):
 	case <-t.C:
