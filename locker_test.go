@@ -3,7 +3,6 @@ package redlock
 import (
 	"context"
 	"errors"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -255,16 +254,7 @@ func (h *gateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // waitsIn reports whether a goroutine that the test function creator
 // started is parked on a channel receive in fn itself (its innermost frame).
 func waitsIn(fn, creator string) bool {
-	buf := make([]byte, 1<<16)
-	for range 10 { // 64 KiB to 32 MiB
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	for _, g := range strings.Split(string(buf), "\n\n") {
+	for _, g := range strings.Split(allStacks(), "\n\n") {
 		lines := strings.SplitN(g, "\n", 3)
 		if len(lines) == 3 && strings.Contains(lines[0], "[chan receive") &&
 			strings.HasPrefix(lines[1], fn+"(") && strings.Contains(g, "created by "+creator+" ") {

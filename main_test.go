@@ -610,3 +610,17 @@ func closedAddr(t *testing.T) string {
 func queuedWriters(cl redis.Cmdable, key string) (int64, error) {
 	return cl.ZCount(context.Background(), key, "-inf", "(0").Result()
 }
+
+// allStacks is the stack of every goroutine (runtime.Stack), in a buffer
+// grown until it holds them all: a full run leaves many goroutines.
+func allStacks() string {
+	buf := make([]byte, 1<<16)
+	for range 10 { // 64 KiB to 32 MiB
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return string(buf[:n])
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	return string(buf)
+}

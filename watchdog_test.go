@@ -186,17 +186,7 @@ func TestExtendWaitsForRenewalIO(t *testing.T) {
 }
 
 // stacksContain reports whether some goroutine's stack has s in it.
-func stacksContain(s string) bool {
-	buf := make([]byte, 1<<16)
-	for range 10 { // 64 KiB to 32 MiB: a full run leaves many goroutines
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			return strings.Contains(string(buf[:n]), s)
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	return strings.Contains(string(buf), s)
-}
+func stacksContain(s string) bool { return strings.Contains(allStacks(), s) }
 
 // renewalHook closes sent when, once armed, a client sends its first
 // pipeline of scripts (the watchdog's renewals): from then until the batch
