@@ -18,6 +18,7 @@ import (
 	"github.com/redlockgo/redlock/internal/engine"
 	"github.com/redlockgo/redlock/internal/node"
 	"github.com/redlockgo/redlock/internal/redistest"
+	"github.com/redlockgo/redlock/internal/scripts"
 )
 
 func TestNewLockerBadInput(t *testing.T) {
@@ -837,4 +838,63 @@ func TestUnlockDoneBeforeSend(t *testing.T) {
 	require.Positive(t, h.sent.Load(), "commands Unlock sent")
 	assert.Zero(t, h.open.Load(), "commands Unlock sent while Done was open = %d, want 0", h.open.Load())
 	assert.Equal(t, "", get(t, srv.Client(t), "{redlock:unlock-done-first}"), "lock key after Unlock")
+}
+
+// renewalCount is a client hook that counts the renewals (extend.lua's
+// calls) sent through the client.
+type renewalCount struct{ n atomic.Int64 }
+
+func (h *renewalCount) count(cmds ...redis.Cmder) {
+	for _, cmd := range cmds {
+		args := cmd.Args()
+		if len(args) > 1 && (args[1] == scripts.Extend.Hash() || args[1] == extendSource) {
+			h.n.Add(1)
+		}
+	}
+}
+
+// extendSource is extend.lua as EVAL sends it after a NOSCRIPT.
+var extendSource = scripts.Sources[scripts.Extend].Body
+
+func (h *renewalCount) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *renewalCount) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.count(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *renewalCount) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.count(cmds...)
+		return next(ctx, cmds)
+	}
+}
+
+// TestUnlockStopsRenewal: Unlock stops the lock's renewal (Lock.Unlock's
+// doc, lock.go): a lock renewed every 50 ms gets no renewal after Unlock
+// returns. The hook sees renewals before (so it would see one after), and
+// none over the 20 renewal intervals that follow an Unlock made while the
+// next renewal is queued.
+func TestUnlockStopsRenewal(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	cl := srv.Client(t)
+	h := &renewalCount{}
+	cl.AddHook(h)
+	ctx := context.Background()
+	const every = 50 * time.Millisecond
+	lk := newLocker(t, cl, WithTTL(2*time.Second), WithRenewInterval(every), WithLossTracking(false))
+	l, err := lk.TryLock(ctx, "unlock-stops-renewal")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return h.n.Load() >= 2 }, 10*time.Second, time.Millisecond, "renewals while held")
+	// Unlock between renewals, with the next one queued: the renewal just
+	// sent has moved Until once its reply came back.
+	until := l.Until()
+	require.Eventually(t, func() bool { return l.Until().After(until) }, 10*time.Second, time.Millisecond, "a renewal's reply")
+	require.NoError(t, l.Unlock(ctx))
+	before := h.n.Load()
+	time.Sleep(20 * every) // what is looked for is the absence of a renewal
+	assert.Equal(t, before, h.n.Load(), "renewals sent after Unlock returned")
 }
