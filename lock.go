@@ -118,8 +118,9 @@ func (l *Lock) Err() error { return l.ref().Err() }
 
 // Unlock releases the lock on every node where it is still ours; another
 // owner's key is never touched. It stops renewal and closes Done before
-// sending anything. It returns nil once a quorum of nodes (the one node of a
-// Locker) released it, without waiting for nodes that do not answer; a
+// sending anything (a renewal already on its way is not called back; it
+// finds the key released). It returns nil once a quorum of nodes (the one
+// node of a Locker) released it, without waiting for nodes that do not answer; a
 // release that Redis carried out but whose reply was lost, and that go-redis
 // retried, still returns nil. It returns an error matching ErrNotHeld when
 // the lock was already released, was lost, or the nodes say it is no longer
