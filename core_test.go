@@ -367,6 +367,10 @@ func TestClosedWaiterPassesOnReservation(t *testing.T) {
 		got <- l
 	}()
 	writersQueued(t, srv, name, 2)
+	// Both waiters listen before the name moves: the next waiter's queue
+	// entry comes with its refusal, before its SUBSCRIBE, and its hour-long
+	// policy hears of the hand-off only by message.
+	waitSubscribers(t, srv, key+scripts.ChannelSuffix, 2)
 	// What a release does for the head of the queue, without its message:
 	// the name reserved for it, its entry gone.
 	head, err := admin.ZRangeByScore(ctx, queue, &redis.ZRangeBy{Min: "-inf", Max: "(0", Count: 1}).Result()

@@ -340,7 +340,7 @@ func twoLockers(t *testing.T, srv *redistest.Server, opts ...Option) [2]*Locker 
 	return [2]*Locker{newLocker(t, srv.Client(t), opts...), newLocker(t, srv.Client(t), opts...)}
 }
 
-// subscribed waits until n connections listen on channel: a waiter whose
+// waitSubscribers waits until n connections listen on channel: a waiter whose
 // SUBSCRIBE the server has not seen yet would miss a release sent now.
 func waitSubscribers(t *testing.T, srv *redistest.Server, channel string, n int64) {
 	t.Helper()
