@@ -32,8 +32,10 @@ func TestHandOffInProcess(t *testing.T) {
 		holder, err := lk.TryLock(ctx, "handoff")
 		require.NoError(t, err)
 		waiter := waitBehind(t, lk, "handoff", WithTTL(3*time.Second), WithAutoRenew(false))
-		// The waiter's first (failed) attempt and its SUBSCRIBE are done
-		// once it waits: from here on only the hand-off may run.
+		// The waiter makes no attempt (its own Locker holds the name), but
+		// its SUBSCRIBE goes out from another goroutine after it queued: once
+		// the server has it, only the hand-off may run.
+		waitSubscribers(t, srv, rlKey("handoff")+scripts.ChannelSuffix, 1)
 		before := allCalls(t, srv)
 		unlocked := time.Now()
 		require.NoError(t, holder.Unlock(ctx))
