@@ -199,7 +199,10 @@ func TestWaitAcrossFailover(t *testing.T) {
 			g := redistest.StartSentinel(t)
 			opts := &redis.FailoverOptions{DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second}
 			holder := newLocker(t, g.FailoverClient(t, opts))
-			waiter := newLocker(t, g.FailoverClient(t, opts))
+			waiterClient := g.FailoverClient(t, opts)
+			attempts := countScript(scripts.Acquire)
+			waiterClient.AddHook(attempts)
+			waiter := newLocker(t, waiterClient)
 			ctx := context.Background()
 
 			handOff := func(name string) time.Duration {
@@ -211,6 +214,7 @@ func TestWaitAcrossFailover(t *testing.T) {
 					return err == nil
 				}), "holder cannot lock %s", name)
 				got := make(chan error, 1)
+				before := attempts.answered.Load()
 				go func() {
 					lctx, cancel := context.WithTimeout(ctx, 4*time.Second)
 					defer cancel()
@@ -221,7 +225,13 @@ func TestWaitAcrossFailover(t *testing.T) {
 					got <- err
 				}()
 				waiting(t, waiter.c, name)
-				time.Sleep(50 * time.Millisecond) // the waiter has slept on its timer a while: a message must wake it
+				// The release comes after the waiter's second attempt (its
+				// first poll) was refused: it then sleeps on its capped timer and trusts
+				// messages, so a message must wake it, or, when none comes,
+				// the timer that re-homes its subscription. A release caught
+				// by the first poll instead re-homes nothing, and the next
+				// hand-off would wait for the capped timer too.
+				require.True(t, eventually(5*time.Second, func() bool { return attempts.answered.Load()-before >= 2 }), "the waiter's first two attempts")
 				released := time.Now()
 				require.NoError(t, l.Unlock(ctx))
 				require.NoError(t, <-got, "Lock() with a 4s deadline on a free name")

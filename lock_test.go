@@ -840,34 +840,45 @@ func TestUnlockDoneBeforeSend(t *testing.T) {
 	assert.Equal(t, "", get(t, srv.Client(t), "{redlock:unlock-done-first}"), "lock key after Unlock")
 }
 
-// renewalCount is a client hook that counts the renewals (extend.lua's
-// calls) sent through the client.
-type renewalCount struct{ n atomic.Int64 }
-
-func (h *renewalCount) count(cmds ...redis.Cmder) {
-	for _, cmd := range cmds {
-		args := cmd.Args()
-		if len(args) > 1 && (args[1] == scripts.Extend.Hash() || args[1] == extendSource) {
-			h.n.Add(1)
-		}
-	}
+// scriptCalls is a client hook that counts the calls of one of the
+// library's scripts through the client, by EVALSHA or by EVAL: n as they
+// are sent, answered once their replies (or errors) are back.
+type scriptCalls struct {
+	sha, body   string
+	n, answered atomic.Int64
 }
 
-// extendSource is extend.lua as EVAL sends it after a NOSCRIPT.
-var extendSource = scripts.Sources[scripts.Extend].Body
+func countScript(s *redis.Script) *scriptCalls {
+	return &scriptCalls{sha: s.Hash(), body: scripts.Sources[s].Body}
+}
 
-func (h *renewalCount) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *scriptCalls) count(cmds ...redis.Cmder) int64 {
+	var k int64
+	for _, cmd := range cmds {
+		args := cmd.Args()
+		if len(args) > 1 && (args[1] == h.sha || args[1] == h.body) {
+			k++
+		}
+	}
+	return k
+}
 
-func (h *renewalCount) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (h *scriptCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *scriptCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.count(cmd)
+		k := h.count(cmd)
+		h.n.Add(k)
+		defer h.answered.Add(k)
 		return next(ctx, cmd)
 	}
 }
 
-func (h *renewalCount) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (h *scriptCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.count(cmds...)
+		k := h.count(cmds...)
+		h.n.Add(k)
+		defer h.answered.Add(k)
 		return next(ctx, cmds)
 	}
 }
@@ -883,7 +894,7 @@ func TestUnlockStopsRenewal(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	cl := srv.Client(t)
-	h := &renewalCount{}
+	h := countScript(scripts.Extend) // the renewals
 	cl.AddHook(h)
 	ctx := context.Background()
 	const every = 200 * time.Millisecond
