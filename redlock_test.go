@@ -309,9 +309,16 @@ func TestRedlockTwoPaused(t *testing.T) {
 	warmUp(t, r)
 	ctx := context.Background()
 	const name = "two-paused"
-	measure := func(phase string) (acquire, release []time.Duration) {
+	// Each TryLock starts from a name free on every live node: an Unlock
+	// returns once a quorum has released, and the rest of its releases (and
+	// a late grant's, sent once that grant answers) may still be on their
+	// way. On a busy machine a server ran the next TryLock first, and with a
+	// straggler's late grant that made a majority refuse it.
+	measure := func(phase string, live ...int) (acquire, release []time.Duration) {
 		t.Helper()
 		for i := range iters {
+			require.Eventually(t, func() bool { return len(holding(t, nodes, name, live...)) == 0 }, 3*time.Second, time.Millisecond,
+				"%s: before TryLock #%d, the last release, on nodes %v", phase, i, holding(t, nodes, name, live...))
 			start := time.Now()
 			l, err := r.TryLock(ctx, name)
 			if err != nil {
@@ -321,21 +328,24 @@ func TestRedlockTwoPaused(t *testing.T) {
 			if err := l.Unlock(ctx); err != nil {
 				t.Fatalf("%s: Unlock() #%d = %v", phase, i, err)
 			}
+			done := time.Since(mid)
+			// Returned: a quorum of the five released, so no more of the
+			// live nodes than those outside a quorum still hold it.
+			if n := ownedBy(t, nodes, name, l.Owner(), live...); n > len(live)-r.c.Pool.Quorum {
+				t.Fatalf("%s: after Unlock() #%d returned nil, %d of the live nodes %v still hold its key", phase, i, n, live)
+			}
 			acquire = append(acquire, mid.Sub(start))
-			release = append(release, time.Since(mid))
+			release = append(release, done)
 		}
 		return acquire, release
 	}
-	healthy, healthyRel := measure("healthy")
-	// An Unlock returns once a quorum has released; the last one's release
-	// on the slowest masters may still be on its way (on a busy machine it
-	// was, and the next TryLock, with only three masters up, found it
-	// held there). The phase below starts from a name free everywhere.
+	healthy, healthyRel := measure("healthy", 0, 1, 2, 3, 4)
+	// The phase below also starts from a name free on the two it pauses.
 	require.Eventually(t, func() bool { return len(holding(t, nodes, name, 0, 1, 2, 3, 4)) == 0 }, 3*time.Second, time.Millisecond,
 		"the healthy phase's last release, on nodes %v", holding(t, nodes, name, 0, 1, 2, 3, 4))
 	resume := pause(t, nodes, 3, 4)
 	defer resume()
-	paused, pausedRel := measure("2 of 5 paused")
+	paused, pausedRel := measure("2 of 5 paused", 0, 1, 2)
 	resume()
 
 	hm, pm := median(healthy), median(paused)
