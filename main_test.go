@@ -512,8 +512,10 @@ func newRL(t *testing.T, nodes []*rlNode, opts ...Option) *Redlock {
 func warmUp(t *testing.T, r *Redlock) {
 	t.Helper()
 	ctx := context.Background()
-	for range 3 {
-		l, err := r.TryLock(ctx, "warm-up", WithAutoRenew(false))
+	// A name per round: an Unlock returns at a quorum, and a straggler's
+	// late grant on the name could still refuse the next round there.
+	for i := range 3 {
+		l, err := r.TryLock(ctx, "warm-up-"+strconv.Itoa(i), WithAutoRenew(false))
 		if err != nil {
 			t.Fatalf("warm-up TryLock() = %v", err)
 		}
