@@ -568,7 +568,8 @@ func TestDeadServerFailsWithinNodeTimeout(t *testing.T) {
 func TestExtendUnansweredKeepsLock(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	lk := newLocker(t, srv.Client(t), WithNodeTimeout(100*time.Millisecond), WithTTL(5*time.Second), WithAutoRenew(false))
+	cl := srv.Client(t)
+	lk := newLocker(t, cl, WithNodeTimeout(100*time.Millisecond), WithTTL(5*time.Second), WithAutoRenew(false))
 	ctx := context.Background()
 	l, err := lk.TryLock(ctx, "extend-unanswered")
 	require.NoError(t, err)
@@ -576,6 +577,9 @@ func TestExtendUnansweredKeepsLock(t *testing.T) {
 	srv.Pause(t)
 	err = l.Extend(ctx, 10*time.Second)
 	srv.Resume(t)
+	// The timed-out Extend closed its connection: dial again before the
+	// Unlock below, whose 100ms node timeout a slow dial could spend.
+	require.NoError(t, cl.Ping(ctx).Err(), "Ping() after Resume")
 	require.Error(t, err, "Extend() on a paused server")
 	assert.NotErrorIs(t, err, ErrNotHeld, "Extend() on a paused server")
 	assert.NoError(t, l.Err(), "Err() after an unanswered Extend")
