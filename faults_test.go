@@ -8,7 +8,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -590,4 +592,62 @@ func TestExtendUnansweredKeepsLock(t *testing.T) {
 	default:
 	}
 	require.NoError(t, l.Unlock(ctx))
+}
+
+// TestRehomeDistrustsWhileDialling: while re-homed pub/sub connections are
+// being replaced, release messages are not trusted (DESIGN.md "Waiting for a
+// busy lock": while the pub/sub connection is down, waiters poll). The old
+// connection is retired before the new one dials; with the new one's dial
+// held, Trusted stays false the whole time, and turns true once it is
+// subscribed again. Before, it was true from the old reader's exit to the
+// end of the dial, and a waiter that looked then slept on a capped timer
+// through a release nobody heard (TestWaitAcrossFailover with dials slowed).
+func TestRehomeDistrustsWhileDialling(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	var holdDials atomic.Bool
+	dialing := make(chan struct{}, 1)
+	release := make(chan struct{})
+	var d net.Dialer
+	cl := redis.NewClient(&redis.Options{Addr: srv.Addr(), Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if holdDials.Load() {
+			select {
+			case dialing <- struct{}{}:
+			default:
+			}
+			<-release
+		}
+		return d.DialContext(ctx, network, addr)
+	}})
+	t.Cleanup(func() { cl.Close() })
+	lk := newLocker(t, cl)
+	ctx := context.Background()
+	holder, err := lk.TryLock(ctx, "rehome-dial")
+	require.NoError(t, err)
+	// A waiter of the same Locker subscribes the channel.
+	go func() {
+		w, err := lk.Lock(ctx, "rehome-dial")
+		if err == nil {
+			_ = w.Unlock(ctx)
+		}
+	}()
+	ps := lk.c.Waits.PS
+	ch := rlKey("rehome-dial") + scripts.ChannelSuffix
+	require.Eventually(t, func() bool { return ps.Listening(ch) && ps.Trusted() }, 5*time.Second, time.Millisecond, "subscribed")
+
+	holdDials.Store(true)
+	ps.Suspect(ch)
+	select {
+	case <-dialing:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the re-home never dialled")
+	}
+	// The old reader exits right after its retirement; the dial is held.
+	// What is looked for is the absence of trust over that time.
+	trusted := eventuallyEvery(300*time.Millisecond, time.Millisecond, ps.Trusted)
+	holdDials.Store(false)
+	close(release)
+	assert.False(t, trusted, "Trusted() while the re-homed connection was still dialling")
+	require.Eventually(t, ps.Trusted, 5*time.Second, time.Millisecond, "trusted again once subscribed")
+	require.NoError(t, holder.Unlock(ctx))
 }

@@ -172,6 +172,11 @@ func (s *nodeSubs) rehome(ctx context.Context, channel string) {
 	}
 	s.rehomed = time.Now()
 	s.ps.logger.Info("redlock: a release went unheard; re-opening pub/sub", "node", s.n.Idx, "channel", channel)
+	// Down from the old connections' retirement until their successors are
+	// open (each counts itself then, until its first confirmation): a waiter
+	// that looked in between trusted messages nobody was subscribed to hear.
+	s.ps.down.Add(1)
+	defer s.ps.down.Add(-1)
 	if s.main != nil {
 		s.retire(s.main)
 		s.main = nil
@@ -197,6 +202,10 @@ func (s *nodeSubs) reopen(ctx context.Context, channel string, legacy bool) {
 		s.legacy = true
 		s.ps.logger.Info("redlock: the server has no sharded pub/sub (SSUBSCRIBE); waiters use SUBSCRIBE", "node", s.n.Idx)
 	}
+	// Down through the pause below until the new connection is open, as in
+	// rehome.
+	s.ps.down.Add(1)
+	defer s.ps.down.Add(-1)
 	s.retire(sc)
 	// Retired: Close must not retire it again if it comes during the
 	// pause below (closing a closed stop channel panicked).
@@ -233,13 +242,15 @@ func (s *nodeSubs) opened(ctx context.Context, sc *subConn, channels []string) *
 	if len(channels) == 1 && (s.n.Ring || s.ps.sharded) {
 		sc.channel = channels[0]
 	}
+	// Down until its first confirmed read, from before the dial that
+	// (S)SUBSCRIBE makes: no waiter trusts a connection still dialling.
+	s.ps.down.Add(1)
 	if ss, ok := s.n.Client.(shardSubscriber); ok && s.ps.sharded && !s.legacy {
 		sc.sharded = true
 		sc.ps = ss.SSubscribe(ctx, channels...)
 	} else {
 		sc.ps = s.n.Client.Subscribe(ctx, channels...)
 	}
-	s.ps.down.Add(1) // until its first confirmed read
 	go s.ps.receive(sc)
 	return sc
 }
