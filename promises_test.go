@@ -67,6 +67,21 @@ func tryAndDrop(name string) func(ctx context.Context, lk lockMaker) error {
 	}
 }
 
+// noLeader probes that election name has no leader: a Campaign whose ctx
+// had ended must not have left one.
+func noLeader(name string) func(ctx context.Context, lk lockMaker) error {
+	return func(ctx context.Context, lk lockMaker) error {
+		_, err := lk.Election(name).Leader(ctx)
+		if errors.Is(err, ErrNoLeader) {
+			return nil
+		}
+		if err == nil {
+			return errors.New("a leader whose Campaign's ctx had ended")
+		}
+		return err
+	}
+}
+
 func keep(l *Lock, err error) error {
 	if err == nil {
 		_ = l.Unlock(context.Background())
@@ -115,16 +130,7 @@ var acquirePaths = []acquirePath{
 	}},
 	{name: "Campaign", acquire: func(ctx context.Context, lk lockMaker) error {
 		return keep(lk.Election("p-elect").Campaign(ctx, "late"))
-	}, probe: func(ctx context.Context, lk lockMaker) error {
-		_, err := lk.Election("p-elect").Leader(ctx)
-		if errors.Is(err, ErrNoLeader) {
-			return nil
-		}
-		if err == nil {
-			return errors.New("a leader whose Campaign's ctx had ended")
-		}
-		return err
-	}},
+	}, probe: noLeader("p-elect")},
 	{name: "Redlock", redlock: true, acquire: func(ctx context.Context, lk lockMaker) error { return keep(lk.TryLock(ctx, "p-redlock")) }, probe: tryAndDrop("p-redlock")},
 	{name: "Redlock.Lock", redlock: true, acquire: func(ctx context.Context, lk lockMaker) error { return keep(lk.Lock(ctx, "p-redlock-lock")) }, probe: tryAndDrop("p-redlock-lock")},
 	{name: "Redlock.Do", redlock: true, acquire: func(ctx context.Context, lk lockMaker) error {
@@ -137,16 +143,7 @@ var acquirePaths = []acquirePath{
 	}, probe: tryAndDrop("p-redlock-do")},
 	{name: "Redlock.Campaign", redlock: true, acquire: func(ctx context.Context, lk lockMaker) error {
 		return keep(lk.Election("p-redlock-elect").Campaign(ctx, "late"))
-	}, probe: func(ctx context.Context, lk lockMaker) error {
-		_, err := lk.Election("p-redlock-elect").Leader(ctx)
-		if errors.Is(err, ErrNoLeader) {
-			return nil
-		}
-		if err == nil {
-			return errors.New("a leader whose Campaign's ctx had ended")
-		}
-		return err
-	}},
+	}, probe: noLeader("p-redlock-elect")},
 }
 
 // TestPromiseCancelledCallReturnsAtOnce: a call whose ctx ends while its
