@@ -120,9 +120,9 @@ func (l *Lock) Err() error { return l.ref().Err() }
 // owner's key is never touched. It stops renewal and closes Done before
 // sending anything (a renewal already on its way is not called back; it
 // finds the key released). It returns nil once a quorum of nodes (the one
-// node of a Locker) released it, without waiting for nodes that do not answer; a
-// release that Redis carried out but whose reply was lost, and that go-redis
-// retried, still returns nil. It returns an error matching ErrNotHeld when
+// node of a Locker) released it, without waiting for nodes that do not
+// answer; a release that Redis carried out but whose reply was lost, and
+// that go-redis retried, still returns nil. It returns an error matching ErrNotHeld when
 // the lock was already released, was lost, or the nodes say it is no longer
 // ours; any other error means the outcome is unknown on too many nodes: the
 // release is then sent again in the background to each node that did not

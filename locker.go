@@ -66,9 +66,10 @@ func NewLocker(client Client, opts ...Option) (*Locker, error) {
 // ctx.Err(), and no key of this call is left behind: keys it set are
 // released before it returns (on a server that stalls right after granting,
 // that takes up to the node timeout past ctx's end), and a grant still on
-// its way when ctx ended is released by the call that receives it. Other errors: an empty
-// name or invalid option, ErrClosed after Close, and an error matching
-// ErrNotObtained when Redis refuses in a way retrying cannot fix.
+// its way when ctx ended is released by the call that receives it. Other
+// errors: an empty name or invalid option, ErrClosed after Close, and an
+// error matching ErrNotObtained when Redis refuses in a way retrying cannot
+// fix.
 func (lk *Locker) Lock(ctx context.Context, name string, opts ...Option) (*Lock, error) {
 	return handle(engine.LockName(ctx, lk.core(), name, opts))
 }
