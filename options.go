@@ -127,8 +127,9 @@ func WithRetry(f RetryFunc) Option { return func(c *config) { c.Retry, c.RetrySe
 // behind a timeout), so the call returns about d plus one attempt plus that
 // after it began; a ctx that ends meanwhile ends it then, and the error also
 // matches the ctx's. Every such attempt is logged at WARN through
-// [WithLogger]'s logger, at most once per 5s per call. Contention never counts: a node that answers "held
-// by another owner" has answered. Errors that no retry can fix (a reply
+// [WithLogger]'s logger, at most once per 5s per call. Contention never
+// counts: a node that answers "held by another owner" has answered. Errors
+// that no retry can fix (a reply
 // that is not Redis's protocol, a wrong password, a missing permission,
 // READONLY from a client that cannot follow a failover, out of memory)
 // end the wait at the first attempt whatever d says.
