@@ -134,6 +134,55 @@ func TestAcquireMintForms(t *testing.T) {
 	assert.Zero(t, cl.Exists(ctx, "{mint-off}:fence").Val(), "fencing off: no counter")
 }
 
+// TestFenceLifeLaggingFloor: a grant whose floor was taken well before the
+// server ran it (the client's goroutine or the server was descheduled in
+// between, as on a loaded machine), followed by a release and a new grant
+// in the same millisecond of the server's clock: PEXPIRE GT refuses the
+// second grant's expiry, equal to the first's, and that must not cost the
+// check for a counter without expiry (PTTL), although the floors are more
+// than 10 ms apart. Both mints are run: acquire.lua's common path written
+// out, and mint in _lib.lua (a waiting writer claiming the name reserved
+// for it). Each round runs in one MULTI, so its scripts almost always share
+// a millisecond.
+func TestFenceLifeLaggingFloor(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	cl := srv.Client(t)
+	ctx := context.Background()
+	for _, s := range []*redis.Script{scripts.Acquire, scripts.Release} {
+		require.NoError(t, s.Load(ctx, cl).Err())
+	}
+	const rounds = 20
+	for _, path := range []string{"written out", "mint"} {
+		srv.Do(t, "CONFIG", "RESETSTAT")
+		for i := range rounds {
+			lock := fmt.Sprintf("{lag:%s:%d}", path, i)
+			keys := []string{lock, lock + ":fence", lock + ":queue", lock + ":waiting"}
+			now := time.Now()
+			lagging := strconv.FormatInt(now.Add(-50*time.Millisecond).UnixMicro(), 10)
+			floor := strconv.FormatInt(now.UnixMicro(), 10)
+			cmds, err := cl.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				scripts.Acquire.Run(ctx, p, keys[:2], "a", 10000, lagging)
+				scripts.Release.Run(ctx, p, []string{lock, lock + ":released", keys[2], keys[3]}, "a", 10000)
+				if path == "written out" {
+					scripts.Acquire.Run(ctx, p, keys[:2], "b", 10000, floor)
+				} else {
+					p.Set(ctx, lock, "queued:w", 10*time.Second)
+					scripts.Acquire.Run(ctx, p, keys, "b", 10000, floor, "w")
+				}
+				return nil
+			})
+			require.NoError(t, err, "%s, round %d", path, i)
+			assert.Equal(t, floor, fmt.Sprint(cmds[len(cmds)-1].(*redis.Cmd).Val()), "%s, round %d: the second grant's token", path, i)
+		}
+		assert.Zero(t, allCalls(t, srv)["pttl"], "%s: PTTL calls in %d rounds", path, rounds)
+		for i := range rounds {
+			fence := fmt.Sprintf("{lag:%s:%d}:fence", path, i)
+			assert.Greater(t, cl.PTTL(ctx, fence).Val(), scripts.DefaultFenceRetention-time.Minute, "%s, round %d: the counter's life", path, i)
+		}
+	}
+}
+
 // TestReadOnlyReplicaSaysSo: a server's refusal reaches the caller as the
 // server's error, not as a timeout hidden by go-redis's retries.
 func TestReadOnlyReplicaSaysSo(t *testing.T) {

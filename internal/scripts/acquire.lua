@@ -99,10 +99,10 @@ if not cur and (wid == '' or wid == ARGV[1]) then
     if not old then
       redis.call('PEXPIRE', KEYS[2], life)
     elseif last and last + 1 <= tok and last ~= -math.huge then
-      -- As in mintone: an expiry only moves later; a refusal within 10 ms
-      -- of the last grant is that grant's own expiry, else PTTL tells
-      -- whether the counter has none.
-      if redis.call('PEXPIRE', KEYS[2], life, 'GT') == 0 and tok - last >= 10000
+      -- As in mintone: an expiry only moves later; a refusal within a
+      -- second of the last grant's floor is that grant's own expiry, else
+      -- PTTL tells whether the counter has none.
+      if redis.call('PEXPIRE', KEYS[2], life, 'GT') == 0 and tok - last >= 1000000
           and redis.call('PTTL', KEYS[2]) == -1 then
         redis.call('PEXPIRE', KEYS[2], life)
       end
