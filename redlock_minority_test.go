@@ -372,3 +372,60 @@ func TestRedlockHealedMasterReadmitted(t *testing.T) {
 		assert.Less(t, took, time.Second, "heal %d: a key on master 0 again", heal)
 	}
 }
+
+// TestRedlockLateGrantsAfterCloseReleased: grants on a master whose replies
+// are held back, for locks already unlocked at a quorum of the others,
+// whose calls end (by the node timeout) after Close has ended its I/O, are
+// released as soon as the master answers again, not at the end of their
+// 30 s lease. Their releases run in the calls' own goroutines; before, each
+// still counted as a call on the wire while it waited to be admitted, and
+// with four or more on one master it looked stalled to all of them
+// (node.Admit): none was sent until its lease ended.
+func TestRedlockLateGrantsAfterCloseReleased(t *testing.T) {
+	t.Parallel()
+	nodes := startRLNodes(t, 3, true, time.Second)
+	r := newRL(t, nodes, WithTTL(30*time.Second), WithNodeTimeout(300*time.Millisecond), WithAutoRenew(false))
+	ctx := context.Background()
+	const n = 6
+	// n connections to master 0 dialled first: a new one would wait for
+	// its handshake's reply, and send nothing, while replies are held.
+	var wg sync.WaitGroup
+	for range n + 2 {
+		wg.Go(func() {
+			// A blocking call holds its connection: n+2 at once, n+2 of them.
+			assert.ErrorIs(t, nodes[0].client.Do(ctx, "BLPOP", "warm-up", "0.05").Err(), redis.Nil, "BLPOP warm-up: times out")
+		})
+	}
+	wg.Wait()
+	require.GreaterOrEqual(t, nodes[0].client.PoolStats().TotalConns, uint32(n), "connections to master 0")
+	nodes[0].proxy.Hold(true) // master 0 runs the calls; its replies wait
+	names := make([]string, n)
+	locks := make([]*Lock, n)
+	for i := range n {
+		names[i] = "late-" + strconv.Itoa(i)
+		wg.Go(func() {
+			var err error
+			locks[i], err = r.TryLock(ctx, names[i])
+			assert.NoError(t, err, "TryLock(%q) at a quorum of masters 1 and 2", names[i])
+		})
+	}
+	wg.Wait()
+	for _, l := range locks {
+		require.NotNil(t, l)
+		require.NoError(t, l.Unlock(ctx))
+	}
+	left := func() int {
+		k := 0
+		for _, name := range names {
+			k += len(holding(t, nodes, name, 0))
+		}
+		return k
+	}
+	// Four calls on the wire are enough (node.maxProbes); the pool may
+	// have closed a connection or two meanwhile.
+	require.True(t, eventually(5*time.Second, func() bool { return left() >= 4 }), "grants run on master 0: %d of %d", left(), n)
+	require.NoError(t, r.Close())
+	nodes[0].proxy.Hold(false)
+	assert.True(t, eventually(5*time.Second, func() bool { return left() == 0 }),
+		"keys of released locks still on master 0 (lease 30s): %d of %d", left(), n)
+}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/redlockgo/redlock/internal/lifecycle"
@@ -127,8 +128,14 @@ func (p *cleanup) releaseInBackground(ctx context.Context, nodes []*node.Node, l
 func (p *cleanup) releaseLater(ctx context.Context, n *node.Node, l *Hold, ran bool) {
 	if !p.life.GoCount(1) {
 		// Close has ended its I/O: this goroutine, which Close waits for,
-		// releases it itself.
+		// releases it itself, out of the bracket of the call it runs in
+		// (node.Begin; releaseNode brackets its own sends). A release that
+		// waits to be admitted must not count as a call on the wire: four
+		// such on one node made it look stalled to each of them for good
+		// (node.Admit), and none was sent before its lease ended.
+		n.End(errAside)
 		p.releaseNode(ctx, n, l, ran)
+		n.Begin()
 		return
 	}
 	p.life.Go(func() {
@@ -136,6 +143,10 @@ func (p *cleanup) releaseLater(ctx context.Context, n *node.Node, l *Hold, ran b
 		p.releaseNode(ctx, n, l, ran)
 	})
 }
+
+// errAside ends a call's bracket (node.End) for the time its goroutine
+// waits on something other than the node: not an answer of the node.
+var errAside = errors.New("redlock: call set aside")
 
 // releaseNode releases l on node n from a goroutine the core already owns,
 // until the node answers. ran says a call of l's is known to have run there
