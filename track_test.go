@@ -459,6 +459,37 @@ func TestTrackingHearsOwnNamesOnly(t *testing.T) {
 	}
 }
 
+// TestTrackingUnspentCreditLapsesWhileRenewed: an own write's credit whose
+// invalidation never comes (the acquisition of a key that nobody tracked
+// yet: a lock taken once the tracking connections are open, before its
+// arming read) lapses creditFor (2 s) after that write, also while the
+// watchdog renews the lock on the data connection, and an outside DEL
+// after that is taken for an outside change. The renewals need no credit;
+// when they announced themselves all the same, each restarted the unspent
+// credit's lapse, and it absorbed the DEL (the lock was still found lost,
+// by the read that follows an own write's invalidation).
+func TestTrackingUnspentCreditLapsesWhileRenewed(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	const ttl = 300 * time.Millisecond // renewed every 100 ms
+	lk := newLocker(t, srv.Client(t), WithTTL(ttl))
+	ctx := context.Background()
+	_, err := lk.TryLock(ctx, "opens-tracking")
+	require.NoError(t, err)
+	tr := lk.c.Track
+	require.Eventually(t, func() bool { return trackingArmed(tr) }, 5*time.Second, time.Millisecond)
+	l, err := lk.TryLock(ctx, "later")
+	require.NoError(t, err)
+	time.Sleep(3 * time.Second) // the credit's life and more, renewals all along: the period under test
+	require.Eventually(t, func() bool { return trackingArmed(tr) }, 5*time.Second, time.Millisecond, "later's arming read")
+	require.NoError(t, l.Err())
+	outside := tr.Outside.Load() + tr.AfterConnect.Load()
+	require.NoError(t, srv.Client(t).Del(ctx, "{redlock:later}").Err())
+	heardAfter(t, time.Now(), 5*time.Second, l)
+	requireLoss(t, l.Err(), LossDeleted)
+	assert.Equal(t, int64(1), tr.Outside.Load()+tr.AfterConnect.Load()-outside, "the DEL taken for an outside change")
+}
+
 // TestRearmAfterReconnectBounded: after the tracking connections come back,
 // every held lock is read once, through one data connection per node, in
 // pipelines of VerifyBatch locks; a key deleted while they were down is

@@ -171,13 +171,17 @@ func (w *watchdog) renew(due []*Hold) {
 	// Wait for replies until the first of these locks would be lost anyway,
 	// but give a slow pipeline at least one node timeout.
 	deadline = latest(deadline, t1.Add(due[0].timeout))
+	// credit is the renewals' credits for the loss tracker (set below).
+	var credit uint64
 	settle := func(i int, r batchResult) {
 		if r.partial {
 			// Still waiting for a slow node: what a loss by time reports.
 			due[i].renewFailed(r.err, r.no > 0)
 			return
 		}
-		c.Track.settle(due[i], true)
+		if credit != 0 {
+			c.Track.settle(due[i], true)
+		}
 		if w.apply(due[i], ttls[i], t1, r) {
 			w.repairRenewed(due[i], ttls[i], t1)
 		}
@@ -195,9 +199,18 @@ func (w *watchdog) renew(due []*Hold) {
 	}
 	// On a node whose tracking data connection is up, the renewals run
 	// there: silent (NOLOOP), so no credit, and they keep their keys armed.
-	via, credit := c.Track.routes()
-	for _, l := range due {
-		c.Track.expectOn(l, credit)
+	// Renewals that need no credit on any node are not announced to the
+	// tracker at all: their settle would restart the lapse of the credits
+	// of the lock's earlier writes, and a credit whose invalidation never
+	// comes (the acquisition of a key nobody tracked yet) would absorb an
+	// outside change for as long as the lock is renewed, instead of
+	// lapsing creditFor after that write.
+	var via *dataRoutes
+	via, credit = c.Track.routes()
+	if credit != 0 {
+		for _, l := range due {
+			c.Track.expectOn(l, credit)
+		}
 	}
 	moveOn := make(chan struct{})
 	go func() {
