@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlockgo/redlock/internal/redistest"
+	"github.com/redlockgo/redlock/internal/scripts"
 )
 
 // TestRedlockHungMasterDoesNotStallRounds: with one master of three paused,
@@ -279,15 +280,29 @@ func TestRedlockLeaseRepair(t *testing.T) {
 	t.Run("lost", func(t *testing.T) {
 		t.Parallel()
 		nodes := startRLNodes(t, 3, false, time.Second)
+		renewals := countScript(scripts.Extend)
+		for _, nd := range nodes {
+			nd.client.AddHook(renewals)
+		}
 		a := newRL(t, nodes, WithTTL(ttl), WithLossTracking(false))
 		l, err := a.TryLock(ctx, "repair")
 		require.NoError(t, err)
-		// Both keys go at once (two goroutines): a renewal that lands
-		// between two deletions still sees a quorum and rightly puts the
-		// first one back. A starved machine can still interleave one; then
-		// the deletion is repeated (bounded).
+		// Both keys go at once (two goroutines), right after a renewal
+		// round was answered by every master, the next one a renew
+		// interval away: a renewal whose calls land on either side of the
+		// deletions (extended on one master before, refused on the other
+		// after) still saw a quorum and rightly put the keys back. A
+		// starved machine can still interleave one; then the deletion is
+		// repeated (bounded), after the next round again: a fixed wait of
+		// two TTLs, six renew intervals, met the renewals in the same
+		// phase each time.
 		lost := false
 		for try := 0; try < 3 && !lost; try++ {
+			base := renewals.answered.Load()
+			require.True(t, eventually(2*ttl, func() bool {
+				n, answered := renewals.n.Load(), renewals.answered.Load()
+				return answered >= base+3 && answered == n
+			}), "a renewal round answered by the three masters")
 			var wg sync.WaitGroup
 			for _, i := range []int{0, 1} {
 				wg.Go(func() { _ = nodes[i].admin.Del(ctx, rlKey("repair")).Err() })
