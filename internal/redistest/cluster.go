@@ -213,8 +213,9 @@ func (c *Cluster) waitAgreed(t testing.TB, after string) {
 }
 
 // WaitSynced waits until replica i is linked to master i and has processed
-// the master's whole replication stream, so that a failover now loses no
-// write made before; it fails the test after 10 seconds.
+// and acknowledged the master's replication stream up to the call (see
+// Pair.WaitSynced), so that a failover now loses no write made before; it
+// fails the test after 10 seconds.
 func (c *Cluster) WaitSynced(t testing.TB, i int) {
 	t.Helper()
 	p := Pair{Master: c.Masters[i], Replica: c.Replicas[i]}

@@ -147,6 +147,36 @@ func TestPairHoldReleased(t *testing.T) {
 	assert.Equal(t, "1", p.Replica.Do(t, "GET", "late"))
 }
 
+// TestPairSyncedWhileWritten: WaitSynced returns while the master is
+// written every few milliseconds (as a held lock's renewals write it), with
+// every write made before the call on the replica and acknowledged. The
+// replica acknowledges once a second, so waiting for its acknowledgement to
+// equal the master's moving offset could last until the test's deadline.
+func TestPairSyncedWhileWritten(t *testing.T) {
+	t.Parallel()
+	p := StartPair(t)
+	ctx := ctxT(t)
+	master := p.Master.Client(t)
+	require.NoError(t, master.Set(ctx, "before", "1", 0).Err())
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < 100_000; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			if err := master.Set(ctx, "busy", i, 0).Err(); err != nil {
+				return
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	p.WaitSynced(t)
+	assert.Equal(t, "1", p.Replica.Do(t, "GET", "before"), "a write made before WaitSynced is not on the replica")
+}
+
 // TestLaunchStop: a server not tied to a test, stopped by its owner.
 func TestLaunchStop(t *testing.T) {
 	t.Parallel()
