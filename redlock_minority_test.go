@@ -293,9 +293,7 @@ func TestRedlockLeaseRepair(t *testing.T) {
 		// deletions (extended on one master before, refused on the other
 		// after) still saw a quorum and rightly put the keys back. A
 		// starved machine can still interleave one; then the deletion is
-		// repeated (bounded), after the next round again: a fixed wait of
-		// two TTLs, six renew intervals, met the renewals in the same
-		// phase each time.
+		// repeated (bounded), after the next round again.
 		lost := false
 		for try := 0; try < 3 && !lost; try++ {
 			base := renewals.answered.Load()
