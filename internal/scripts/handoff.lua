@@ -25,10 +25,11 @@
 -- in the queue of waiting writers (nothing changed: the release must go to
 -- it, fair across processes); {REPLY_ALREADY, 0} when the current owner had
 -- already released it; {REPLY_NOT_OURS, 0} when the key is gone or another
--- owner's (left untouched); {REPLY_EXHAUSTED, counter} or
--- {REPLY_BAD_FENCE, 0} when no token can be minted (see _lib.lua): nothing
--- was changed; {REPLY_OOM, 0} when the server refused the write (at
--- maxmemory): nothing was changed. "Nothing" but the entries of waiters
+-- owner's (left as it was: its value and expiry); {REPLY_EXHAUSTED, counter}
+-- or {REPLY_BAD_FENCE, 0} when no token can be minted (see _lib.lua):
+-- nothing was changed; {REPLY_OOM, 0} when the server refused the first
+-- write (at maxmemory), before the script could tell whether the name was
+-- ours: nothing was changed. "Nothing" but the entries of waiters
 -- whose entries had lapsed, which reading the queue's head drops (firstwaiter
 -- in _lib.lua), as any release does. Reply codes: the table in scripts.go.
 --
@@ -36,28 +37,39 @@
 -- wake. No read hold can exist while the current owner holds the name. All
 -- keys share one hash tag.
 local on, floor = fencearg(ARGV[4])
-local cur = redis.call('GET', KEYS[1])
+-- The first write, which also reads the owner: the name goes to the next
+-- owner, keeping the current lease for now. At maxmemory (noeviction)
+-- Redis refuses a script's first write that may grow memory and lets every
+-- later one through (see scripts.go). Refused here, nothing has changed and
+-- nothing is granted, as acquire.lua grants nothing on a full server; the
+-- caller then releases with release.lua, which frees the name there. XX
+-- writes nothing where the key is gone; where the name is not ours to hand
+-- on, or not now, the same SET with the value it answered puts the key
+-- back as it was (KEEPTTL: its expiry never moved).
+local res = redis.pcall('SET', KEYS[1], ARGV[2], 'XX', 'KEEPTTL', 'GET')
+if type(res) == 'table' and res.err then return {REPLY_OOM, 0} end
+local cur = res or nil
 if cur == ARGV[2] then
   return {REPLY_OK, minted(on, KEYS[2])}
 end
 if cur ~= ARGV[1] then
+  if cur then redis.call('SET', KEYS[1], cur, 'XX', 'KEEPTTL') end
   if redis.call('GET', KEYS[3]) == ARGV[1] then return {REPLY_ALREADY, 0} end
   return {REPLY_NOT_OURS, 0}
 end
--- The first write, a no-op (our own value and expiry): at maxmemory
--- (noeviction) Redis refuses a script's first write that may grow memory
--- and lets every later one through (see scripts.go). Refused here, nothing
--- has changed and nothing is granted, as acquire.lua grants nothing on a
--- full server; the caller then releases with release.lua, which frees the
--- name there.
-if redis.pcall('SET', KEYS[1], ARGV[1], 'XX', 'KEEPTTL').err then return {REPLY_OOM, 0} end
 local first = firstwaiter(KEYS[4])
-if first and first ~= ARGV[6] then return {REPLY_WRITER_FIRST, 0} end
+if first and first ~= ARGV[6] then
+  redis.call('SET', KEYS[1], cur, 'XX', 'KEEPTTL')
+  return {REPLY_WRITER_FIRST, 0}
+end
 -- Minted before the waiter leaves the queue: a refusal changes nothing.
 local tok, refused = mint(on, KEYS[2], floor, ARGV[3])
-if not tok then return refused end
+if not tok then
+  redis.call('SET', KEYS[1], cur, 'XX', 'KEEPTTL')
+  return refused
+end
 if first then dequeue(KEYS[4], first) end
-redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
 if ARGV[7] then redis.call('SET', KEYS[5], ARGV[7], 'PX', ARGV[3]) end
 redis.pcall('SET', KEYS[3], ARGV[1], 'PX', ARGV[5])
 return {REPLY_OK, tok}

@@ -117,7 +117,7 @@ const (
 	// admitted before; nothing changed.
 	ReplyStale = 7
 	// ReplyNotOurs (release and pttl families, handoff): gone or another
-	// owner's, the script does not tell which; left untouched.
+	// owner's, the script does not tell which; left as it was.
 	ReplyNotOurs = -3
 	// ReplyOOM (handoff): the server refused its first write (maxmemory);
 	// nothing changed, and the ordinary release must run.
