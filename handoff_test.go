@@ -169,12 +169,12 @@ func TestHandOffRefusedKeepsTheQueue(t *testing.T) {
 
 // TestHandOffRefusalsLeaveTheKey: a hand-off that does not pass the name
 // leaves the lock key's value and expiry as they were, whatever stops it:
-// another owner's key, a writer of another process first in the queue, a
-// counter that can mint no token, a full server. Its first write takes the
-// name for the next owner and answers the owner it found; the refusals put
-// that owner back. A put-back that lost the holder's lease (the next
-// owner's TTL, or none) would show in the key's PTTL, and no released
-// marker is written for a hand-off that did not run.
+// another owner's key (also after this owner's release), a writer of
+// another process first in the queue, a counter that can mint no token, a
+// full server. Its first write takes the name for the next owner and
+// answers the owner it found; the refusals put that owner back. A put-back that lost the holder's lease (the next
+// owner's TTL, or none) would show in the key's PTTL, and a hand-off that
+// did not run writes no released marker.
 func TestHandOffRefusalsLeaveTheKey(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -185,11 +185,13 @@ func TestHandOffRefusalsLeaveTheKey(t *testing.T) {
 		name    string
 		holder  string
 		counter string // "" for none
+		marker  string // the released marker's value before, "" for none
 		queued  bool   // a writer of another process waits first
 		full    bool
 		want    int64
 	}{
 		{name: "another owner's", holder: "other", want: scripts.ReplyNotOurs},
+		{name: "another owner's after ours", holder: "other", marker: "me", want: scripts.ReplyAlready},
 		{name: "writer first", holder: "me", queued: true, want: scripts.ReplyWriterFirst},
 		{name: "counter exhausted", holder: "me", counter: fmt.Sprint(1<<53 - 1), want: scripts.ReplyExhausted},
 		{name: "counter not a number", holder: "me", counter: "junk", want: scripts.ReplyBadFence},
@@ -200,6 +202,9 @@ func TestHandOffRefusalsLeaveTheKey(t *testing.T) {
 		require.NoError(t, admin.Set(ctx, keys[0], tc.holder, lease).Err())
 		if tc.counter != "" {
 			require.NoError(t, admin.Set(ctx, keys[1], tc.counter, time.Hour).Err())
+		}
+		if tc.marker != "" {
+			require.NoError(t, admin.Set(ctx, keys[2], tc.marker, lease).Err())
 		}
 		if tc.queued {
 			alive := float64(time.Now().Add(time.Minute).UnixMilli())
@@ -217,7 +222,7 @@ func TestHandOffRefusalsLeaveTheKey(t *testing.T) {
 		pttl := admin.PTTL(ctx, keys[0]).Val()
 		assert.Greater(t, pttl, lease-10*time.Second, "%s: the holder's lease, not the next owner's", tc.name)
 		assert.LessOrEqual(t, pttl, lease, "%s: the holder's lease", tc.name)
-		assert.Zero(t, admin.Exists(ctx, keys[2]).Val(), "%s: no released marker", tc.name)
+		assert.Equal(t, tc.marker, admin.Get(ctx, keys[2]).Val(), "%s: the released marker as it was", tc.name)
 	}
 }
 
