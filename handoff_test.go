@@ -172,9 +172,10 @@ func TestHandOffRefusedKeepsTheQueue(t *testing.T) {
 // another owner's key (also after this owner's release), a writer of
 // another process first in the queue, a counter that can mint no token, a
 // full server. Its first write takes the name for the next owner and
-// answers the owner it found; the refusals put that owner back. A put-back that lost the holder's lease (the next
-// owner's TTL, or none) would show in the key's PTTL, and a hand-off that
-// did not run writes no released marker.
+// answers the owner it found; the refusals put that owner back. A put-back
+// that lost the holder's lease (the next owner's TTL, or none) would show
+// in the key's PTTL, and a hand-off that did not run writes no released
+// marker.
 func TestHandOffRefusalsLeaveTheKey(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
