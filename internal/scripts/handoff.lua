@@ -58,12 +58,13 @@ if cur ~= ARGV[1] then
   return {REPLY_NOT_OURS, 0}
 end
 local first = firstwaiter(KEYS[4])
+local tok, refused
 if first and first ~= ARGV[6] then
-  redis.call('SET', KEYS[1], cur, 'XX', 'KEEPTTL')
-  return {REPLY_WRITER_FIRST, 0}
+  refused = {REPLY_WRITER_FIRST, 0}
+else
+  -- Minted before the waiter leaves the queue: a refusal changes nothing.
+  tok, refused = mint(on, KEYS[2], floor, ARGV[3])
 end
--- Minted before the waiter leaves the queue: a refusal changes nothing.
-local tok, refused = mint(on, KEYS[2], floor, ARGV[3])
 if not tok then
   redis.call('SET', KEYS[1], cur, 'XX', 'KEEPTTL')
   return refused
