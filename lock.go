@@ -118,26 +118,26 @@ func (l *Lock) Err() error { return l.ref().Err() }
 
 // Unlock releases the lock on every node where it is still ours; another
 // owner's key is never touched. It stops renewal and closes Done before
-// sending anything (a renewal already on its way is not called back; it
-// finds the key released). It returns nil once a quorum of nodes (the one
-// node of a Locker) released it, without waiting for nodes that do not
-// answer; a release that Redis carried out but whose reply was lost, and
-// that go-redis retried, still returns nil. It returns an error matching ErrNotHeld when
+// sending anything (a renewal already on its way is not called back; it finds
+// the key released). It returns nil once a quorum of nodes (the one node of a
+// Locker) released it, without waiting for nodes that do not answer; a
+// release that Redis carried out but whose reply was lost, and that go-redis
+// retried, still returns nil. It returns an error matching ErrNotHeld when
 // the lock was already released, was lost, or the nodes say it is no longer
 // ours; any other error means the outcome is unknown on too many nodes: the
 // release is then sent again in the background to each node that did not
-// answer, until it runs there (a paused server, a silent link that heals)
-// or for three leases (10s at least), so the name is free right after
-// the fault rather than at the lease's end. Cancelling ctx does not stop
-// the release: it runs detached from ctx, so a cancelled caller still
-// unlocks, bounded by the node timeout; by two of them when a withdrawal of
-// this Locker's waiter that gave up on the name is still on its way, which
-// the release waits for first. When a goroutine of the same Locker waits
-// for the name, Unlock hands the lock to the first of them in the same
-// script that releases it, unless a waiter of another process queued for
-// the name first: then, as whenever a waiter of another process is queued,
-// the name is reserved for that waiter and only it is woken (a Locker
-// only; a Redlock releases and lets its waiters acquire).
+// answer, until it runs there (a paused server, a silent link that heals) or
+// for three leases (10s at least), so the name is free right after the fault
+// rather than at the lease's end. Cancelling ctx does not stop the release:
+// it runs detached from ctx, so a cancelled caller still unlocks, bounded by
+// the node timeout; by two of them when a withdrawal of this Locker's waiter
+// that gave up on the name is still on its way, which the release waits for
+// first. When a goroutine of the same Locker waits for the name, Unlock hands
+// the lock to the first of them in the same script that releases it, unless a
+// waiter of another process queued for the name first: then, as whenever a
+// waiter of another process is queued, the name is reserved for that waiter
+// and only it is woken (a Locker only; a Redlock releases and lets its
+// waiters acquire).
 func (l *Lock) Unlock(ctx context.Context) error { return l.ref().Unlock(ctx) }
 
 // Extend sets the lock's lease to ttl from now on every node where it is

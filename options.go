@@ -116,12 +116,12 @@ func WithFenceRetention(d time.Duration) Option { return func(c *config) { c.Ret
 func WithRetry(f RetryFunc) Option { return func(c *config) { c.Retry, c.RetrySet = f, true } }
 
 // WithUnansweredLimit bounds how long a waiting Lock (and Do, RLock,
-// Semaphore.Acquire, LockAll) keeps trying while no quorum of nodes
-// answers at all: connections refused, calls timing out, a server loading
-// its data or a failover client's master in the middle of a failover. Once
-// the attempts of one call have gone unanswered for d in a row (counted from
-// the start of the first; the last attempt comes at d), it gives up, even
-// under a ctx without deadline, with an error matching [ErrNotObtained] and
+// Semaphore.Acquire, LockAll) keeps trying while no quorum of nodes answers
+// at all: connections refused, calls timing out, a server loading its data or
+// a failover client's master in the middle of a failover. Once the attempts
+// of one call have gone unanswered for d in a row (counted from the start of
+// the first; the last attempt comes at d), it gives up, even under a ctx
+// without deadline, with an error matching [ErrNotObtained] and
 // [ErrUnreachable] that names the last cause. To name it, it first asks each
 // node that only timed out once more, for up to 2s (a refused dial hides
 // behind a timeout), so the call returns about d plus one attempt plus that
@@ -129,10 +129,9 @@ func WithRetry(f RetryFunc) Option { return func(c *config) { c.Retry, c.RetrySe
 // matches the ctx's. Every such attempt is logged at WARN through
 // [WithLogger]'s logger, at most once per 5s per call. Contention never
 // counts: a node that answers "held by another owner" has answered. Errors
-// that no retry can fix (a reply
-// that is not Redis's protocol, a wrong password, a missing permission,
-// READONLY from a client that cannot follow a failover, out of memory)
-// end the wait at the first attempt whatever d says.
+// that no retry can fix (a reply that is not Redis's protocol, a wrong
+// password, a missing permission, READONLY from a client that cannot follow a
+// failover, out of memory) end the wait at the first attempt whatever d says.
 //
 // Default 10s: several node timeouts. 0 turns the limit off: Lock then
 // waits until ctx ends. Negative values are refused.
