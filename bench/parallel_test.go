@@ -21,12 +21,24 @@ import (
 // pairs/s, and the server's CPU and commands per pair (the meter), against
 // the raw SET NX PX + DEL floor in the same run.
 
-func BenchmarkParallel16(b *testing.B) {
+func BenchmarkParallel16(b *testing.B) { parallel(b, 16) }
+
+// BenchmarkParallelSweep is Parallel16 at other numbers of goroutines:
+// where overlapping calls start to share round trips, and what a caller
+// alone or with a few others pays for it.
+func BenchmarkParallelSweep(b *testing.B) {
+	for _, g := range []int{1, 2, 4, 8, 32} {
+		b.Run(fmt.Sprintf("g=%d", g), func(b *testing.B) { parallel(b, g) })
+	}
+}
+
+// parallel runs every pairLibs row with g goroutines, each on a name of
+// its own.
+func parallel(b *testing.B, g int) {
 	srvs := getServers(b, "single", 1)
 	addr := srvs[0].Addr()
 	loopbackOnly(b, addr)
 	libs := pairLibs(addr)
-	const g = 16
 	for _, l := range libs {
 		b.Run(l.name, func(b *testing.B) {
 			pair := l.make(b)
