@@ -3,7 +3,9 @@ package redlock
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -230,6 +232,49 @@ func TestHooksAddedLaterSeeLockCommands(t *testing.T) {
 		// rebuild, then none.
 		assert.LessOrEqual(t, rebuilds.rebuilds.Load()-before, int64(1), "round %d: hook chain rebuilt by steady locking", round)
 	}
+}
+
+// TestHooksSeeOverlappingLockCommands: many callers at once on a plain
+// client, whose overlapping script calls go out together in pipelines
+// (DESIGN.md "Calls to Redis"). Every lock is granted with a token above
+// the last one of its name and released, and the client's hooks see each
+// script exactly once, alone or in a pipeline: as many as the server ran.
+func TestHooksSeeOverlappingLockCommands(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	cl := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { cl.Close() })
+	hook := &countingHook{}
+	cl.AddHook(hook)
+	lk := newLocker(t, cl, WithAutoRenew(false))
+	srv.Do(t, "CONFIG", "RESETSTAT")
+	seen := hook.scripts.Load() + hook.pipedScripts.Load()
+	const callers, pairs = 32, 20
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for g := range callers {
+		wg.Go(func() {
+			name := "overlap-" + strconv.Itoa(g)
+			var last int64
+			for i := range pairs {
+				l, err := lk.TryLock(ctx, name)
+				if !assert.NoError(t, err, "TryLock(%q) #%d", name, i) {
+					return
+				}
+				assert.Greater(t, l.Token(), last, "token of %q #%d", name, i)
+				last = l.Token()
+				if !assert.NoError(t, l.Unlock(ctx), "Unlock(%q) #%d", name, i) {
+					return
+				}
+			}
+			assert.Zero(t, srv.Do(t, "EXISTS", rlKey(name)), "lock key of %q after its last Unlock", name)
+		})
+	}
+	wg.Wait()
+	scripts := hook.scripts.Load() + hook.pipedScripts.Load() - seen
+	assert.Equal(t, int64(2*callers*pairs), scripts, "scripts the hooks saw")
+	assert.Equal(t, 2*callers*pairs, commandCalls(t, srv, "evalsha"), "scripts the server ran")
+	t.Logf("%d of %d scripts went in %d pipelines", hook.pipedScripts.Load(), scripts, hook.pipelines.Load())
 }
 
 // TestPingWrongPassword: Ping names a wrong password (an ACL user's) with

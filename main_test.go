@@ -285,8 +285,8 @@ const timerSlack = 50 * time.Millisecond
 
 // countingHook counts what a client sends: single commands and pipelines,
 // each one round trip, the commands inside pipelines, and script calls
-// (EVAL/EVALSHA) sent on their own.
-type countingHook struct{ single, scripts, pipelines, piped atomic.Int64 }
+// (EVAL/EVALSHA) sent on their own and inside pipelines.
+type countingHook struct{ single, scripts, pipelines, piped, pipedScripts atomic.Int64 }
 
 func (h *countingHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
@@ -304,6 +304,11 @@ func (h *countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		h.pipelines.Add(1)
 		h.piped.Add(int64(len(cmds)))
+		for _, cmd := range cmds {
+			if n := cmd.Name(); n == "evalsha" || n == "eval" {
+				h.pipedScripts.Add(1)
+			}
+		}
 		return next(ctx, cmds)
 	}
 }

@@ -128,7 +128,7 @@ func (dc *DivertedClient) bounded(timeout time.Duration) *BoundedClient {
 	// connection of a full pool then gets what is left of its node
 	// timeout, not a whole one more (the clone's options are its own).
 	clone.Options().ContextTimeoutEnabled = true
-	b := &BoundedClient{Client: dc.parent, clone: clone}
+	b := &BoundedClient{Client: dc.parent, clone: clone, comb: &combiner{}}
 	m[timeout] = b
 	dc.clones.Store(&m)
 	return b
@@ -192,6 +192,10 @@ type divertPipeline struct{}
 type BoundedClient struct {
 	*redis.Client
 	clone *redis.Client
+	// comb shares round trips among overlapping script calls (see
+	// combiner); nil for a tracking data connection's, which is one
+	// connection already.
+	comb *combiner
 }
 
 // Pipeline is the client's pipeline, whose Exec goes through the client's
@@ -216,11 +220,9 @@ type boundedCmd struct {
 }
 
 // process sends the command argv through the client (its hooks) to the
-// clone.
+// clone, alone or with other calls that overlap it (send).
 func (b *BoundedClient) process(ctx context.Context, argv []any) *redis.Cmd {
-	bc := &boundedCmd{Cmd: *redis.NewCmd(ctx, argv...), clone: b.clone}
-	_ = b.Client.Process(ctx, bc)
-	return &bc.Cmd
+	return b.send(ctx, &boundedCmd{Cmd: *redis.NewCmd(ctx, argv...), clone: b.clone})
 }
 
 func (b *BoundedClient) script(ctx context.Context, name, body string, keys []string, args []any) *redis.Cmd {
