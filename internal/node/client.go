@@ -128,7 +128,15 @@ func (dc *DivertedClient) bounded(timeout time.Duration) *BoundedClient {
 	// connection of a full pool then gets what is left of its node
 	// timeout, not a whole one more (the clone's options are its own).
 	clone.Options().ContextTimeoutEnabled = true
-	b := &BoundedClient{Client: dc.parent, clone: clone, comb: &combiner{}}
+	// Batches go to a clone of their own that go-redis never retries: a
+	// pipeline retried after a failed read sends again the scripts whose
+	// replies were already read (a single command's retry sends only
+	// itself). Their callers get the error, as of any call whose reply did
+	// not come.
+	batches := dc.parent.WithTimeout(timeout)
+	batches.Options().ContextTimeoutEnabled = true
+	batches.Options().MaxRetries = 0 // -1 only means 0 when a client is made
+	b := &BoundedClient{Client: dc.parent, clone: clone, comb: &combiner{timeout: timeout, batches: batches}}
 	m[timeout] = b
 	dc.clones.Store(&m)
 	return b

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -21,22 +22,30 @@ import (
 //
 // What a call keeps:
 //   - Its own reply and error: a pipeline's replies are matched to its
-//     commands in order.
-//   - Its own end: a call whose ctx ends while it waits for its turn is
-//     taken out and never sent; one whose ctx ends while its batch is on
-//     the wire returns the ctx's error then, its outcome unknown, as an
-//     inline call does when its socket deadline fires. The batch is led,
-//     and bounded, by the call whose deadline is latest (each call's is
-//     its node timeout at most), and no call's cancellation ends it for the
-//     others.
+//     commands in order, and an error that ends the whole pipeline (a
+//     hook's, a dial's) goes to every command without a reply.
+//   - Its own end: a call whose ctx has ended before its turn is never
+//     sent (next leaves it for its own goroutine to take out); one whose
+//     ctx ends while its batch is on the wire returns the ctx's error then,
+//     its outcome unknown, as an inline call does when its socket deadline
+//     fires. The batch is led by the call whose deadline is latest, and
+//     bounded by it (or by the node timeout, for a leader without one): the
+//     leader returns with the batch, and no call's cancellation ends the
+//     batch for the others.
 //   - No wait behind a held-up call: a turn that has not come within
-//     turnWait (a connection stalled, writes held by CLIENT PAUSE WRITE)
-//     sends the call alone, and a read-only script (EVALSHA_RO) always goes
-//     alone, since in a batch behind a held write it would be held too.
+//     turnWait (three round trips, within [2ms, 100ms]: a connection
+//     stalled, writes held by CLIENT PAUSE WRITE) sends the call alone, and
+//     a call sent as EVALSHA_RO or EVAL_RO always goes alone, since in a
+//     batch behind a held write it would be held too.
+//   - No replay: go-redis does not retry a batch (see bounded).
 type combiner struct {
 	mu      sync.Mutex
 	sending int       // calls and batches on the wire
 	waiting []*queued // calls waiting for a turn, oldest first
+
+	timeout time.Duration // the node timeout
+	batches *redis.Client // the clone the batches go to
+	rtt     atomic.Int64  // a moving average of answered calls' times, ns
 }
 
 // sendingMax is how many calls, or batches, of one client are on the wire
@@ -47,11 +56,31 @@ type combiner struct {
 // (BENCHMARKS.md, "Tenth round").
 const sendingMax = 4
 
-// turnWait is how long a call waits for its turn before it goes alone: a
-// turn comes when a call on the wire answers, which on a healthy server
-// takes a round trip, and a call held up longer (a connection stalled, a
-// script CLIENT PAUSE holds) must not hold up the calls queued behind it.
-var turnWait = 2 * time.Millisecond
+// turnWaitMin and turnWaitMax bound how long a call waits for its turn
+// before it goes alone: three times the moving average of the calls'
+// round trips, so that a server farther away than a round trip of 2ms
+// still batches, and a stalled connection holds up the calls behind it
+// for little more than what a round trip takes. turnWaitMin is a variable
+// for the tests, which hold calls in the queue for as long as they need.
+var turnWaitMin = 2 * time.Millisecond
+
+const turnWaitMax = 100 * time.Millisecond
+
+// turnWait is how long a call waits for its turn now.
+func (c *combiner) turnWait() time.Duration {
+	return min(max(turnWaitMin, 3*time.Duration(c.rtt.Load())), max(turnWaitMax, turnWaitMin))
+}
+
+// took adds the time an answered call, or batch, took to the moving
+// average (a racy update may lose a sample; it is an estimate).
+func (c *combiner) took(d time.Duration) {
+	old := time.Duration(c.rtt.Load())
+	if old == 0 {
+		c.rtt.Store(int64(d))
+		return
+	}
+	c.rtt.Store(int64(old + (d-old)/8))
+}
 
 // batchMax bounds one batch: the rest of a longer queue waits for the next
 // turn, so that a batch's last reply is not held up behind an unbounded
@@ -78,8 +107,6 @@ var queuedPool = sync.Pool{New: func() any { return &queued{turn: make(chan []*q
 func (b *BoundedClient) send(ctx context.Context, bc *boundedCmd) *redis.Cmd {
 	c := b.comb
 	if name := bc.Name(); c == nil || (name != "evalsha" && name != "eval") {
-		// A read-only script (EVALSHA_RO) goes alone: in a batch behind a
-		// write that CLIENT PAUSE WRITE holds, it would be held too.
 		_ = b.Client.Process(ctx, bc)
 		return &bc.Cmd
 	}
@@ -94,7 +121,7 @@ func (b *BoundedClient) send(ctx context.Context, bc *boundedCmd) *redis.Cmd {
 	c.waiting = append(c.waiting, q)
 	c.mu.Unlock()
 
-	t := GetTimer(turnWait)
+	t := GetTimer(c.turnWait())
 	defer PutTimer(t)
 	var batch []*queued
 	answered := true
@@ -116,7 +143,6 @@ func (b *BoundedClient) send(ctx context.Context, bc *boundedCmd) *redis.Cmd {
 	}
 	if batch != nil {
 		b.lead(q, batch)
-		b.next()
 	}
 	q.ctx, q.cmd, q.leads = nil, nil, false
 	queuedPool.Put(q)
@@ -125,8 +151,11 @@ func (b *BoundedClient) send(ctx context.Context, bc *boundedCmd) *redis.Cmd {
 
 // alone sends bc by itself, one of the calls counted on the wire.
 func (b *BoundedClient) alone(ctx context.Context, bc *boundedCmd) *redis.Cmd {
-	_ = b.Client.Process(ctx, bc)
-	b.next()
+	defer b.next() // also when a hook panics
+	start := time.Now()
+	if b.Client.Process(ctx, bc) == nil {
+		b.comb.took(time.Since(start))
+	}
 	return &bc.Cmd
 }
 
@@ -176,48 +205,73 @@ func ended(ctx context.Context, bc *boundedCmd) *redis.Cmd {
 }
 
 // lead sends batch, which q leads, as one pipeline through the client's
-// hooks to the clone, and tells the others their replies came. q's is the
-// batch's latest deadline (next chose it so), and no call's cancellation
-// ends the batch for the others.
+// hooks to the batches' clone, tells the others their replies came, and
+// hands the turn on (next). q's is the batch's latest deadline (next chose
+// it so), and no call's cancellation ends the batch for the others.
 func (b *BoundedClient) lead(q *queued, batch []*queued) {
+	defer b.next()
+	defer func() { // also when a hook panics
+		for _, x := range batch {
+			if x != q {
+				x.turn <- nil
+			}
+		}
+	}()
 	if len(batch) == 1 {
 		_ = b.Client.Process(q.ctx, q.cmd) // no pipeline for one call
 		return
 	}
-	ctx := context.WithValue(context.WithoutCancel(q.ctx), divertPipeline{}, b.clone)
-	if d, ok := q.ctx.Deadline(); ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, d)
-		defer cancel()
-	} // else bounded by the clone's socket timeouts
-	_, _ = b.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+	until, ok := q.ctx.Deadline()
+	if !ok {
+		until = time.Now().Add(b.comb.timeout)
+	}
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(q.ctx), until)
+	defer cancel()
+	ctx = context.WithValue(ctx, divertPipeline{}, b.comb.batches)
+	start := time.Now()
+	_, err := b.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, x := range batch {
 			_ = p.Process(ctx, x.cmd)
 		}
 		return nil
 	})
+	if err == nil {
+		b.comb.took(time.Since(start))
+		return
+	}
 	for _, x := range batch {
-		if x != q {
-			x.turn <- nil
+		// A reply, nil included (redis.Nil), comes with a value or an
+		// error: a command with neither was not answered.
+		if x.cmd.Err() == nil && x.cmd.Val() == nil {
+			x.cmd.SetErr(err)
 		}
 	}
 }
 
-// next gives the calls that waited their turn, up to batchMax, to one of
+// next gives the calls that wait for their turn, up to batchMax, to one of
 // them to lead: the one whose ctx ends last (or never), so that every other
-// one can still end by its own ctx. With none waiting, it counts one call
-// fewer on the wire.
+// one can still end by its own ctx. A call whose ctx has ended stays for
+// its own goroutine to take out: it is never sent. With none to send, it
+// counts one call fewer on the wire.
 func (b *BoundedClient) next() {
 	c := b.comb
 	c.mu.Lock()
-	if len(c.waiting) == 0 {
+	var batch []*queued
+	kept := c.waiting[:0]
+	for _, q := range c.waiting {
+		if len(batch) < batchMax && q.ctx.Err() == nil {
+			batch = append(batch, q)
+		} else {
+			kept = append(kept, q)
+		}
+	}
+	clear(c.waiting[len(kept):])
+	c.waiting = kept
+	if len(batch) == 0 {
 		c.sending--
 		c.mu.Unlock()
 		return
 	}
-	n := min(len(c.waiting), batchMax)
-	batch := slices.Clone(c.waiting[:n])
-	c.waiting = slices.Delete(c.waiting, 0, n)
 	leader, last := batch[0], time.Time{}
 	for _, q := range batch {
 		d, ok := q.ctx.Deadline()

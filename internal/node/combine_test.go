@@ -2,9 +2,9 @@ package node
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,10 +28,12 @@ local stop = tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[1])
 repeat t = redis.call('TIME') until tonumber(t[1]) * 1000000 + tonumber(t[2]) >= stop
 return 'busy'`
 
-// pipelineHook records the size of every pipeline the client sends.
+// pipelineHook records the size of every pipeline the client sends, and
+// refuses them with refuse when it is set.
 type pipelineHook struct {
-	mu    sync.Mutex
-	sizes []int
+	mu     sync.Mutex
+	sizes  []int
+	refuse error
 }
 
 func (h *pipelineHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
@@ -40,7 +42,11 @@ func (h *pipelineHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		h.mu.Lock()
 		h.sizes = append(h.sizes, len(cmds))
+		refuse := h.refuse
 		h.mu.Unlock()
+		if refuse != nil {
+			return refuse
+		}
 		return next(ctx, cmds)
 	}
 }
@@ -51,20 +57,20 @@ func (h *pipelineHook) seen() []int {
 	return append([]int(nil), h.sizes...)
 }
 
-// combined returns a BoundedClient of a fresh server (node timeout 5s),
-// the server, and the pipelines its client sent. wait is turnWait for the
-// test (restored when it ends): a long one lets the test hold calls in
-// the queue for as long as it needs.
-func combined(t *testing.T, wait time.Duration) (*BoundedClient, *redistest.Server, *pipelineHook) {
+// combined returns a BoundedClient (node timeout 5s) of a client of addr,
+// and the pipelines its client sent. wait is turnWaitMin for the test
+// (restored when it ends): a long one lets the test hold calls in the
+// queue for as long as it needs.
+func combined(t *testing.T, addr string, wait time.Duration) (*BoundedClient, *pipelineHook) {
 	t.Helper()
-	old := turnWait
-	turnWait = wait
-	t.Cleanup(func() { turnWait = old })
-	srv := redistest.Start(t)
-	cl := srv.Client(t)
+	old := turnWaitMin
+	turnWaitMin = wait
+	t.Cleanup(func() { turnWaitMin = old })
+	cl := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	t.Cleanup(func() { _ = cl.Close() })
 	h := &pipelineHook{}
 	cl.AddHook(h)
-	return DivertedOf(cl).bounded(5 * time.Second), srv, h
+	return DivertedOf(cl).bounded(5 * time.Second), h
 }
 
 // state is the combiner's count of calls on the wire and of calls waiting.
@@ -86,38 +92,53 @@ func until(t *testing.T, what string, cond func() bool) {
 	t.Fatalf("not within 10s: %s", what)
 }
 
-// hold sends n busy scripts of d each and returns once they are the calls
-// on the wire; the channel closes when all have answered.
-func hold(t *testing.T, b *BoundedClient, n int, d time.Duration) <-chan struct{} {
+// holdWire pauses the server's writes (CLIENT PAUSE WRITE) and puts n
+// writes of b on the wire, held there until unpause; the channel closes
+// once they have answered. A script flagged no-writes still runs.
+func holdWire(t *testing.T, b *BoundedClient, srv *redistest.Server, n int) (unpause func(), answered <-chan struct{}) {
 	t.Helper()
+	srv.Do(t, "CLIENT", "PAUSE", "60000", "WRITE")
+	unpause = func() { srv.Do(t, "CLIENT", "UNPAUSE") }
+	t.Cleanup(unpause)
 	var wg sync.WaitGroup
-	for range n {
+	for i := range n {
 		wg.Go(func() {
-			assert.NoError(t, b.Eval(context.Background(), busy, nil, d.Microseconds()).Err(), "busy script")
+			assert.NoError(t, b.Eval(context.Background(), "return redis.call('SET', KEYS[1], 'x')", []string{"held-" + strconv.Itoa(i)}).Err(), "held write")
 		})
 	}
-	until(t, "the busy scripts on the wire", func() bool { s, _ := b.comb.state(); return s == n })
+	until(t, "the writes on the wire", func() bool { s, _ := b.comb.state(); return s == n })
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
-	return done
+	return unpause, done
 }
 
-// Calls that overlap two calls on the wire wait for one of them to answer,
-// go out together as one pipeline, and each gets its own reply.
+// queue starts f, a call that finds the wire full, and returns once it
+// waits for its turn (the n-th to wait).
+func queue(t *testing.T, b *BoundedClient, n int, f func()) {
+	t.Helper()
+	go f()
+	until(t, "call "+strconv.Itoa(n)+" waiting for its turn", func() bool { _, w := b.comb.state(); return w == n })
+}
+
+// Calls that overlap sendingMax calls on the wire wait for one of them to
+// answer, go out together as one pipeline, and each gets its own reply.
 func TestCombinedCallsKeepTheirReplies(t *testing.T) {
-	b, _, h := combined(t, time.Minute)
-	held := hold(t, b, sendingMax, 150*time.Millisecond)
+	srv := redistest.Start(t)
+	b, h := combined(t, srv.Addr(), time.Minute)
+	unpause, held := holdWire(t, b, srv, sendingMax)
 	const n = 10
 	got := make([]any, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Go(func() {
+		wg.Add(1)
+		queue(t, b, i+1, func() {
+			defer wg.Done()
 			var err error
 			got[i], err = b.Eval(context.Background(), "return ARGV[1]", nil, "reply-"+strconv.Itoa(i)).Result()
 			assert.NoError(t, err, "call %d", i)
 		})
 	}
-	until(t, "the calls queued", func() bool { _, w := b.comb.state(); return w == n })
+	unpause()
 	wg.Wait()
 	<-held
 	for i, v := range got {
@@ -129,8 +150,8 @@ func TestCombinedCallsKeepTheirReplies(t *testing.T) {
 }
 
 // A call whose ctx ends (cancelled or past its deadline) while it waits for
-// its turn returns the ctx's error at once and is never sent; the calls
-// after it go on.
+// its turn returns the ctx's error at once and is never sent; the call
+// that waited after it goes out alone when its turn comes.
 func TestCallEndedWhileWaitingIsNeverSent(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -147,23 +168,27 @@ func TestCallEndedWhileWaitingIsNeverSent(t *testing.T) {
 		}, context.DeadlineExceeded},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b, srv, _ := combined(t, time.Minute)
-			held := hold(t, b, sendingMax, 250*time.Millisecond)
+			srv := redistest.Start(t)
+			b, h := combined(t, srv.Addr(), time.Minute)
+			unpause, held := holdWire(t, b, srv, sendingMax)
 			ctx, cancel, end := tc.ctx()
 			defer cancel()
 			errc := make(chan error, 1)
-			go func() { errc <- b.Eval(ctx, "return redis.call('SET', KEYS[1], 'sent')", []string{"never"}).Err() }()
-			until(t, "the call queued", func() bool { _, w := b.comb.state(); return w == 1 })
+			queue(t, b, 1, func() { errc <- b.Eval(ctx, "return redis.call('SET', KEYS[1], 'sent')", []string{"never"}).Err() })
+			live := make(chan any, 1)
+			queue(t, b, 2, func() { live <- b.Eval(context.Background(), "return ARGV[1]", nil, "live").Val() })
 			end()
 			select {
 			case err := <-errc:
-				assert.ErrorIs(t, err, tc.want, "Eval() of the ended call")
-			case <-held:
-				t.Fatal("the ended call returned only after the calls on the wire answered")
+				assert.ErrorIs(t, err, tc.want, "Eval() of the ended call, while the wire is held")
+			case <-time.After(10 * time.Second):
+				t.Fatal("the ended call did not return while the wire was held")
 			}
+			unpause()
 			<-held
-			assert.Equal(t, "after", b.Eval(context.Background(), "return ARGV[1]", nil, "after").Val(), "a call after it")
+			assert.Equal(t, "live", <-live, "the call queued after it")
 			assert.Nil(t, srv.Do(t, "GET", "never"), "the ended call's write")
+			assert.Empty(t, h.seen(), "pipelines sent: the live call went alone")
 			s, w := b.comb.state()
 			assert.Equal(t, [2]int{0, 0}, [2]int{s, w}, "calls on the wire and waiting afterwards")
 		})
@@ -171,85 +196,143 @@ func TestCallEndedWhileWaitingIsNeverSent(t *testing.T) {
 }
 
 // A call whose batch is on the wire returns when its ctx ends, its outcome
-// unknown (the script still runs); the batch is led by the call whose
-// deadline is latest (here the one without any), whatever the order they
-// queued in, and the others get their replies when it answers.
+// unknown (the script still runs). The batch is led by the call whose
+// deadline is latest, not by the first to queue, and the others get their
+// replies when it answers.
 func TestCallInABatchEndsByItsOwnCtx(t *testing.T) {
-	b, srv, h := combined(t, time.Minute)
-	// The writes wait out the pause; the scripts flagged no-writes run.
-	srv.Do(t, "CLIENT", "PAUSE", "2000", "WRITE")
+	srv := redistest.Start(t)
+	b, h := combined(t, srv.Addr(), time.Minute)
+	srv.Do(t, "CLIENT", "PAUSE", "60000", "WRITE")
+	t.Cleanup(func() { srv.Do(t, "CLIENT", "UNPAUSE") })
+	// One call on the wire answers (a script flagged no-writes runs during
+	// the pause) after 2s: time for the test to queue two calls behind it.
 	first := make(chan struct{})
 	go func() {
 		defer close(first)
-		assert.NoError(t, b.Eval(context.Background(), "#!lua flags=no-writes\n"+busy, nil, (200*time.Millisecond).Microseconds()).Err(), "busy script")
+		assert.NoError(t, b.Eval(context.Background(), "#!lua flags=no-writes\n"+busy, nil, (2*time.Second).Microseconds()).Err(), "busy script")
 	}()
+	until(t, "the busy script on the wire", func() bool { s, _ := b.comb.state(); return s == 1 })
 	var writes sync.WaitGroup
 	for i := range sendingMax - 1 {
 		writes.Go(func() {
-			assert.NoError(t, b.Eval(context.Background(), "return redis.call('SET', KEYS[1], 'x')", []string{"paused-" + strconv.Itoa(i)}).Err(), "paused write")
+			assert.NoError(t, b.Eval(context.Background(), "return redis.call('SET', KEYS[1], 'x')", []string{"held-" + strconv.Itoa(i)}).Err(), "held write")
 		})
 	}
-	paused := make(chan struct{})
-	go func() { writes.Wait(); close(paused) }()
-	until(t, "the calls on the wire", func() bool { s, _ := b.comb.state(); return s == sendingMax })
+	defer writes.Wait()
+	until(t, "the wire full", func() bool { s, _ := b.comb.state(); return s == sendingMax })
 	short, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	shortErr := make(chan error, 1)
-	go func() { shortErr <- b.Eval(short, "return redis.call('SET', KEYS[1], 'ran')", []string{"short"}).Err() }()
-	until(t, "the short call queued", func() bool { _, w := b.comb.state(); return w == 1 })
+	queue(t, b, 1, func() { shortErr <- b.Eval(short, "return redis.call('SET', KEYS[1], 'ran')", []string{"short"}).Err() })
+	longCtx, cancelLong := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancelLong()
 	long := make(chan any, 1)
-	go func() { long <- b.Eval(context.Background(), "return ARGV[1]", nil, "long").Val() }()
-	until(t, "both queued", func() bool { _, w := b.comb.state(); return w == 2 })
+	queue(t, b, 2, func() { long <- b.Eval(longCtx, "return ARGV[1]", nil, "long").Val() })
 	<-first
 	until(t, "the batch sent", func() bool { return len(h.seen()) == 1 })
 	cancel()
 	select {
 	case err := <-shortErr:
-		assert.ErrorIs(t, err, context.Canceled, "Eval() of the short call")
-	case <-paused:
-		t.Fatal("the short call returned only after its batch could be answered")
+		assert.ErrorIs(t, err, context.Canceled, "Eval() of the short call, its batch held")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the short call did not return while its batch was held")
 	}
+	srv.Do(t, "CLIENT", "UNPAUSE")
 	assert.Equal(t, "long", <-long, "the long call's reply")
-	<-paused
 	assert.Equal(t, "ran", srv.Do(t, "GET", "short"), "the short call's script ran")
 	assert.Equal(t, []int{2}, h.seen(), "pipelines sent")
 }
 
 // A call that finds the calls on the wire held up waits no longer than
-// turnWait, then goes alone: a script the server may run (flagged
+// its turn's bound, then goes alone: a script the server may run (flagged
 // no-writes, during CLIENT PAUSE WRITE) answers while the writes ahead of
-// it wait out the pause. A read-only call (EVAL_RO) never waits for a turn.
+// it wait out the pause. A call sent as EVAL_RO never waits for a turn.
 func TestHeldUpWireCallsGoAlone(t *testing.T) {
-	b, srv, h := combined(t, 2*time.Millisecond)
-	srv.Do(t, "CLIENT", "PAUSE", "3000", "WRITE")
-	var wg sync.WaitGroup
-	var writes atomic.Int32
-	for i := range sendingMax {
-		wg.Go(func() {
-			assert.NoError(t, b.Eval(context.Background(), "return redis.call('SET', KEYS[1], 'x')", []string{"paused-" + strconv.Itoa(i)}).Err(), "paused write")
-			writes.Add(1)
-		})
-	}
-	defer wg.Wait()
-	until(t, "the writes on the wire", func() bool { s, _ := b.comb.state(); return s == sendingMax })
-	start := time.Now()
+	srv := redistest.Start(t)
+	b, h := combined(t, srv.Addr(), turnWaitMin)
+	unpause, held := holdWire(t, b, srv, sendingMax)
 	v, err := b.Eval(context.Background(), "#!lua flags=no-writes\nreturn 'read'", nil).Result()
 	require.NoError(t, err)
 	assert.Equal(t, "read", v, "no-writes script")
-	turnWait = time.Minute // a read-only call waits for no turn at all
+	turnWaitMin = time.Minute // a call sent as EVAL_RO waits for no turn at all
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	v, err = b.EvalRO(ctx, "return 'ro'", nil).Result()
 	require.NoError(t, err)
 	assert.Equal(t, "ro", v, "EVAL_RO")
-	assert.Zero(t, writes.Load(), "writes answered during the pause (after %v)", time.Since(start))
+	select {
+	case <-held:
+		t.Fatal("the held writes answered during the pause")
+	default:
+	}
+	unpause()
+	<-held
 	assert.Empty(t, h.seen(), "pipelines sent")
 }
 
-// Many callers at once: every call gets its own reply, and the combiner
-// ends with nothing on the wire and nothing waiting.
+// A server farther away than the shortest turn (a round trip of 20ms or
+// more, behind a delaying proxy) still gets batches: a call waits for its
+// turn three round trips.
+func TestTurnWaitFollowsTheRoundTrip(t *testing.T) {
+	srv := redistest.Start(t)
+	p := redistest.NewProxy(t, srv.Addr())
+	p.SetDelay(10 * time.Millisecond)
+	b, h := combined(t, p.Addr(), turnWaitMin)
+	for i := range 5 {
+		require.NoError(t, b.Eval(context.Background(), "return 1", nil).Err(), "call %d alone", i)
+	}
+	assert.GreaterOrEqual(t, b.comb.turnWait(), 60*time.Millisecond, "turn's bound after round trips of 20ms or more")
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Go(func() {
+			for i := range 5 {
+				want := strconv.Itoa(g) + "-" + strconv.Itoa(i)
+				v, err := b.Eval(context.Background(), "return ARGV[1]", nil, want).Result()
+				if !assert.NoError(t, err) || !assert.Equal(t, want, v) {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	assert.NotEmpty(t, h.seen(), "pipelines sent by 16 callers 20ms away")
+}
+
+// An error that ends a whole batch before any reply (here a hook's) is the
+// error of each of its calls.
+func TestBatchErrorReachesEveryCall(t *testing.T) {
+	srv := redistest.Start(t)
+	b, h := combined(t, srv.Addr(), time.Minute)
+	refused := errors.New("hook refused the pipeline")
+	h.mu.Lock()
+	h.refuse = refused
+	h.mu.Unlock()
+	unpause, held := holdWire(t, b, srv, sendingMax)
+	const n = 3
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		queue(t, b, i+1, func() {
+			defer wg.Done()
+			errs[i] = b.Eval(context.Background(), "return ARGV[1]", nil, "x").Err()
+		})
+	}
+	unpause()
+	wg.Wait()
+	<-held
+	for i, err := range errs {
+		assert.ErrorIs(t, err, refused, "call %d of the refused batch", i)
+	}
+	assert.Equal(t, []int{n}, h.seen(), "pipelines sent")
+}
+
+// Many callers at once: calls go out together, every call gets its own
+// reply, and the combiner ends with nothing on the wire and nothing
+// waiting.
 func TestCombinedCallsMany(t *testing.T) {
-	b, _, h := combined(t, turnWait)
+	srv := redistest.Start(t)
+	b, h := combined(t, srv.Addr(), turnWaitMin)
 	const callers, calls = 32, 50
 	var wg sync.WaitGroup
 	for g := range callers {
@@ -270,5 +353,6 @@ func TestCombinedCallsMany(t *testing.T) {
 	for _, n := range h.seen() {
 		batched += n
 	}
+	assert.NotEmpty(t, h.seen(), "pipelines sent by 32 callers")
 	t.Logf("%d of %d calls went in %d pipelines", batched, callers*calls, len(h.seen()))
 }
