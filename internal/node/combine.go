@@ -33,10 +33,10 @@ import (
 //     leader returns with the batch, and no call's cancellation ends the
 //     batch for the others.
 //   - No wait behind a held-up call: a turn that has not come within
-//     turnWait (three round trips, within [2ms, 100ms]: a connection
-//     stalled, writes held by CLIENT PAUSE WRITE) sends the call alone, and
-//     a call sent as EVALSHA_RO or EVAL_RO always goes alone, since in a
-//     batch behind a held write it would be held too.
+//     turnWait (three round trips; see turnWaitMin) sends the call alone
+//     (a connection stalled, writes held by CLIENT PAUSE WRITE), and a call
+//     sent as EVALSHA_RO or EVAL_RO always goes alone, since in a batch
+//     behind a held write it would be held too.
 //   - No replay: go-redis does not retry a batch (see bounded).
 type combiner struct {
 	mu      sync.Mutex
@@ -60,15 +60,18 @@ const sendingMax = 4
 // before it goes alone: three times the moving average of the calls'
 // round trips, so that a server farther away than a round trip of 2ms
 // still batches, and a stalled connection holds up the calls behind it
-// for little more than what a round trip takes. turnWaitMin is a variable
-// for the tests, which hold calls in the queue for as long as they need.
+// for little more than what a round trip takes; and no more than a tenth
+// of the node timeout, so that on a loaded machine, whose round trips
+// grow, the wait does not eat the call's own bound (100ms, the shortest
+// node timeout, leaves it 10ms). turnWaitMin is a variable for the tests,
+// which hold calls in the queue for as long as they need.
 var turnWaitMin = 2 * time.Millisecond
 
 const turnWaitMax = 100 * time.Millisecond
 
 // turnWait is how long a call waits for its turn now.
 func (c *combiner) turnWait() time.Duration {
-	return min(max(turnWaitMin, 3*time.Duration(c.rtt.Load())), max(turnWaitMax, turnWaitMin))
+	return min(max(turnWaitMin, 3*time.Duration(c.rtt.Load())), max(min(turnWaitMax, c.timeout/10), turnWaitMin))
 }
 
 // took adds the time an answered call, or batch, took to the moving

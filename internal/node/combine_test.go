@@ -272,7 +272,7 @@ func TestHeldUpWireCallsGoAlone(t *testing.T) {
 
 // A server farther away than the shortest turn (a round trip of 20ms or
 // more, behind a delaying proxy) still gets batches: a call waits for its
-// turn three round trips.
+// turn three round trips, but no more than a tenth of its node timeout.
 func TestTurnWaitFollowsTheRoundTrip(t *testing.T) {
 	srv := redistest.Start(t)
 	p := redistest.NewProxy(t, srv.Addr())
@@ -296,6 +296,11 @@ func TestTurnWaitFollowsTheRoundTrip(t *testing.T) {
 	}
 	wg.Wait()
 	assert.NotEmpty(t, h.seen(), "pipelines sent by 16 callers 20ms away")
+	// The bound leaves a call most of its node timeout, however slow the
+	// round trips.
+	short := &combiner{timeout: 100 * time.Millisecond}
+	short.took(20 * time.Millisecond)
+	assert.Equal(t, 10*time.Millisecond, short.turnWait(), "turn's bound for a node timeout of 100ms")
 }
 
 // An error that ends a whole batch before any reply (here a hook's) is the
