@@ -120,6 +120,21 @@ func queue(t *testing.T, b *BoundedClient, n int, f func()) {
 	until(t, "call "+strconv.Itoa(n)+" waiting for its turn", func() bool { _, w := b.comb.state(); return w == n })
 }
 
+// queueCalls queues n calls, call(0) to call(n-1), one after the other
+// (see queue), and returns a function that waits for all of them.
+func queueCalls(t *testing.T, b *BoundedClient, n int, call func(i int)) (wait func()) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		queue(t, b, i+1, func() {
+			defer wg.Done()
+			call(i)
+		})
+	}
+	return wg.Wait
+}
+
 // Calls that overlap sendingMax calls on the wire wait for one of them to
 // answer, go out together as one pipeline, and each gets its own reply.
 func TestCombinedCallsKeepTheirReplies(t *testing.T) {
@@ -128,18 +143,13 @@ func TestCombinedCallsKeepTheirReplies(t *testing.T) {
 	unpause, held := holdWire(t, b, srv, sendingMax)
 	const n = 10
 	got := make([]any, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		queue(t, b, i+1, func() {
-			defer wg.Done()
-			var err error
-			got[i], err = b.Eval(context.Background(), "return ARGV[1]", nil, "reply-"+strconv.Itoa(i)).Result()
-			assert.NoError(t, err, "call %d", i)
-		})
-	}
+	wait := queueCalls(t, b, n, func(i int) {
+		var err error
+		got[i], err = b.Eval(context.Background(), "return ARGV[1]", nil, "reply-"+strconv.Itoa(i)).Result()
+		assert.NoError(t, err, "call %d", i)
+	})
 	unpause()
-	wg.Wait()
+	wait()
 	<-held
 	for i, v := range got {
 		assert.Equal(t, "reply-"+strconv.Itoa(i), v, "call %d's reply", i)
@@ -315,16 +325,11 @@ func TestBatchErrorReachesEveryCall(t *testing.T) {
 	unpause, held := holdWire(t, b, srv, sendingMax)
 	const n = 3
 	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		queue(t, b, i+1, func() {
-			defer wg.Done()
-			errs[i] = b.Eval(context.Background(), "return ARGV[1]", nil, "x").Err()
-		})
-	}
+	wait := queueCalls(t, b, n, func(i int) {
+		errs[i] = b.Eval(context.Background(), "return ARGV[1]", nil, "x").Err()
+	})
 	unpause()
-	wg.Wait()
+	wait()
 	<-held
 	for i, err := range errs {
 		assert.ErrorIs(t, err, refused, "call %d of the refused batch", i)
