@@ -49,10 +49,10 @@ type combiner struct {
 }
 
 // sendingMax is how many calls, or batches, of one client are on the wire
-// before a new call waits to go out with others. With 2, 16 and 32
-// goroutines gained as much as with 4, but 4 goroutines lost a third of
-// their pairs per second, their calls waiting for turns where alone they
-// would have overlapped; with 4 no number of goroutines measured lost
+// before a new call waits to go out with others. A bound of 2 gained 16
+// and 32 goroutines as much as 4 does, but cost 4 goroutines a third of
+// their pairs per second: their calls waited for turns where alone they
+// would have overlapped. With 4, no number of goroutines measured lost
 // (BENCHMARKS.md, "Tenth round").
 const sendingMax = 4
 
@@ -62,9 +62,9 @@ const sendingMax = 4
 // still batches, and a stalled connection holds up the calls behind it
 // for little more than what a round trip takes; and no more than a tenth
 // of the node timeout, so that on a loaded machine, whose round trips
-// grow, the wait does not eat the call's own bound (100ms, the shortest
-// node timeout, leaves it 10ms). turnWaitMin is a variable for the tests,
-// which hold calls in the queue for as long as they need.
+// grow, the wait does not eat the call's own bound (of 100ms, the shortest
+// node timeout, it waits 10ms at most). turnWaitMin is a variable for the
+// tests, which hold calls in the queue for as long as they need.
 var turnWaitMin = 2 * time.Millisecond
 
 const turnWaitMax = 100 * time.Millisecond
