@@ -313,6 +313,51 @@ func TestTurnWaitFollowsTheRoundTrip(t *testing.T) {
 	assert.Equal(t, 10*time.Millisecond, short.turnWait(), "turn's bound for a node timeout of 100ms")
 }
 
+// A batch whose connection breaks after the server ran it is not sent
+// again, although the client retries single commands (MaxRetries 3): a
+// pipeline's retry would run again the scripts whose replies were read.
+// Each call gets the error; each script ran once.
+func TestBatchNotRetried(t *testing.T) {
+	srv := redistest.Start(t)
+	p := redistest.NewProxy(t, srv.Addr())
+	old := turnWaitMin
+	turnWaitMin = time.Minute
+	t.Cleanup(func() { turnWaitMin = old })
+	cl := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: 3})
+	t.Cleanup(func() { _ = cl.Close() })
+	h := &pipelineHook{}
+	cl.AddHook(h)
+	b := DivertedOf(cl).bounded(5 * time.Second)
+	// The batch's connection made first: its set-up's replies, which a
+	// busy server would hold back, must not be the ones dropped.
+	_, err := b.comb.batches.Pipelined(context.Background(), func(p redis.Pipeliner) error { return p.Ping(context.Background()).Err() })
+	require.NoError(t, err, "a pipeline on the batches' connection")
+	srv.Do(t, "CLIENT", "PAUSE", "60000", "WRITE")
+	t.Cleanup(func() { srv.Do(t, "CLIENT", "UNPAUSE") })
+	// The wire full of scripts the pause lets run, one after the other: a
+	// second for the test to queue two calls behind the first.
+	var busyCalls sync.WaitGroup
+	for range sendingMax {
+		busyCalls.Go(func() {
+			assert.NoError(t, b.Eval(context.Background(), "#!lua flags=no-writes\n"+busy, nil, time.Second.Microseconds()).Err(), "busy script")
+		})
+	}
+	until(t, "the busy scripts on the wire", func() bool { s, _ := b.comb.state(); return s == sendingMax })
+	errs := make([]error, 2)
+	wait := queueCalls(t, b, 2, func(i int) {
+		errs[i] = b.Eval(context.Background(), "return redis.call('INCR', KEYS[1])", []string{"runs"}).Err()
+	})
+	busyCalls.Wait() // the batch went out after the first, and waits out the pause
+	require.Equal(t, []int{2}, h.seen(), "pipelines sent through the hooks")
+	p.DropReplies(1)
+	srv.Do(t, "CLIENT", "UNPAUSE")
+	wait()
+	for i, err := range errs {
+		assert.Error(t, err, "call %d of the batch whose replies were lost", i)
+	}
+	assert.Equal(t, "2", srv.Do(t, "GET", "runs"), "runs of the batch's two scripts")
+}
+
 // An error that ends a whole batch before any reply (here a hook's) is the
 // error of each of its calls.
 func TestBatchErrorReachesEveryCall(t *testing.T) {
