@@ -131,15 +131,17 @@ func (b *BoundedClient) send(ctx context.Context, bc *boundedCmd) *redis.Cmd {
 	select {
 	case batch = <-q.turn:
 	case <-t.C:
-		if c.out(q, true) {
+		waited, leads := c.out(q, true)
+		if waited {
 			return b.alone(ctx, bc) // no turn came: the wire is held up
 		}
-		batch, answered = b.turn(ctx, q)
+		batch, answered = turn(ctx, q, leads)
 	case <-ctx.Done():
-		if c.out(q, false) {
+		waited, leads := c.out(q, false)
+		if waited {
 			return ended(ctx, bc) // nothing was sent
 		}
-		batch, answered = b.turn(ctx, q)
+		batch, answered = turn(ctx, q, leads)
 	}
 	if !answered {
 		return ended(ctx, bc) // q is its batch's until the batch answers
@@ -162,14 +164,15 @@ func (b *BoundedClient) alone(ctx context.Context, bc *boundedCmd) *redis.Cmd {
 	return &bc.Cmd
 }
 
-// out takes q out of the waiting calls, and says whether it was still
-// there; counting it on the wire when sending.
-func (c *combiner) out(q *queued, sending bool) bool {
+// out takes q out of the waiting calls, counting it on the wire when
+// sending, and says whether it was still there; if not, next took it into
+// a batch, and leads says whether q leads that batch.
+func (c *combiner) out(q *queued, sending bool) (waited, leads bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	i := slices.Index(c.waiting, q)
 	if i < 0 {
-		return false
+		return false, q.leads
 	}
 	c.waiting = slices.Delete(c.waiting, i, i+1)
 	if sending {
@@ -177,17 +180,14 @@ func (c *combiner) out(q *queued, sending bool) bool {
 	}
 	q.ctx, q.cmd = nil, nil
 	queuedPool.Put(q)
-	return true
+	return true, false
 }
 
 // turn waits for the turn of q, which next took into a batch: the batch
 // itself when q leads it (on its way), nil when another call's batch
 // answered for q. When ctx ends first, answered is false: q then stays the
 // batch's, never reused.
-func (b *BoundedClient) turn(ctx context.Context, q *queued) (batch []*queued, answered bool) {
-	b.comb.mu.Lock()
-	leads := q.leads
-	b.comb.mu.Unlock()
+func turn(ctx context.Context, q *queued, leads bool) (batch []*queued, answered bool) {
 	if leads {
 		return <-q.turn, true
 	}
