@@ -293,7 +293,7 @@ func (h *countingHook) DialHook(next redis.DialHook) redis.DialHook { return nex
 func (h *countingHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		h.single.Add(1)
-		if n := cmd.Name(); n == "evalsha" || n == "eval" {
+		if isScript(cmd) {
 			h.scripts.Add(1)
 		}
 		return next(ctx, cmd)
@@ -305,13 +305,16 @@ func (h *countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 		h.pipelines.Add(1)
 		h.piped.Add(int64(len(cmds)))
 		for _, cmd := range cmds {
-			if n := cmd.Name(); n == "evalsha" || n == "eval" {
+			if isScript(cmd) {
 				h.pipedScripts.Add(1)
 			}
 		}
 		return next(ctx, cmds)
 	}
 }
+
+// isScript says whether cmd is a script call (EVAL or EVALSHA).
+func isScript(cmd redis.Cmder) bool { n := cmd.Name(); return n == "evalsha" || n == "eval" }
 
 // waitDone waits for l's Done, failing the test after within.
 func waitDone(t *testing.T, l *Lock, within time.Duration) {

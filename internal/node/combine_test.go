@@ -63,10 +63,16 @@ func (h *pipelineHook) seen() []int {
 // queue for as long as it needs.
 func combined(t *testing.T, addr string, wait time.Duration) (*BoundedClient, *pipelineHook) {
 	t.Helper()
+	return combinedOn(t, &redis.Options{Addr: addr, MaxRetries: -1}, wait)
+}
+
+// combinedOn is combined for a client made with opt.
+func combinedOn(t *testing.T, opt *redis.Options, wait time.Duration) (*BoundedClient, *pipelineHook) {
+	t.Helper()
 	old := turnWaitMin
 	turnWaitMin = wait
 	t.Cleanup(func() { turnWaitMin = old })
-	cl := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	cl := redis.NewClient(opt)
 	t.Cleanup(func() { _ = cl.Close() })
 	h := &pipelineHook{}
 	cl.AddHook(h)
@@ -92,24 +98,59 @@ func until(t *testing.T, what string, cond func() bool) {
 	t.Fatalf("not within 10s: %s", what)
 }
 
-// holdWire pauses the server's writes (CLIENT PAUSE WRITE) and puts n
-// writes of b on the wire, held there until unpause; the channel closes
-// once they have answered. A script flagged no-writes still runs.
-func holdWire(t *testing.T, b *BoundedClient, srv *redistest.Server, n int) (unpause func(), answered <-chan struct{}) {
+// pauseWrites pauses the server's writes (CLIENT PAUSE WRITE) until
+// unpause, or the end of the test. A script flagged no-writes still runs.
+func pauseWrites(t *testing.T, srv *redistest.Server) (unpause func()) {
 	t.Helper()
 	srv.Do(t, "CLIENT", "PAUSE", "60000", "WRITE")
 	unpause = func() { srv.Do(t, "CLIENT", "UNPAUSE") }
 	t.Cleanup(unpause)
+	return unpause
+}
+
+// onWire sends n scripts of b, the i-th with keys and args of its own
+// from call(i), and returns once they are on the wire with those already
+// there; the channel closes once they have answered.
+func onWire(t *testing.T, b *BoundedClient, n int, call func(i int) (script string, keys []string, args []any)) (answered <-chan struct{}) {
+	t.Helper()
+	before, _ := b.comb.state()
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			assert.NoError(t, b.Eval(context.Background(), "return redis.call('SET', KEYS[1], 'x')", []string{"held-" + strconv.Itoa(i)}).Err(), "held write")
+			script, keys, args := call(i)
+			assert.NoError(t, b.Eval(context.Background(), script, keys, args...).Err(), "script %d on the wire", i)
 		})
 	}
-	until(t, "the writes on the wire", func() bool { s, _ := b.comb.state(); return s == n })
+	until(t, "the scripts on the wire", func() bool { s, _ := b.comb.state(); return s == before+n })
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
-	return unpause, done
+	return done
+}
+
+// holdWire pauses the server's writes and puts n writes of b on the wire,
+// held there until unpause; the channel closes once they have answered.
+func holdWire(t *testing.T, b *BoundedClient, srv *redistest.Server, n int) (unpause func(), answered <-chan struct{}) {
+	t.Helper()
+	unpause = pauseWrites(t, srv)
+	return unpause, heldWrites(t, b, n)
+}
+
+// heldWrites puts n writes of b on the wire, which a pause holds there.
+func heldWrites(t *testing.T, b *BoundedClient, n int) (answered <-chan struct{}) {
+	t.Helper()
+	return onWire(t, b, n, func(i int) (string, []string, []any) {
+		return "return redis.call('SET', KEYS[1], 'x')", []string{"held-" + strconv.Itoa(i)}, nil
+	})
+}
+
+// busyOnWire puts n scripts of b on the wire that each hold the server for
+// d, one after the other, also while its writes are paused; the channel
+// closes once they have answered.
+func busyOnWire(t *testing.T, b *BoundedClient, n int, d time.Duration) (answered <-chan struct{}) {
+	t.Helper()
+	return onWire(t, b, n, func(int) (string, []string, []any) {
+		return "#!lua flags=no-writes\n" + busy, nil, []any{d.Microseconds()}
+	})
 }
 
 // queue starts f, a call that finds the wire full, and returns once it
@@ -212,24 +253,12 @@ func TestCallEndedWhileWaitingIsNeverSent(t *testing.T) {
 func TestCallInABatchEndsByItsOwnCtx(t *testing.T) {
 	srv := redistest.Start(t)
 	b, h := combined(t, srv.Addr(), time.Minute)
-	srv.Do(t, "CLIENT", "PAUSE", "60000", "WRITE")
-	t.Cleanup(func() { srv.Do(t, "CLIENT", "UNPAUSE") })
+	unpause := pauseWrites(t, srv) // first: the server answers nothing during the busy script
 	// One call on the wire answers (a script flagged no-writes runs during
 	// the pause) after 2s: time for the test to queue two calls behind it.
-	first := make(chan struct{})
-	go func() {
-		defer close(first)
-		assert.NoError(t, b.Eval(context.Background(), "#!lua flags=no-writes\n"+busy, nil, (2*time.Second).Microseconds()).Err(), "busy script")
-	}()
-	until(t, "the busy script on the wire", func() bool { s, _ := b.comb.state(); return s == 1 })
-	var writes sync.WaitGroup
-	for i := range sendingMax - 1 {
-		writes.Go(func() {
-			assert.NoError(t, b.Eval(context.Background(), "return redis.call('SET', KEYS[1], 'x')", []string{"held-" + strconv.Itoa(i)}).Err(), "held write")
-		})
-	}
-	defer writes.Wait()
-	until(t, "the wire full", func() bool { s, _ := b.comb.state(); return s == sendingMax })
+	first := busyOnWire(t, b, 1, 2*time.Second)
+	writes := heldWrites(t, b, sendingMax-1)
+	defer func() { <-writes }()
 	short, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	shortErr := make(chan error, 1)
@@ -247,7 +276,7 @@ func TestCallInABatchEndsByItsOwnCtx(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the short call did not return while its batch was held")
 	}
-	srv.Do(t, "CLIENT", "UNPAUSE")
+	unpause()
 	assert.Equal(t, "long", <-long, "the long call's reply")
 	assert.Equal(t, "ran", srv.Do(t, "GET", "short"), "the short call's script ran")
 	assert.Equal(t, []int{2}, h.seen(), "pipelines sent")
@@ -320,37 +349,23 @@ func TestTurnWaitFollowsTheRoundTrip(t *testing.T) {
 func TestBatchNotRetried(t *testing.T) {
 	srv := redistest.Start(t)
 	p := redistest.NewProxy(t, srv.Addr())
-	old := turnWaitMin
-	turnWaitMin = time.Minute
-	t.Cleanup(func() { turnWaitMin = old })
-	cl := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: 3})
-	t.Cleanup(func() { _ = cl.Close() })
-	h := &pipelineHook{}
-	cl.AddHook(h)
-	b := DivertedOf(cl).bounded(5 * time.Second)
+	b, h := combinedOn(t, &redis.Options{Addr: p.Addr(), MaxRetries: 3}, time.Minute)
 	// The batch's connection made first: its set-up's replies, which a
 	// busy server would hold back, must not be the ones dropped.
 	_, err := b.comb.batches.Pipelined(context.Background(), func(p redis.Pipeliner) error { return p.Ping(context.Background()).Err() })
 	require.NoError(t, err, "a pipeline on the batches' connection")
-	srv.Do(t, "CLIENT", "PAUSE", "60000", "WRITE")
-	t.Cleanup(func() { srv.Do(t, "CLIENT", "UNPAUSE") })
+	unpause := pauseWrites(t, srv)
 	// The wire full of scripts the pause lets run, one after the other: a
 	// second for the test to queue two calls behind the first.
-	var busyCalls sync.WaitGroup
-	for range sendingMax {
-		busyCalls.Go(func() {
-			assert.NoError(t, b.Eval(context.Background(), "#!lua flags=no-writes\n"+busy, nil, time.Second.Microseconds()).Err(), "busy script")
-		})
-	}
-	until(t, "the busy scripts on the wire", func() bool { s, _ := b.comb.state(); return s == sendingMax })
+	busyDone := busyOnWire(t, b, sendingMax, time.Second)
 	errs := make([]error, 2)
 	wait := queueCalls(t, b, 2, func(i int) {
 		errs[i] = b.Eval(context.Background(), "return redis.call('INCR', KEYS[1])", []string{"runs"}).Err()
 	})
-	busyCalls.Wait() // the batch went out after the first, and waits out the pause
+	<-busyDone // the batch went out after the first, and waits out the pause
 	require.Equal(t, []int{2}, h.seen(), "pipelines sent through the hooks")
 	p.DropReplies(1)
-	srv.Do(t, "CLIENT", "UNPAUSE")
+	unpause()
 	wait()
 	for i, err := range errs {
 		assert.Error(t, err, "call %d of the batch whose replies were lost", i)
