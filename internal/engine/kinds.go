@@ -112,7 +112,7 @@ func handOffArgs(l, nl *Hold, cfg *Config, wid string) ([]string, []any) {
 		nl.fenceFloor.set(cfg, time.Now().UnixMicro())
 		fence = &nl.fenceFloor
 	}
-	args := []any{l.Owner, nl.Owner, ttlMillis(cfg.TTL), fence, ttlMillis(l.leaseTTL()), wid}
+	args := []any{l.Owner, nl.Owner, ttlMillis(cfg.TTL), fence, wid}
 	if nl.Metadata != "" {
 		keys = append(keys, nl.Keys[4])
 		args = append(args, metaValue(nl.Owner, nl.Metadata))

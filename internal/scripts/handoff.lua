@@ -3,9 +3,9 @@
 --
 -- KEYS[1]  lock key
 -- KEYS[2]  fence counter
--- KEYS[3]  released marker "<lock key>:released"
+-- KEYS[3]  released marker "<lock key>:released", read only (see below)
 -- KEYS[4]  the queue of waiting writers "<lock key>:queue" (_lib.lua)
--- KEYS[5]  metadata key, when the next owner has metadata (ARGV[7])
+-- KEYS[5]  metadata key, when the next owner has metadata (ARGV[6])
 -- ARGV[1]  current owner value
 -- ARGV[2]  next owner value
 -- ARGV[3]  next owner's TTL in milliseconds
@@ -14,10 +14,9 @@
 --          "<retention>:<floor>", the floor alone for the default
 --          retention, or a retention without a floor ("1": the default),
 --          which takes this server's TIME as the floor
--- ARGV[5]  lifetime of the released marker in milliseconds (the current TTL)
--- ARGV[6]  the next owner's id in the queue of waiting writers (_lib.lua),
+-- ARGV[5]  the next owner's id in the queue of waiting writers (_lib.lua),
 --          "" if it has none
--- ARGV[7]  next owner's metadata value "<owner>\n<metadata>", if any
+-- ARGV[6]  next owner's metadata value "<owner>\n<metadata>", if any
 --
 -- Returns {REPLY_OK, token} when the lock passed to the next owner (also
 -- when this very hand-off already ran: a client-side retry after a lost
@@ -36,6 +35,15 @@
 -- Nothing is published: the name stays held, so no other waiter needs to
 -- wake. No read hold can exist while the current owner holds the name. All
 -- keys share one hash tag.
+--
+-- A hand-off writes no released marker (release.lua's), and reads one only
+-- to tell REPLY_ALREADY from REPLY_NOT_OURS. The marker is for a release
+-- sent again after its reply was lost, and a hand-off sent again finds the
+-- key holding the next owner's value, which answers REPLY_OK above it: the
+-- next owner cannot have released the name before this reply reached its
+-- process, since the reply is what hands it the lock. A release of the
+-- current owner that follows a hand-off whose outcome is unknown (see
+-- handoff.go) reads "not ours" then, which ends it as "already" would.
 local on, floor = fencearg(ARGV[4])
 -- The first write, which also reads the owner: the name goes to the next
 -- owner, keeping the current lease for now. At maxmemory (noeviction)
@@ -59,7 +67,7 @@ if cur ~= ARGV[1] then
 end
 local first = firstwaiter(KEYS[4])
 local tok, refused
-if first and first ~= ARGV[6] then
+if first and first ~= ARGV[5] then
   refused = {REPLY_WRITER_FIRST, 0}
 else
   -- Minted before the waiter leaves the queue: a refusal changes nothing.
@@ -71,6 +79,5 @@ if not tok then
 end
 if first then dequeue(KEYS[4], first) end
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
-if ARGV[7] then redis.call('SET', KEYS[5], ARGV[7], 'PX', ARGV[3]) end
-redis.pcall('SET', KEYS[3], ARGV[1], 'PX', ARGV[5])
+if ARGV[6] then redis.call('SET', KEYS[5], ARGV[6], 'PX', ARGV[3]) end
 return {REPLY_OK, tok}
