@@ -1,8 +1,11 @@
 package bench
 
 import (
+	"cmp"
 	"context"
+	"fmt"
 	"net"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -289,6 +292,9 @@ func (m *meter) stop(ops int, unit string) time.Duration {
 	m.b.ReportMetric(float64(sumCalls(calls, scriptCmds)-sumCalls(m.calls0, scriptCmds))/n, "scripts/"+unit)
 	m.b.ReportMetric(float64(sumCalls(calls, subCmds)-sumCalls(m.calls0, subCmds))/n, "subs/"+unit)
 	m.b.ReportMetric(float64(serverCommands(calls)-serverCommands(m.calls0))/n, "srv-cmds/"+unit)
+	if os.Getenv("BENCH_COMMANDS") != "" {
+		m.logCommands(calls, n, unit)
+	}
 	m.b.ReportMetric(float64(cpu.Microseconds())/n, "srv-cpu-us/"+unit)
 	m.b.ReportMetric(float64(ping.Nanoseconds())/1e3, "ping-us")
 	m.b.ReportMetric(float64(elapsed.Nanoseconds())/n/float64(ping.Nanoseconds()), "pings/"+unit)
@@ -313,4 +319,23 @@ func loopbackOnly(tb testing.TB, as ...string) {
 			tb.Fatalf("refusing non-loopback address %q", a)
 		}
 	}
+}
+
+// logCommands logs each server command's calls per op, most first, when
+// BENCH_COMMANDS is set: where a row's srv-cmds go.
+func (m *meter) logCommands(calls map[string]int64, n float64, unit string) {
+	names := make([]string, 0, len(calls))
+	for c, v := range calls {
+		if v > m.calls0[c] && c != "info" && c != "ping" {
+			names = append(names, c)
+		}
+	}
+	slices.SortFunc(names, func(a, b string) int {
+		return cmp.Compare(calls[b]-m.calls0[b], calls[a]-m.calls0[a])
+	})
+	var sb strings.Builder
+	for _, c := range names {
+		fmt.Fprintf(&sb, " %s=%.2f", c, float64(calls[c]-m.calls0[c])/n)
+	}
+	m.b.Logf("server commands per %s:%s", unit, sb.String())
 }

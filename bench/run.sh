@@ -14,6 +14,9 @@
 #                git archive into a temporary directory and the bench module
 #                is pointed at it through -modfile. go.mod is never edited.
 #   LABEL        name of the result file (default: the ref, or "worktree")
+#   BENCH_COMMANDS  set (to anything) to log, for each row, every server
+#                command's calls per op from INFO commandstats: where a row's
+#                srv-cmds go (see meter.logCommands)
 #   QUIET_WAIT   seconds to wait, at most, for the machine to go quiet (CPU
 #                >= 90% idle for 10 s in a row) before each round (default 0).
 #                Other test runs on the same cores distort every number.
