@@ -85,6 +85,27 @@ func TestLostReplies(t *testing.T) {
 		require.NoError(t, <-done)
 		assert.Equal(t, nl.Owner(), get(t, srv.Client(t), "{redlock:lost-unlock-2}"), "the new owner's key is untouched")
 	})
+	t.Run("hand-off", func(t *testing.T) {
+		// A hand-off writes no released marker: the one go-redis sends
+		// again finds the next owner's value in the key, which answers as
+		// the first run did.
+		srv, p, cl := lossyClient(t)
+		lk := newLocker(t, cl, WithRetry(ConstantRetry(time.Hour)), WithLossTracking(false))
+		holder, err := lk.TryLock(ctx, "lost-handoff")
+		require.NoError(t, err)
+		waiter := waitBehind(t, lk, "lost-handoff")
+		// The waiter's SUBSCRIBE is answered before a reply is dropped:
+		// the reply lost is the hand-off's.
+		waitSubscribers(t, srv, rlKey("lost-handoff")+scripts.ChannelSuffix, 1)
+		drop(t, cl, p)
+		scripts0 := commandCalls(t, srv, "evalsha")
+		require.NoError(t, holder.Unlock(ctx), "Unlock() whose hand-off reply was lost")
+		w := waiter()
+		assert.Equal(t, 2, commandCalls(t, srv, "evalsha")-scripts0, "the hand-off and go-redis's retry of it")
+		assert.Equal(t, w.Owner(), get(t, srv.Client(t), rlKey("lost-handoff")), "the waiter holds the name")
+		assert.Greater(t, w.Token(), holder.Token())
+		require.NoError(t, w.Unlock(ctx))
+	})
 	t.Run("Extend", func(t *testing.T) {
 		srv, p, cl := lossyClient(t)
 		lk := newLocker(t, cl, WithAutoRenew(false))
