@@ -253,3 +253,103 @@ func TestHandOffWaiterOptions(t *testing.T) {
 	waitDone(t, w, 3*time.Second)
 	requireLoss(t, w.Err(), LossExpired)
 }
+
+// TestHandOffKeepsTheLeaseInForce: a waiter that renews a lease of the
+// holder's TTL takes over the holder's lease as it stands while the
+// holder's next renewal is more than a node timeout away. The key keeps its
+// expiry (the script sends no PEXPIRE for it: 5 commands), the waiter's
+// validity is the holder's, never past the key's expiry, and its watchdog
+// renews when the holder's would have. Metadata, when the waiter has some,
+// lives as long as the lease.
+func TestHandOffKeepsTheLeaseInForce(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	// Renewals every 2 s, a node timeout of 200 ms: the hand-off below
+	// keeps the lease if it runs within 1.8 s of the holder's grant.
+	lk := newLocker(t, srv.Client(t), WithTTL(6*time.Second), WithNodeTimeout(200*time.Millisecond),
+		WithRetry(ConstantRetry(time.Hour)), WithLossTracking(false))
+	for _, metadata := range []string{"", "the waiter's"} {
+		name := "inherit-" + strings.ReplaceAll(metadata, " ", "-")
+		key := rlKey(name)
+		holder, err := lk.TryLock(ctx, name)
+		require.NoError(t, err)
+		var opts []Option
+		if metadata != "" {
+			opts = append(opts, WithMetadata(metadata))
+		}
+		waiter := waitBehind(t, lk, name, opts...)
+		waitSubscribers(t, srv, key+scripts.ChannelSuffix, 1)
+		leaseBefore := admin.PTTL(ctx, key).Val()
+		before := allCalls(t, srv)
+		require.NoError(t, holder.Unlock(ctx))
+		w := waiter()
+		after := allCalls(t, srv)
+		lease := admin.PTTL(ctx, key).Val()
+		checked := time.Now()
+
+		total := 0
+		for cmd, n := range after {
+			switch cmd {
+			case "info", "hello", "client|setinfo", "ping":
+				continue // the test's own, or a new connection's set-up
+			}
+			total += n - before[cmd]
+		}
+		if metadata == "" {
+			assert.Equal(t, 5, total, "server commands of a hand-off that keeps the lease")
+		} else {
+			assert.Equal(t, 7, total, "server commands, with the metadata's PTTL and SET")
+			assert.InDelta(t, float64(lease), float64(admin.PTTL(ctx, key+":meta").Val()), float64(100*time.Millisecond), "the metadata lives as long as the lease")
+			assert.Equal(t, metadata, w.Metadata())
+		}
+		assert.LessOrEqual(t, lease, leaseBefore, "%q: the key's expiry did not move", name)
+		assert.Equal(t, holder.Until(), w.Until(), "%q: the holder's validity", name)
+		assert.False(t, w.Until().After(checked.Add(lease)), "%q: validity within the key's lease", name)
+		assert.Greater(t, w.Token(), holder.Token())
+		assert.Equal(t, w.Owner(), get(t, admin, key))
+
+		// The watchdog renews the lease it took over when the holder's
+		// renewal was due, and the guard it took lets that renewal through.
+		handed := w.Until()
+		require.True(t, eventually(10*time.Second, func() bool { return w.Until().After(handed) }), "%q: the lease renewed", name)
+		require.NoError(t, w.Err())
+		assert.Greater(t, admin.PTTL(ctx, key).Val(), 4*time.Second, "%q: renewed to the TTL", name)
+		require.NoError(t, w.Unlock(ctx))
+	}
+}
+
+// TestHandOffLeaseOfItsOwn: a waiter gets a lease of its own TTL from the
+// Unlock, as its own acquire would give, when it does not renew, when its
+// TTL is not the holder's, and when the holder's next renewal is due within
+// a node timeout (renewals every 50 ms here, the node timeout 200 ms).
+func TestHandOffLeaseOfItsOwn(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		holder []Option
+		waiter []Option
+	}{
+		{"no renewal", nil, []Option{WithAutoRenew(false)}},
+		{"another TTL", nil, []Option{WithTTL(8 * time.Second)}},
+		{"renewal due", []Option{WithRenewInterval(50 * time.Millisecond)}, []Option{WithRenewInterval(50 * time.Millisecond)}},
+	} {
+		lk := newLocker(t, srv.Client(t), WithTTL(6*time.Second), WithNodeTimeout(200*time.Millisecond),
+			WithRetry(ConstantRetry(time.Hour)), WithLossTracking(false))
+		name := "own-" + strings.ReplaceAll(tc.name, " ", "-")
+		holder, err := lk.TryLock(ctx, name, tc.holder...)
+		require.NoError(t, err)
+		waiter := waitBehind(t, lk, name, tc.waiter...)
+		unlocked := time.Now()
+		require.NoError(t, holder.Unlock(ctx))
+		w := waiter()
+		assert.True(t, w.Until().After(holder.Until()), "%s: a lease of its own", tc.name)
+		assert.True(t, w.Until().After(unlocked.Add(5*time.Second)), "%s: measured from the Unlock", tc.name)
+		assert.Greater(t, admin.PTTL(ctx, rlKey(name)).Val(), 5*time.Second, "%s: the key's lease", tc.name)
+		require.NoError(t, w.Unlock(ctx))
+	}
+}

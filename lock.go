@@ -81,7 +81,9 @@ func (l *Lock) Token() int64 {
 
 // Until returns the end of the lock's local validity: the instant read before
 // the last successful acquire, extend or renewal was sent, plus its TTL,
-// minus the drift allowance. No other owner can be granted the name before
+// minus the drift allowance. A lock handed over by an Unlock that kept the
+// lease in force (see [Lock.Unlock]) has the releasing lock's until it
+// renews. No other owner can be granted the name before
 // it. The value carries a monotonic clock reading; compare it with time.Now
 // or time.Until, not after serialising it.
 func (l *Lock) Until() time.Time {
@@ -137,7 +139,11 @@ func (l *Lock) Err() error { return l.ref().Err() }
 // waiter of another process queued for the name first: then, as whenever a
 // waiter of another process is queued, the name is reserved for that waiter
 // and only it is woken (a Locker only; a Redlock releases and lets its
-// waiters acquire).
+// waiters acquire). The waiter gets a lease of its own TTL from the Unlock,
+// or, when it renews ([WithAutoRenew]) a lease of this lock's TTL and this
+// lock's next renewal is more than a node timeout away, takes over this
+// lock's lease as it stands: its Until is this lock's, and its watchdog
+// renews when this lock's would have.
 func (l *Lock) Unlock(ctx context.Context) error { return l.ref().Unlock(ctx) }
 
 // Extend sets the lock's lease to ttl from now on every node where it is

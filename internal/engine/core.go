@@ -113,9 +113,11 @@ func (c *Core) holding() bool {
 }
 
 // activate turns a granted attempt into a held lock and registers it with the
-// core and, with auto-renew, the watchdog. A grant that arrives after Close
-// started has no owner: it is released at once.
-func (c *Core) activate(l *Hold, token int64, until time.Time) error {
+// core and, with auto-renew, the watchdog: a renewal is due renewEvery after
+// now, or, for a lock that took over the lease in force (in, a hand-off),
+// when that lease's was. A grant that arrives after Close started has no
+// owner: it is released at once.
+func (c *Core) activate(l *Hold, token int64, until time.Time, in *inherited) error {
 	c.mu.Lock()
 	if c.closeStarted {
 		c.mu.Unlock()
@@ -128,10 +130,14 @@ func (c *Core) activate(l *Hold, token int64, until time.Time) error {
 	c.held[l] = struct{}{}
 	c.names.add(l.Key(), 1)
 	c.Track.heldNow(l)
-	c.Exp.set(l, l.hold(token, until))
+	c.Exp.set(l, l.hold(token, until, in))
 	c.mu.Unlock()
 	if l.autoRenew {
-		c.wd.schedule(l, renewAt(l, time.Now()))
+		at := renewAt(l, time.Now())
+		if in != nil {
+			at = in.renewAt
+		}
+		c.wd.schedule(l, at)
 	}
 	return nil
 }
@@ -287,7 +293,7 @@ func (c *Core) attempt(ctx context.Context, a *Acquisition) (*Hold, verdict, err
 		case ctx.Err() != nil:
 			at.interrupted = true
 		case time.Now().Before(at.until):
-			if err := c.activate(l, at.token, at.until); err != nil {
+			if err := c.activate(l, at.token, at.until, nil); err != nil {
 				return nil, verdict{hint: -1, permanent: true}, Say.Join(Say.NotObtained(a.Name), err)
 			}
 			return l, verdict{hint: -1, answered: true}, nil

@@ -36,7 +36,7 @@ func (h handOff) run(ctx context.Context) (done bool, err error) {
 	nl := (&Acquisition{Kind: KindExclusive, Name: w.name, Tag: l.Key(), Channel: l.Channel, Cfg: w.cfg}).newLock(c, len(c.Pool.Nodes))
 	c.Track.watch(nl)
 	c.Track.expect(nl)
-	r, until, err := h.call(ctx, nl)
+	r, until, in, err := h.call(ctx, nl)
 	c.Track.settle(nl, err == nil && r.OK)
 	if err != nil || !r.OK {
 		c.Track.unwatch(nl)
@@ -68,18 +68,22 @@ func (h handOff) run(ctx context.Context) (done bool, err error) {
 		c.Waits.unreserve(l.Channel, w, false)
 		return false, nil
 	}
-	h.deliver(ctx, nl, r.val, until)
+	h.deliver(ctx, nl, r.val, until, in)
 	return true, nil
 }
 
 // call runs handoff.lua, which releases l and grants nl to waiter w in one
-// step, and returns the node's reply and nl's validity, measured from
-// before the send.
-func (h handOff) call(ctx context.Context, nl *Hold) (Reply, time.Time, error) {
+// step, and returns the node's reply and nl's validity: measured from
+// before the send, or, when nl takes over l's lease (in), that lease's.
+func (h handOff) call(ctx context.Context, nl *Hold) (Reply, time.Time, *inherited, error) {
 	p, l, w := h.c.Pool, h.l, h.w
-	keys, args := handOffArgs(l, nl, w.cfg, w.WID)
 	t1 := time.Now()
+	in := h.inherit(nl, t1)
+	keys, args := handOffArgs(l, nl, w.cfg, w.WID, in != nil)
 	until := ValidUntil(t1, w.cfg.TTL, w.cfg.DriftFactor)
+	if in != nil {
+		until = in.until
+	}
 	ch, err := p.fanOut(context.WithoutCancel(ctx), p.Nodes, l.timeout, l.timeout, func(ctx context.Context, n *node.Node, cl node.Client) Reply {
 		var again node.TryingAgain
 		res, err := scripts.HandOff.Run(ctx, cl, keys, args...).Int64Slice()
@@ -95,16 +99,54 @@ func (h handOff) call(ctx context.Context, nl *Hold) (Reply, time.Time, error) {
 		return Reply{OK: res[0] == scripts.ReplyOK, Code: res[0], val: res[1]}
 	})
 	if err != nil {
-		return Reply{}, until, err
+		return Reply{}, until, in, err
 	}
 	rs, _ := gather(ch, p.Nodes, earliest(t1.Add(l.timeout), until), nil, Never)
-	return rs[0], until, nil
+	return rs[0], until, in, nil
+}
+
+// inherited is a lease that a hand-off passes on as it stands (the key
+// keeps its expiry): its validity and guard, those of the grant or renewal
+// that set the expiry, and when its renewal is due.
+type inherited struct {
+	until, renewAt time.Time
+	guard          time.Duration
+}
+
+// inherit returns l's lease for nl to take over, or nil when nl needs a
+// lease of its own. A waiter that renews a lease of the TTL and drift
+// allowance of l's takes l's over while l's next renewal is at least a
+// node timeout away (the hand-off's reply then comes first): the script
+// leaves the key's expiry alone, one command less per hand-off, and nl's
+// watchdog renews when l's would have. A waiter that does not renew keeps
+// a lease of its own TTL from the Unlock, as its own acquire would give.
+// The key's expiry is never later than a fresh lease's would be (the TTL is
+// the same, set earlier), so the name is not held any longer for a waiter
+// that crashes.
+func (h handOff) inherit(nl *Hold, t1 time.Time) *inherited {
+	l, cfg := h.l, h.w.cfg
+	if !cfg.AutoRenew {
+		return nil
+	}
+	l.Mu.Lock()
+	le := l.lease
+	l.Mu.Unlock()
+	if le.ttl != cfg.TTL || le.driftFactor != cfg.DriftFactor || le.Until.IsZero() {
+		return nil
+	}
+	// The lease in force was sent at Until - (ttl - drift) (ValidUntil).
+	ttl := max(le.ttl.Truncate(time.Millisecond), time.Millisecond)
+	due := le.Until.Add(Drift(ttl, le.driftFactor) - ttl + renewEvery(nl))
+	if due.Sub(t1) < l.timeout {
+		return nil
+	}
+	return &inherited{until: le.Until, renewAt: due, guard: le.guard}
 }
 
 // deliver makes nl, granted with token by handoff.lua, the lock of waiter
 // w, unless its validity ran out on the way or w left meanwhile: then nl
 // is released (and w, or the waiter after it, tries again).
-func (h handOff) deliver(ctx context.Context, nl *Hold, token int64, until time.Time) {
+func (h handOff) deliver(ctx context.Context, nl *Hold, token int64, until time.Time, in *inherited) {
 	c, w := h.c, h.w
 	nl.settle(0, granted)
 	if !time.Now().Before(until) {
@@ -113,7 +155,7 @@ func (h handOff) deliver(ctx context.Context, nl *Hold, token int64, until time.
 		c.Waits.unreserve(nl.Channel, w, true)
 		return
 	}
-	if err := c.activate(nl, token, until); err != nil {
+	if err := c.activate(nl, token, until, in); err != nil {
 		c.Waits.unreserve(nl.Channel, w, false) // closed: activate released nl
 		return
 	}

@@ -101,8 +101,9 @@ func exclusiveRelease(l *Hold, _ int, _ time.Duration) (*redis.Script, []string,
 }
 
 // handOffArgs are handoff.lua's KEYS and ARGV for releasing l and granting
-// nl, with nl's options cfg, to the waiting writer wid.
-func handOffArgs(l, nl *Hold, cfg *Config, wid string) ([]string, []any) {
+// nl, with nl's options cfg, to the waiting writer wid: with a lease of its
+// own, or, when inherits, the one in force.
+func handOffArgs(l, nl *Hold, cfg *Config, wid string, inherits bool) ([]string, []any) {
 	rel := ReleaseKeys(l)
 	keys := []string{l.Keys[0], l.Keys[1], rel[1], rel[2]}
 	fence := fenceArg(cfg)
@@ -112,7 +113,11 @@ func handOffArgs(l, nl *Hold, cfg *Config, wid string) ([]string, []any) {
 		nl.fenceFloor.set(cfg, time.Now().UnixMicro())
 		fence = &nl.fenceFloor
 	}
-	args := []any{l.Owner, nl.Owner, ttlMillis(cfg.TTL), fence, wid}
+	var lease any = "0"
+	if !inherits {
+		lease = ttlMillis(cfg.TTL)
+	}
+	args := []any{l.Owner, nl.Owner, lease, fence, wid}
 	if nl.Metadata != "" {
 		keys = append(keys, nl.Keys[4])
 		args = append(args, metaValue(nl.Owner, nl.Metadata))

@@ -89,14 +89,20 @@ func (l *Hold) fail(nodes []*node.Node) (grantedOn, unknownOn []*node.Node) {
 }
 
 // hold makes a granted attempt a held lock, and returns when the loss
-// clock is to declare it lost.
-func (l *Hold) hold(token int64, until time.Time) (lossAt time.Time) {
+// clock is to declare it lost. With in, l takes over that lease (a
+// hand-off that kept the key's expiry): its end and its guard, which
+// belong to the grant or renewal that set the expiry; until is then in's.
+func (l *Hold) hold(token int64, until time.Time, in *inherited) (lossAt time.Time) {
 	l.Mu.Lock()
 	defer l.Mu.Unlock()
 	l.Token = token
 	l.state = stateHeld
 	l.Until = until
-	l.setGuard()
+	if in != nil {
+		l.guard = in.guard
+	} else {
+		l.setGuard()
+	}
 	if l.obs != nil || l.maxHold > 0 {
 		l.acquired = time.Now()
 	}

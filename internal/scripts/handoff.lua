@@ -8,7 +8,9 @@
 -- KEYS[5]  metadata key, when the next owner has metadata (ARGV[6])
 -- ARGV[1]  current owner value
 -- ARGV[2]  next owner value
--- ARGV[3]  next owner's TTL in milliseconds
+-- ARGV[3]  next owner's TTL in milliseconds, or "0": the next owner takes
+--          over the lease in force (the key keeps its expiry), for a
+--          waiter that renews a lease of the same TTL (handoff.go)
 -- ARGV[4]  "0" to skip the fencing token; otherwise the next owner's token
 --          is minted as acquire.lua's ARGV[3] says (fencearg in _lib.lua):
 --          "<retention>:<floor>", the floor alone for the default
@@ -78,6 +80,11 @@ if not tok then
   return refused
 end
 if first then dequeue(KEYS[4], first) end
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-if ARGV[6] then redis.call('SET', KEYS[5], ARGV[6], 'PX', ARGV[3]) end
+local lease = ARGV[3]
+if lease == '0' then
+  if ARGV[6] then lease = math.max(redis.call('PTTL', KEYS[1]), 1) end
+else
+  redis.call('PEXPIRE', KEYS[1], lease)
+end
+if ARGV[6] then redis.call('SET', KEYS[5], ARGV[6], 'PX', lease) end
 return {REPLY_OK, tok}
