@@ -615,6 +615,45 @@ func TestExtendUnansweredKeepsLock(t *testing.T) {
 	require.NoError(t, l.Unlock(ctx))
 }
 
+// TestExtendUnansweredShorterLease: an Extend to a shorter lease that a
+// paused server did not answer may still run when the server resumes, and
+// then the key carries the shorter lease. The lock is valid only until the
+// earlier of the two leases, so by the time another owner can take the
+// name, Err reports the loss: never two valid holders. Before, Until kept
+// the longer lease.
+func TestExtendUnansweredShorterLease(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	cl := srv.Client(t)
+	lk := newLocker(t, cl, WithNodeTimeout(100*time.Millisecond), WithTTL(20*time.Second), WithAutoRenew(false))
+	other := newLocker(t, srv.Client(t))
+	ctx := context.Background()
+	const name, shorter = "extend-unanswered-shorter", time.Second
+	l, err := lk.TryLock(ctx, name)
+	require.NoError(t, err)
+	srv.Pause(t)
+	sent := time.Now()
+	err = l.Extend(ctx, shorter)
+	srv.Resume(t)
+	require.Error(t, err, "Extend() on a paused server")
+	assert.NotErrorIs(t, err, ErrNotHeld, "Extend() on a paused server")
+	assert.False(t, l.Until().After(sent.Add(shorter)), "Until() %v after an unanswered Extend to %v sent at %v", l.Until(), shorter, sent)
+	// The server ran the Extend when it resumed: the shorter lease is the
+	// key's (a read of the server, after the resumed server has run what
+	// was waiting in its sockets).
+	require.True(t, eventually(5*time.Second, func() bool {
+		pttl := srv.Client(t).PTTL(ctx, rlKey(name)).Val()
+		return pttl > 0 && pttl <= shorter
+	}), "the key's lease after the server resumed")
+	var nl *Lock
+	require.True(t, eventually(5*time.Second, func() bool {
+		nl, err = other.TryLock(ctx, name)
+		return err == nil
+	}), "another owner takes the name once the shorter lease ends")
+	assert.ErrorIs(t, l.Err(), ErrLost, "the first holder, when another was granted the name")
+	require.NoError(t, nl.Unlock(ctx))
+}
+
 // TestRehomeDistrustsWhileDialling: while re-homed pub/sub connections are
 // being replaced, release messages are not trusted (DESIGN.md "Waiting for a
 // busy lock": while the pub/sub connection is down, waiters poll). The old

@@ -154,7 +154,10 @@ func (l *Lock) Unlock(ctx context.Context) error { return l.ref().Unlock(ctx) }
 // ErrNotHeld when the lock is no longer held (the lock is then marked lost),
 // an error for a ttl out of range, and another error when too many nodes
 // failed to answer, in which case the lock stays held until its current
-// Until.
+// Until, or, for a ttl that ends sooner, until the new lease's validity: a
+// node that did not answer may run the Extend yet (a paused server runs what
+// waits in its sockets when it resumes). The watchdog, if on, then renews
+// at once, to the lease in force before.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error { return l.ref().Extend(ctx, ttl) }
 
 // Key returns the Redis key that holds the lock ("{<prefix><name>}"; for a

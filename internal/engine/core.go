@@ -402,7 +402,16 @@ func (c *Core) extend(ctx context.Context, l *Hold, ttl time.Duration) error {
 		}
 		return Say.NotHeld("extend", l.Name, l.Err())
 	default:
-		return c.Pool.ShortOf("extend", l.Name, t, " within validity; the lock stays held until its current Until", CtxErrIf(ctx, interrupted))
+		if at, earlier, ok := l.extendUnknown(ttl, until); ok {
+			c.Exp.set(l, at)
+			if earlier && l.autoRenew {
+				// A lease shorter than the one in force may have been set:
+				// renew now, to a lease of l's TTL, rather than after
+				// l's valid time.
+				c.wd.schedule(l, time.Now())
+			}
+		}
+		return c.Pool.ShortOf("extend", l.Name, t, " within validity; the lock stays held until its current Until (the earlier of the two leases)", CtxErrIf(ctx, interrupted))
 	}
 }
 

@@ -129,8 +129,31 @@ func (l *Hold) renewed(ttl time.Duration, until time.Time) (lossAt time.Time, ok
 	l.ttl = ttl
 	l.Until = until
 	l.setGuard()
+	l.unsure = false
 	l.renewErr, l.renewRefused = nil, false
 	return l.lossAt(), true
+}
+
+// extendUnknown records an Extend to a lease of ttl, sent so that it is
+// valid until until, whose outcome is unknown (a node that did not answer
+// may have run it, or run it later): the key carries that lease or the one
+// before it. l is then valid only until the earlier of the two, and its
+// guard, which keeps a late renewal from reviving a lease its holder has
+// given up, covers both. It reports whether Until moved earlier, and the
+// loss clock's new time; false if l is no longer held.
+func (l *Hold) extendUnknown(ttl time.Duration, until time.Time) (lossAt time.Time, earlier, ok bool) {
+	l.Mu.Lock()
+	defer l.Mu.Unlock()
+	if l.state != stateHeld {
+		return time.Time{}, false, false
+	}
+	l.unsure = true
+	l.guard = max(l.guard, ttl-time.Until(until)+lossLead(ttl, l.driftFactor))
+	if until.Before(l.Until) {
+		l.Until = until
+		earlier = true
+	}
+	return l.lossAt(), earlier, true
 }
 
 // What one node's refusal of a renewal or Extend said, for the error a loss

@@ -75,6 +75,10 @@ type lease struct {
 	guard       time.Duration // see guardMillis
 	holdEnd     time.Time     // when MaxHold runs out; zero without a cap
 	driftFactor float64
+	// unsure: an Extend's outcome is unknown, so the key may carry its
+	// lease or the one before it (see Hold.extendUnknown), until a renewal
+	// or Extend succeeds.
+	unsure bool
 }
 
 // ctxEnded is ctx.Err(), or context.DeadlineExceeded once ctx's deadline
