@@ -322,8 +322,10 @@ func TestHandOffKeepsTheLeaseInForce(t *testing.T) {
 
 // TestHandOffLeaseOfItsOwn: a waiter gets a lease of its own TTL from the
 // Unlock, as its own acquire would give, when it does not renew, when its
-// TTL is not the holder's, and when the holder's next renewal is due within
-// a node timeout (renewals every 50 ms here, the node timeout 200 ms).
+// TTL is not the holder's, when the holder's next renewal is due within a
+// node timeout (renewals every 50 ms here, the node timeout 200 ms), and
+// when an Extend of the holder went unanswered (the key's lease is then
+// unknown: a paused server may run it yet).
 func TestHandOffLeaseOfItsOwn(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -333,16 +335,31 @@ func TestHandOffLeaseOfItsOwn(t *testing.T) {
 		name   string
 		holder []Option
 		waiter []Option
+		before func(l *Lock, cl *redis.Client)
 	}{
-		{"no renewal", nil, []Option{WithAutoRenew(false)}},
-		{"another TTL", nil, []Option{WithTTL(8 * time.Second)}},
-		{"renewal due", []Option{WithRenewInterval(50 * time.Millisecond)}, []Option{WithRenewInterval(50 * time.Millisecond)}},
+		{name: "no renewal", waiter: []Option{WithAutoRenew(false)}},
+		{name: "another TTL", waiter: []Option{WithTTL(8 * time.Second)}},
+		{name: "renewal due", holder: []Option{WithRenewInterval(50 * time.Millisecond)}, waiter: []Option{WithRenewInterval(50 * time.Millisecond)}},
+		{name: "Extend unanswered", before: func(l *Lock, cl *redis.Client) {
+			srv.Pause(t)
+			err := l.Extend(ctx, 6*time.Second)
+			srv.Resume(t)
+			require.Error(t, err, "Extend() on a paused server")
+			require.NoError(t, l.Err())
+			// The timed-out Extend closed its connection: dial again
+			// before the Unlock, whose node timeout a slow dial could spend.
+			require.NoError(t, cl.Ping(ctx).Err())
+		}},
 	} {
-		lk := newLocker(t, srv.Client(t), WithTTL(6*time.Second), WithNodeTimeout(200*time.Millisecond),
+		cl := srv.Client(t)
+		lk := newLocker(t, cl, WithTTL(6*time.Second), WithNodeTimeout(200*time.Millisecond),
 			WithRetry(ConstantRetry(time.Hour)), WithLossTracking(false))
 		name := "own-" + strings.ReplaceAll(tc.name, " ", "-")
 		holder, err := lk.TryLock(ctx, name, tc.holder...)
 		require.NoError(t, err)
+		if tc.before != nil {
+			tc.before(holder, cl)
+		}
 		waiter := waitBehind(t, lk, name, tc.waiter...)
 		unlocked := time.Now()
 		require.NoError(t, holder.Unlock(ctx))

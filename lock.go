@@ -140,10 +140,12 @@ func (l *Lock) Err() error { return l.ref().Err() }
 // waiter of another process is queued, the name is reserved for that waiter
 // and only it is woken (a Locker only; a Redlock releases and lets its
 // waiters acquire). The waiter gets a lease of its own TTL from the Unlock,
-// or, when it renews ([WithAutoRenew]) a lease of this lock's TTL and this
-// lock's next renewal is more than a node timeout away, takes over this
-// lock's lease as it stands: its Until is this lock's, and its watchdog
-// renews when this lock's would have.
+// or, when it renews ([WithAutoRenew]) a lease of this lock's TTL and drift
+// allowance, takes over this lock's lease as it stands while that lease's
+// renewal (at the waiter's interval from its send) is at least a node
+// timeout away and no Extend of this lock is on its way or went
+// unanswered: its Until is then this lock's, and its first renewal is due
+// then.
 func (l *Lock) Unlock(ctx context.Context) error { return l.ref().Unlock(ctx) }
 
 // Extend sets the lock's lease to ttl from now on every node where it is

@@ -115,23 +115,33 @@ type inherited struct {
 
 // inherit returns l's lease for nl to take over, or nil when nl needs a
 // lease of its own. A waiter that renews a lease of the TTL and drift
-// allowance of l's takes l's over while l's next renewal is at least a
-// node timeout away (the hand-off's reply then comes first): the script
-// leaves the key's expiry alone, one command less per hand-off, and nl's
-// watchdog renews when l's would have. A waiter that does not renew keeps
-// a lease of its own TTL from the Unlock, as its own acquire would give.
-// The key's expiry is never later than a fresh lease's would be (the TTL is
-// the same, set earlier), so the name is not held any longer for a waiter
-// that crashes.
+// allowance of l's takes l's over while that lease's renewal, at nl's
+// interval from its send, is at least a node timeout away (the hand-off's
+// reply then comes first): the script leaves the key's expiry alone, one
+// command less per hand-off, and nl's watchdog renews then. A waiter that
+// does not renew keeps a lease of its own TTL from the Unlock, as its own
+// acquire would give. The key's expiry is never later than a fresh lease's
+// would be (the TTL is the same, set earlier), so the name is not held any
+// longer for a waiter that crashes. The fence counter outlives the lease:
+// l's grant and renewals gave it the lease's life at least, and the
+// hand-off's mint the retention from now.
 func (h handOff) inherit(nl *Hold, t1 time.Time) *inherited {
 	l, cfg := h.l, h.w.cfg
 	if !cfg.AutoRenew {
 		return nil
 	}
+	// An Extend or renewal of l still on the wire (it holds IO until its
+	// reply) may yet set another expiry than l's lease says: none is
+	// passed on then. None can start after this: l is released, which
+	// each checks once it holds IO.
+	if !l.IO.TryLock() {
+		return nil
+	}
+	l.IO.Unlock()
 	l.Mu.Lock()
 	le := l.lease
 	l.Mu.Unlock()
-	if le.ttl != cfg.TTL || le.driftFactor != cfg.DriftFactor || le.Until.IsZero() {
+	if le.unsure || le.ttl != cfg.TTL || le.driftFactor != cfg.DriftFactor || le.Until.IsZero() {
 		return nil
 	}
 	// The lease in force was sent at Until - (ttl - drift) (ValidUntil).

@@ -45,7 +45,8 @@
 -- next owner cannot have released the name before this reply reached its
 -- process, since the reply is what hands it the lock. A release of the
 -- current owner that follows a hand-off whose outcome is unknown (see
--- handoff.go) reads "not ours" then, which ends it as "already" would.
+-- handoff.go) reads "not ours" then, and the one more release sent after
+-- such an answer (releaseNode in release.go) reads the same.
 local on, floor = fencearg(ARGV[4])
 -- The first write, which also reads the owner: the name goes to the next
 -- owner, keeping the current lease for now. At maxmemory (noeviction)
