@@ -604,8 +604,9 @@ func TestRedlockMutualExclusion(t *testing.T) {
 }
 
 // TestRedlockExtend: Extend needs a quorum; without one it reports an error
-// and keeps the lock until its current Until, unless a quorum says the lock
-// is not ours (ErrNotHeld, lost). It never creates a key.
+// and keeps the lock until its current Until (cut to a shorter lease's, which
+// the silent nodes may yet set), unless a quorum says the lock is not ours
+// (ErrNotHeld, lost). It never creates a key.
 func TestRedlockExtend(t *testing.T) {
 	t.Parallel()
 	// 500ms: the healthy calls of these cases must answer within it, and a
@@ -675,28 +676,38 @@ func TestRedlockExtend(t *testing.T) {
 		l := takeEverywhere(t, "extend-3")
 		until := l.Until()
 		blackhole(2, 3, 4)
-		err := l.Extend(ctx, 5*time.Second)
-		blackhole()
-		if err == nil {
-			t.Fatalf("Extend() with 3 of 5 down = nil, want an error")
-		}
-		// No node said "not ours": the outcome is unknown, so the lock is
-		// still held until its current Until (Lock.Extend's doc).
-		if errors.Is(err, ErrNotHeld) {
-			t.Errorf("Extend() = %v, want an error other than ErrNotHeld: no node said the lock is not ours", err)
-		}
-		failed := nodeErrors(err)
-		for _, i := range []int{2, 3, 4} {
-			if failed[i] == nil {
-				t.Errorf("Extend() = %v, want a NodeError for down node %d", err, i)
+		defer blackhole()
+		// First to a longer lease (the default TTL is 10s), then to a
+		// shorter one. No node said "not ours": each outcome is unknown, so
+		// the lock is still held until its current Until (Lock.Extend's
+		// doc): unchanged by the longer lease, cut to the shorter one's
+		// validity, which the nodes that did not answer may yet set.
+		for _, ttl := range []time.Duration{20 * time.Second, 5 * time.Second} {
+			sent := time.Now()
+			err := l.Extend(ctx, ttl)
+			if err == nil {
+				t.Fatalf("Extend(%v) with 3 of 5 down = nil, want an error", ttl)
+			}
+			if errors.Is(err, ErrNotHeld) {
+				t.Errorf("Extend(%v) = %v, want an error other than ErrNotHeld: no node said the lock is not ours", ttl, err)
+			}
+			failed := nodeErrors(err)
+			for _, i := range []int{2, 3, 4} {
+				if failed[i] == nil {
+					t.Errorf("Extend(%v) = %v, want a NodeError for down node %d", ttl, err, i)
+				}
+			}
+			if err := l.Err(); err != nil {
+				t.Errorf("Err() after the failed Extend(%v) = %v, want nil (still held)", ttl, err)
+			}
+			switch {
+			case ttl > 10*time.Second && !l.Until().Equal(until):
+				t.Errorf("Until() moved by %v on a failed Extend(%v), want unchanged", l.Until().Sub(until), ttl)
+			case ttl < 10*time.Second && l.Until().After(sent.Add(ttl)):
+				t.Errorf("Until() = sent + %v after a failed Extend(%v), want no later than the shorter lease", l.Until().Sub(sent), ttl)
 			}
 		}
-		if err := l.Err(); err != nil {
-			t.Errorf("Err() after the failed Extend = %v, want nil (still held)", err)
-		}
-		if !l.Until().Equal(until) {
-			t.Errorf("Until() moved by %v on a failed Extend, want unchanged", l.Until().Sub(until))
-		}
+		blackhole()
 		if err := l.Unlock(ctx); err != nil {
 			t.Errorf("Unlock() = %v", err)
 		}
