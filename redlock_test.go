@@ -672,46 +672,45 @@ func TestRedlockExtend(t *testing.T) {
 		}
 	})
 
-	t.Run("3 of 5 down", func(t *testing.T) {
-		l := takeEverywhere(t, "extend-3")
-		until := l.Until()
-		blackhole(2, 3, 4)
-		defer blackhole()
-		// First to a longer lease (the default TTL is 10s), then to a
-		// shorter one. No node said "not ours": each outcome is unknown, so
-		// the lock is still held until its current Until (Lock.Extend's
-		// doc): unchanged by the longer lease, cut to the shorter one's
-		// validity, which the nodes that did not answer may yet set.
-		for _, ttl := range []time.Duration{20 * time.Second, 5 * time.Second} {
+	// 3 of 5 down: no node said "not ours", so the outcome is unknown and
+	// the lock is still held until its current Until (Lock.Extend's doc):
+	// unchanged by a longer lease (the default TTL is 10s), cut to a shorter
+	// one's validity, which the nodes that did not answer may yet set. One
+	// unanswered Extend per lock: the Unlock after it needs the nodes back.
+	for _, ttl := range []time.Duration{20 * time.Second, 5 * time.Second} {
+		t.Run(fmt.Sprintf("3 of 5 down, Extend(%v)", ttl), func(t *testing.T) {
+			l := takeEverywhere(t, fmt.Sprintf("extend-3-%d", ttl.Milliseconds()))
+			until := l.Until()
+			blackhole(2, 3, 4)
 			sent := time.Now()
 			err := l.Extend(ctx, ttl)
+			blackhole()
 			if err == nil {
-				t.Fatalf("Extend(%v) with 3 of 5 down = nil, want an error", ttl)
+				t.Fatalf("Extend() with 3 of 5 down = nil, want an error")
 			}
 			if errors.Is(err, ErrNotHeld) {
-				t.Errorf("Extend(%v) = %v, want an error other than ErrNotHeld: no node said the lock is not ours", ttl, err)
+				t.Errorf("Extend() = %v, want an error other than ErrNotHeld: no node said the lock is not ours", err)
 			}
 			failed := nodeErrors(err)
 			for _, i := range []int{2, 3, 4} {
 				if failed[i] == nil {
-					t.Errorf("Extend(%v) = %v, want a NodeError for down node %d", ttl, err, i)
+					t.Errorf("Extend() = %v, want a NodeError for down node %d", err, i)
 				}
 			}
 			if err := l.Err(); err != nil {
-				t.Errorf("Err() after the failed Extend(%v) = %v, want nil (still held)", ttl, err)
+				t.Errorf("Err() after the failed Extend = %v, want nil (still held)", err)
 			}
 			switch {
 			case ttl > 10*time.Second && !l.Until().Equal(until):
-				t.Errorf("Until() moved by %v on a failed Extend(%v), want unchanged", l.Until().Sub(until), ttl)
+				t.Errorf("Until() moved by %v on a failed Extend, want unchanged", l.Until().Sub(until))
 			case ttl < 10*time.Second && l.Until().After(sent.Add(ttl)):
-				t.Errorf("Until() = sent + %v after a failed Extend(%v), want no later than the shorter lease", l.Until().Sub(sent), ttl)
+				t.Errorf("Until() = sent + %v after a failed Extend, want no later than the shorter lease", l.Until().Sub(sent))
 			}
-		}
-		blackhole()
-		if err := l.Unlock(ctx); err != nil {
-			t.Errorf("Unlock() = %v", err)
-		}
-	})
+			if err := l.Unlock(ctx); err != nil {
+				t.Errorf("Unlock() = %v", err)
+			}
+		})
+	}
 
 	t.Run("not ours on a minority", func(t *testing.T) {
 		l := takeEverywhere(t, "extend-minority")
