@@ -624,19 +624,20 @@ func TestExtendUnansweredKeepsLock(t *testing.T) {
 func TestExtendUnansweredShorterLease(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name string
-		take func(ctx context.Context, lk *Locker, name string) (*Lock, error)
+		name   string
+		take   func(ctx context.Context, lk *Locker, name string) (*Lock, error)
+		shared bool // another holder of the same kind is no other owner
 	}{
-		{"lock", func(ctx context.Context, lk *Locker, name string) (*Lock, error) { return lk.TryLock(ctx, name) }},
-		{"read hold", func(ctx context.Context, lk *Locker, name string) (*Lock, error) { return lk.TryRLock(ctx, name) }},
-		{"permit", func(ctx context.Context, lk *Locker, name string) (*Lock, error) {
+		{name: "lock", take: func(ctx context.Context, lk *Locker, name string) (*Lock, error) { return lk.TryLock(ctx, name) }},
+		{name: "read hold", shared: true, take: func(ctx context.Context, lk *Locker, name string) (*Lock, error) { return lk.TryRLock(ctx, name) }},
+		{name: "permit", take: func(ctx context.Context, lk *Locker, name string) (*Lock, error) {
 			s, err := lk.Semaphore(name, 1)
 			if err != nil {
 				return nil, err
 			}
 			return s.TryAcquire(ctx)
 		}},
-		{"LockAll", func(ctx context.Context, lk *Locker, name string) (*Lock, error) {
+		{name: "LockAll", take: func(ctx context.Context, lk *Locker, name string) (*Lock, error) {
 			return lk.TryLockAll(ctx, []string{name + "-a", name + "-b"})
 		}},
 	} {
@@ -671,7 +672,7 @@ func TestExtendUnansweredShorterLease(t *testing.T) {
 				left, err := l.TTL(ctx)
 				return err == nil && left > 0 && left <= shorter
 			}), "the hold's lease after the server resumed")
-			if tc.name == "read hold" {
+			if tc.shared {
 				// Readers share, and a writer waits for the lock key's read
 				// mark, whose lease an Extend never moves earlier (it lives
 				// as long as the longest read hold): no owner can overlap.

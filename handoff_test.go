@@ -3,7 +3,9 @@ package redlock
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -46,17 +48,7 @@ func TestHandOffInProcess(t *testing.T) {
 		assert.Equal(t, 0, ran("publish"), "round %d: a hand-off publishes nothing", i)
 		assert.Equal(t, 1, ran("evalsha"), "round %d: one script for release and grant", i)
 		assert.Equal(t, 0, ran("time"), "round %d: the token's floor is the client's clock", i)
-		total, each := 0, ""
-		for cmd := range after {
-			switch cmd {
-			case "info", "hello", "client|setinfo", "ping":
-				continue // the test's own, or a new connection's set-up
-			}
-			if n := ran(cmd); n > 0 {
-				total += n
-				each += fmt.Sprintf(" %s=%d", cmd, n)
-			}
-		}
+		total, each := commandsRan(before, after)
 		assert.LessOrEqual(t, total, 6, "round %d: server commands of a hand-off in process:%s", i, each)
 		assert.Greater(t, w.Token(), holder.Token())
 		assert.NotEqual(t, holder.Owner(), w.Owner())
@@ -67,6 +59,24 @@ func TestHandOffInProcess(t *testing.T) {
 		assert.ErrorIs(t, holder.Err(), ErrReleased)
 		require.NoError(t, w.Unlock(ctx))
 	}
+}
+
+// commandsRan is the number of server commands run between two allCalls
+// snapshots, and each command's count, leaving out the snapshots' own INFO
+// and a new connection's set-up.
+func commandsRan(before, after map[string]int) (total int, each string) {
+	cmds := slices.Sorted(maps.Keys(after))
+	for _, cmd := range cmds {
+		switch cmd {
+		case "info", "hello", "client|setinfo", "ping":
+			continue
+		}
+		if n := after[cmd] - before[cmd]; n > 0 {
+			total += n
+			each += fmt.Sprintf(" %s=%d", cmd, n)
+		}
+	}
+	return total, each
 }
 
 // TestHandOffRacesWaiterLeaving: waiters whose ctx ends while Unlocks hand
@@ -290,18 +300,11 @@ func TestHandOffKeepsTheLeaseInForce(t *testing.T) {
 		lease := admin.PTTL(ctx, key).Val()
 		checked := time.Now()
 
-		total := 0
-		for cmd, n := range after {
-			switch cmd {
-			case "info", "hello", "client|setinfo", "ping":
-				continue // the test's own, or a new connection's set-up
-			}
-			total += n - before[cmd]
-		}
+		total, each := commandsRan(before, after)
 		if metadata == "" {
-			assert.Equal(t, 5, total, "server commands of a hand-off that keeps the lease")
+			assert.Equal(t, 5, total, "server commands of a hand-off that keeps the lease:%s", each)
 		} else {
-			assert.Equal(t, 7, total, "server commands, with the metadata's PTTL and SET")
+			assert.Equal(t, 7, total, "server commands, with the metadata's PTTL and SET:%s", each)
 			assert.InDelta(t, float64(lease), float64(admin.PTTL(ctx, key+":meta").Val()), float64(500*time.Millisecond), "the metadata lives as long as the lease")
 			assert.Equal(t, metadata, w.Metadata())
 		}

@@ -144,8 +144,8 @@ func (l *Lock) Err() error { return l.ref().Err() }
 // allowance, takes over this lock's lease as it stands while that lease's
 // renewal (at the waiter's interval from its send) is at least a node
 // timeout away and no Extend of this lock is on its way or went
-// unanswered: its Until is then this lock's, and its first renewal is due
-// then.
+// unanswered: its Until is then this lock's, and its first renewal comes
+// when that lease's is due.
 func (l *Lock) Unlock(ctx context.Context) error { return l.ref().Unlock(ctx) }
 
 // Extend sets the lock's lease to ttl from now on every node where it is

@@ -144,9 +144,7 @@ func (h handOff) inherit(nl *Hold, t1 time.Time) *inherited {
 	if le.unsure || le.ttl != cfg.TTL || le.driftFactor != cfg.DriftFactor || le.Until.IsZero() {
 		return nil
 	}
-	// The lease in force was sent at Until - (ttl - drift) (ValidUntil).
-	ttl := max(le.ttl.Truncate(time.Millisecond), time.Millisecond)
-	due := le.Until.Add(Drift(ttl, le.driftFactor) - ttl + renewEvery(nl))
+	due := renewAt(nl, sentAt(le.Until, le.ttl, le.driftFactor))
 	if due.Sub(t1) < l.timeout {
 		return nil
 	}

@@ -148,7 +148,7 @@ func (l *Hold) extendUnknown(ttl time.Duration, until time.Time) (lossAt time.Ti
 		return time.Time{}, false, false
 	}
 	l.unsure = true
-	l.guard = max(l.guard, ttl-time.Until(until)+lossLead(ttl, l.driftFactor))
+	l.guard = max(l.guard, guardOf(ttl, until, l.driftFactor))
 	if until.Before(l.Until) {
 		l.Until = until
 		earlier = true

@@ -20,9 +20,20 @@ func Drift(ttl time.Duration, factor float64) time.Duration {
 // and the caller checks time.Now() against it as the last step, after every
 // round trip, so a pause anywhere before the return is caught.
 func ValidUntil(t1 time.Time, ttl time.Duration, factor float64) time.Time {
+	return t1.Add(validFor(ttl, factor))
+}
+
+// sentAt is the t1 that ValidUntil turned into until for a lease of ttl:
+// when that lease was sent.
+func sentAt(until time.Time, ttl time.Duration, factor float64) time.Time {
+	return until.Add(-validFor(ttl, factor))
+}
+
+// validFor is how long after its send a lease of ttl is valid.
+func validFor(ttl time.Duration, factor float64) time.Duration {
 	// The server gets whole milliseconds (ttlMillis): count no more.
 	ttl = max(ttl.Truncate(time.Millisecond), time.Millisecond)
-	return t1.Add(ttl - Drift(ttl, factor))
+	return ttl - Drift(ttl, factor)
 }
 
 // TimerLead is the least time before Until that a lock is declared lost, so
@@ -60,10 +71,14 @@ func (le *lease) lossAt() time.Time {
 }
 
 // setGuard records the guard of the lease in force, confirmed now (the
-// Lock's mu held): with c-t1 = ttl-drift-(Until-now), it is
-// ttl-(Until-now)+lossLead.
-func (le *lease) setGuard() {
-	le.guard = le.ttl - time.Until(le.Until) + lossLead(le.ttl, le.driftFactor)
+// Lock's mu held).
+func (le *lease) setGuard() { le.guard = guardOf(le.ttl, le.Until, le.driftFactor) }
+
+// guardOf is the guard (see guardMillis) of a lease of ttl valid until
+// until, confirmed now: with c-t1 = ttl-drift-(until-now), it is
+// ttl-(until-now)+lossLead.
+func guardOf(ttl time.Duration, until time.Time, driftFactor float64) time.Duration {
+	return ttl - time.Until(until) + lossLead(ttl, driftFactor)
 }
 
 // lease is a held lock's validity as the holder reckons it, guarded by the
