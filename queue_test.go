@@ -175,6 +175,140 @@ func TestWaitFIFO(t *testing.T) {
 	}
 }
 
+// queuedHere is how many Lock calls of lk wait in its local queue for name.
+func queuedHere(lk *Locker, name string) int {
+	ch := engine.ReleaseChannel(engine.LockKey(lk.c.Cfg.Prefix, name))
+	lk.c.Waits.Mu.Lock()
+	defer lk.c.Waits.Mu.Unlock()
+	if q := lk.c.Waits.Queues[ch]; q != nil {
+		return len(q.List)
+	}
+	return 0
+}
+
+// burstStart pauses srv and starts calls Lock calls of lk on name, one
+// after the other, each recording itself in order once it holds the name
+// and then unlocking. The first call's attempt goes out and stays on the
+// wire; each later one must queue behind it in lk, sending nothing: the
+// test fails if one never queues or one sends an attempt. It returns with
+// the server paused; wait then waits for the calls once the caller resumed
+// it, and gives the order in which they held the name.
+func burstStart(t *testing.T, srv *redistest.Server, lk *Locker, acquires *scriptCalls, name string, calls int) (wait func() []int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	sent := acquires.n.Load()
+	srv.Pause(t)
+	var (
+		mu    sync.Mutex
+		order []int
+		wg    sync.WaitGroup
+	)
+	for i := range calls {
+		wg.Go(func() {
+			l, err := lk.Lock(ctx, name)
+			if !assert.NoError(t, err, "call %d: Lock()", i) {
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			assert.NoError(t, l.Unlock(ctx), "call %d: Unlock()", i)
+		})
+		if i == 0 {
+			if !eventually(5*time.Second, func() bool { return acquires.n.Load() > sent }) {
+				srv.Resume(t)
+				t.Fatal("the first call's attempt never went out")
+			}
+			continue
+		}
+		if !eventually(5*time.Second, func() bool { return queuedHere(lk, name) == i }) {
+			srv.Resume(t)
+			t.Fatalf("call %d never queued behind the first call's attempt (%d attempts sent)", i, acquires.n.Load()-sent)
+		}
+	}
+	// The queue's head wakes by its timer meanwhile (every millisecond in
+	// TestBurstSendsOneAttempt), and must not try while the first attempt
+	// is on the wire: give it a few dozen wake-ups to be caught at it.
+	time.Sleep(30 * time.Millisecond)
+	if got := acquires.n.Load() - sent; got != 1 {
+		srv.Resume(t)
+		t.Fatalf("%d attempts sent while the first one was on the wire, want 1", got)
+	}
+	return func() []int {
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		return order
+	}
+}
+
+// TestBurstSendsOneAttempt: Lock calls of one Locker that come while
+// another one's first attempt at the name is on the wire queue behind it
+// instead of sending attempts of their own, which the server would refuse
+// while the first one holds the name (entering each in the name's queue of
+// waiting writers and marking the name waited for, so that its releases
+// publish for the next 10 s and more). With the server paused the first
+// attempt stays on the wire: seven more calls queue and send nothing. Once
+// it resumes, the name passes from hand to hand in arrival order. The calls
+// retry every millisecond, so the head of the queue wakes often by its
+// timer while the first attempt is on the wire.
+func TestBurstSendsOneAttempt(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	cl := srv.Client(t)
+	acquires := countScript(scripts.Acquire)
+	cl.AddHook(acquires)
+	lk := newLocker(t, cl, WithTTL(20*time.Second), WithNodeTimeout(10*time.Second), WithLossTracking(false),
+		WithRetry(ConstantRetry(time.Millisecond)))
+	// Contention first, so that the name's channel stays subscribed for a
+	// while (IdleGrace): a call that queues then waits for no SUBSCRIBE and
+	// goes straight to its timer.
+	ctx := context.Background()
+	held, err := lk.TryLock(ctx, "burst")
+	require.NoError(t, err)
+	next := waitBehind(t, lk, "burst")
+	require.NoError(t, held.Unlock(ctx))
+	require.NoError(t, next().Unlock(ctx))
+	wait := burstStart(t, srv, lk, acquires, "burst", 8)
+	srv.Resume(t)
+	assert.Equal(t, []int{0, 1, 2, 3, 4, 5, 6, 7}, wait(), "order of holding")
+}
+
+// TestBurstRefusedFirstGoesAhead: a Lock call that others queued behind
+// while its first attempt was on the wire, refused, waits ahead of them: it
+// came first. Another Locker holds the name and does not renew it. With
+// the server paused, call 0's attempt stays on the wire and call 1 queues
+// behind it; once the server answers, call 0 is refused. The other holder's
+// lease then runs out with no release to announce it, so the head of the
+// queue takes the name by its timer: call 0, which hands it to call 1.
+func TestBurstRefusedFirstGoesAhead(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	cl := srv.Client(t)
+	acquires := countScript(scripts.Acquire)
+	cl.AddHook(acquires)
+	ctx := context.Background()
+	other := newLocker(t, srv.Client(t), WithTTL(3*time.Second), WithAutoRenew(false), WithLossTracking(false))
+	_, err := other.TryLock(ctx, "burst-refused")
+	require.NoError(t, err)
+	lk := newLocker(t, cl, WithTTL(20*time.Second), WithNodeTimeout(10*time.Second), WithLossTracking(false))
+	warmLocker(t, lk)
+	wait := burstStart(t, srv, lk, acquires, "burst-refused", 2)
+	srv.Resume(t)
+	assert.Equal(t, []int{0, 1}, wait(), "order of holding")
+}
+
+// warmLocker takes and releases a name of its own with lk: a connection open
+// and the acquire script loaded, so that the next attempt is one EVALSHA.
+func warmLocker(t *testing.T, lk *Locker) {
+	t.Helper()
+	ctx := context.Background()
+	l, err := lk.TryLock(ctx, "warm-up")
+	require.NoError(t, err)
+	require.NoError(t, l.Unlock(ctx))
+}
+
 // TestWaitTwoProcesses: two Lockers (two processes) trade one lock in a
 // loop. The channel stays subscribed across hand-offs (IdleGrace), so
 // SUBSCRIBE is not paid per critical section.
@@ -481,7 +615,7 @@ func TestHandOffPassesOverGivenUpHead(t *testing.T) {
 	ch := engine.ReleaseChannel(engine.LockKey(lk.c.Cfg.Prefix, "dead-head"))
 	gone, cancel := context.WithCancel(ctx)
 	cancel()
-	dead, _ := lk.c.Waits.Join(ch, "dead-head", "", &lk.c.Cfg, gone.Done())
+	dead, _ := lk.c.Waits.Join(ch, "dead-head", "", &lk.c.Cfg, gone.Done(), false)
 	got := make(chan *Lock, 1)
 	go func() {
 		l, err := lk.Lock(ctx, "dead-head")

@@ -26,7 +26,22 @@ func (o *obtaining) run(ctx context.Context) (l *Hold, err error) {
 	// A policy that allows no wait at all (NoRetry) makes its one attempt
 	// whatever this process holds, so the caller hears from the server who
 	// holds the name (a TakenError), as from any other process.
-	o.try = a.Cfg.Retry(0) < 0 || !c.Waits.Busy(a.Queue) && (a.Held == "" || !c.names.has(a.Held))
+	// One first attempt per name at a time, too: a Lock call that finds
+	// another one's first attempt on the wire queues behind it instead of
+	// sending its own, which the server would refuse while the other holds
+	// the name, entering it in the name's queue of waiting writers and
+	// marking the name waited for (so that later releases publish). A burst
+	// of goroutines on a free name then costs one attempt, and hand-offs.
+	switch {
+	case a.Cfg.Retry(0) < 0:
+		o.try = true
+	case c.Waits.Busy(a.Queue):
+	case a.Held == "":
+		o.try = true
+	default:
+		o.try = c.names.tryFirst(a.Held)
+		o.first = o.try
+	}
 	// A channel already confirmed subscribed before the first attempt (a
 	// name this process waits for often) hears any release after it: the
 	// first wait can trust messages instead of polling.
@@ -35,6 +50,7 @@ func (o *obtaining) run(ctx context.Context) (l *Hold, err error) {
 	o.heardSeq = c.Waits.seq(channelOf(a.Queue))
 	o.warm = c.Waits.PS.Listening(channelOf(a.Queue))
 	defer func() { err = o.leave(ctx, err) }()
+	defer o.endFirst() // before leave: a withdrawal can take a node timeout
 	for attempt := 0; ; attempt++ {
 		if o.try {
 			if l, err, done := o.attemptOnce(ctx, attempt); done {
@@ -43,6 +59,7 @@ func (o *obtaining) run(ctx context.Context) (l *Hold, err error) {
 		}
 		o.try = true
 		o.queue(ctx)
+		o.endFirst() // queued: the calls behind it may try when at the head
 		if a.Kind == KindExclusive {
 			c.Waits.heldBy(channelOf(o.qk), o.firm)
 		}
@@ -126,6 +143,9 @@ type obtaining struct {
 	qk string // the queue w is in
 
 	try, warm, acquired bool
+	// first: this call's first attempt is the one on the wire for its name
+	// (heldNames.tryFirst), until it queues or returns.
+	first               bool
 	heardSeq            uint64
 	silentSince, warned time.Time     // see unanswered
 	lastErr             error         // the last refused attempt's; see last
@@ -248,8 +268,18 @@ func (o *obtaining) unanswered(ctx context.Context, answered bool, began time.Ti
 	return nil
 }
 
+// endFirst ends this call's first attempt on the wire, if it was one.
+func (o *obtaining) endFirst() {
+	if o.first {
+		o.first = false
+		o.c.names.doneFirst(o.a.Held)
+	}
+}
+
 // queue puts the acquisition in its local queue, unless it is there
-// already (an attempt may have moved the queue it waits in).
+// already (an attempt may have moved the queue it waits in). A call whose
+// first attempt the others queued behind goes ahead of them: it came
+// first.
 func (o *obtaining) queue(ctx context.Context) {
 	c, a := o.c, o.a
 	if o.w != nil && o.qk != a.Queue {
@@ -269,7 +299,7 @@ func (o *obtaining) queue(ctx context.Context) {
 		wid = a.ww.id
 	}
 	o.qk = a.Queue
-	w, sent := c.Waits.Join(o.qk, a.Name, wid, a.Cfg, ctx.Done())
+	w, sent := c.Waits.Join(o.qk, a.Name, wid, a.Cfg, ctx.Done(), o.first)
 	o.w = w
 	pubsub.Subscribed(ctx, sent, c.Pool.Quorum, a.Cfg.Timeout(a.Cfg.TTL))
 	if o.warm && c.Waits.missed(channelOf(o.qk), o.heardSeq, wid) {

@@ -28,8 +28,10 @@ import (
 // are dropped.
 //
 // Fairness: FIFO within a core: a Lock call does not try at once while the
-// name is held by this core or other goroutines already wait for it; it
-// joins the tail. So a goroutine that unlocks and locks again goes behind
+// name is held by this core, other goroutines already wait for it, or
+// another call's first attempt at it is on the wire (heldNames.tryFirst);
+// it joins the tail, and that other call, refused, joins ahead of it. So a
+// goroutine that unlocks and locks again goes behind
 // those already waiting. Across the cores of a Locker (processes), the head
 // waiter of each core enters the server-side queue of waiting writers at
 // its refused attempts (see _lib.lua), a release passes the name to the
@@ -177,13 +179,13 @@ func (ws *waiters) otherQueues(qk string) bool {
 	return false
 }
 
-// Join queues a waiter for channel at the tail, subscribing the channel on
-// every node if it is the first. It returns a channel that receives once per
+// Join queues a waiter for channel at the tail (at the head when front),
+// subscribing the channel on every node if it is the first. It returns a channel that receives once per
 // node whose SUBSCRIBE was sent (nil when nothing was sent): the caller waits
 // for a quorum of them, bounded by the node timeout and its ctx, before its
 // next attempt, so that a release right after that attempt is not missed,
 // and a hung node delays nothing.
-func (ws *waiters) Join(qk, name, wid string, cfg *Config, gone <-chan struct{}) (*waiter, <-chan struct{}) {
+func (ws *waiters) Join(qk, name, wid string, cfg *Config, gone <-chan struct{}, front bool) (*waiter, <-chan struct{}) {
 	w := &waiter{wake: make(chan struct{}, 1), Handed: make(chan *Hold, 1), name: name, cfg: cfg, WID: wid, gone: gone}
 	ws.Mu.Lock()
 	defer ws.Mu.Unlock()
@@ -201,7 +203,13 @@ func (ws *waiters) Join(qk, name, wid string, cfg *Config, gone <-chan struct{})
 		ws.Queues[qk] = q
 	}
 	q.idleSince = time.Time{}
-	q.List = append(q.List, w)
+	if front {
+		q.List = append(q.List, nil)
+		copy(q.List[1:], q.List)
+		q.List[0] = w
+	} else {
+		q.List = append(q.List, w)
+	}
 	return w, sent
 }
 
@@ -247,12 +255,16 @@ func (ws *waiters) Busy(qk string) bool {
 
 // startAttempt reports whether w, at the head of its queue and not being
 // (or just) handed the lock, may make an attempt now, and marks it
-// attempting.
+// attempting. A writer waits while the first attempt of a call that came
+// before it is on the wire (see obtaining.run).
 func (ws *waiters) startAttempt(qk string, w *waiter) bool {
 	ws.Mu.Lock()
 	defer ws.Mu.Unlock()
 	q := ws.Queues[qk]
 	if q == nil || len(q.List) == 0 || q.List[0] != w {
+		return false
+	}
+	if !sharedQueue(qk) && ws.held.firstOnWire(heldKey(channelOf(qk))) {
 		return false
 	}
 	return w.startAttempt()
