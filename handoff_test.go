@@ -374,3 +374,36 @@ func TestHandOffLeaseOfItsOwn(t *testing.T) {
 		require.NoError(t, w.Unlock(ctx))
 	}
 }
+
+// TestHandOffCapCycleCommands: the Unlock that ends a run of 8 hand-offs
+// releases the name and wakes the goroutine of ours at the head of the
+// queue, which takes it with an attempt. With nobody refused on the way
+// (every waiter queued behind a holder of its own Locker), that cycle is
+// 7 commands: the release (EVALSHA, MGET, RENAME; nobody marked the name
+// waited for, so nothing is published) and the attempt (EVALSHA, SET NX,
+// and the token's SET and PEXPIRE). The waiter, never entered in the
+// name's queue on the server, has no entry for the attempt to remove.
+func TestHandOffCapCycleCommands(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	lk := newLocker(t, srv.Client(t), WithAutoRenew(false), WithLossTracking(false))
+	ctx := context.Background()
+	const name = "cap-cycle"
+	l, err := lk.TryLock(ctx, name)
+	require.NoError(t, err)
+	// A waiter's own timer never wakes it here: only a hand-off or the
+	// release does.
+	slow := WithRetry(ConstantRetry(time.Minute))
+	for range 8 {
+		next := waitBehind(t, lk, name, slow)
+		require.NoError(t, l.Unlock(ctx))
+		l = next()
+	}
+	next := waitBehind(t, lk, name, slow)
+	before := allCalls(t, srv)
+	require.NoError(t, l.Unlock(ctx))
+	l = next()
+	total, each := commandsRan(before, allCalls(t, srv))
+	assert.Equal(t, 7, total, "commands of the release that ends the run of hand-offs and of the grant after it:%s", each)
+	require.NoError(t, l.Unlock(ctx))
+}

@@ -74,6 +74,13 @@ var kinds = [...]kindOps{
 
 func exclusiveKeys(l *Hold, a *Acquisition, buf []string) {
 	l.Owner, l.Keys = OwnerAndKeys(buf, a.Tag, a.Cfg.Metadata != "")
+	if a.writer && !a.ww.entered && a.ww.id != "" {
+		// A Lock call that queued before any attempt: its id is on no
+		// server yet, so its first attempt takes it as its owner value, as
+		// a call's first attempt does (waitID). acquire.lua infers the id
+		// then, and a grant has no queue entry to remove.
+		l.Owner = a.ww.id
+	}
 }
 
 // exclusiveAcquire is acquire.lua's call. Constants boxed in an any cost no
