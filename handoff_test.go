@@ -407,3 +407,30 @@ func TestHandOffCapCycleCommands(t *testing.T) {
 	assert.Equal(t, 7, total, "commands of the release that ends the run of hand-offs and of the grant after it:%s", each)
 	require.NoError(t, l.Unlock(ctx))
 }
+
+// TestOwnHolderRefusalMarksNothing: a waiter refused by a holder of its own
+// Locker enters the name's queue on the server, so that waiters of other
+// processes queue behind it, but does not mark the name waited for: that
+// holder's Unlock hands it the name, or wakes it, without a message, so
+// the release need not publish. The waiter here tries every millisecond,
+// and each try is refused, until the holder's Unlock hands it the name.
+func TestOwnHolderRefusalMarksNothing(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	lk := newLocker(t, srv.Client(t), WithLossTracking(false))
+	ctx := context.Background()
+	const name = "own-refusal"
+	l, err := lk.TryLock(ctx, name)
+	require.NoError(t, err)
+	refusals := commandCalls(t, srv, "pttl") // a refusal reads the holder's lease
+	next := waitBehind(t, lk, name, WithRetry(ConstantRetry(time.Millisecond)))
+	writersQueued(t, srv, name, 1)
+	require.True(t, eventually(5*time.Second, func() bool { return commandCalls(t, srv, "pttl") >= refusals+3 }),
+		"the waiter's attempts were not refused three times")
+	marked, err := admin.Exists(ctx, rlKey(name)+scripts.WaitSuffix).Result()
+	require.NoError(t, err)
+	assert.Zero(t, marked, "the name's waiting mark after refusals by the waiter's own Locker")
+	require.NoError(t, l.Unlock(ctx))
+	require.NoError(t, next().Unlock(ctx))
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/redlockgo/redlock/internal/lifecycle"
 	"github.com/redlockgo/redlock/internal/node"
 	"github.com/redlockgo/redlock/internal/pubsub"
+	"github.com/redlockgo/redlock/internal/scripts"
 )
 
 // Core is the engine shared by Locker (one node) and Redlock (N nodes): the
@@ -274,7 +275,16 @@ func (c *Core) attempt(ctx context.Context, a *Acquisition) (*Hold, verdict, err
 	c.follow.acquiring(ctx, at.timeout)
 	c.Track.watch(l)
 	c.Track.expect(l)
-	granted, err := at.run(ctx, a.Cfg.ttlArg(), a.waitID(l))
+	wid := a.waitID(l)
+	if wid != "" && c.names.has(a.Held) {
+		// Our own holder's waiter: a refusal by that holder need not mark
+		// the name waited for (acquire.lua), since its Unlock hands the name
+		// over or wakes us without a message. Were the refusal another
+		// process's (our holder lost the name), our wait is bounded as for
+		// a lost message: by that holder's lease and MaxTrustedSleep.
+		wid = scripts.UnmarkedPrefix + wid
+	}
+	granted, err := at.run(ctx, a.Cfg.ttlArg(), wid)
 	c.Track.settle(l, granted)
 	if err != nil {
 		c.Track.unwatch(l)

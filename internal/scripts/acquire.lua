@@ -26,6 +26,9 @@
 --          waiting call's first attempt), else "". A refused waiting call
 --          enters or renews its id and marks the name waited for; a name
 --          reserved for it ("queued:<id>", see pass) is its to take.
+--          '-' before the id (UnmarkedPrefix): the caller's own process
+--          holds the name, and wakes it at its release without a message,
+--          so a refusal enters the id but does not mark the name.
 -- ARGV[5]  metadata value "<owner>\n<metadata>" (WithMetadata), stored at
 --          KEYS[5] with the lock's TTL; absent without metadata
 --
@@ -55,7 +58,12 @@
 -- queue; a failed mint deletes the key it set, so nothing changes then. It
 -- calls no function and returns before the marker line below (--@lib), so
 -- none of _lib.lua's functions is even defined for it (internal/luasrc).
-local wid = ARGV[4] or (KEYS[3] and ARGV[1]) or ''
+local wid, marks = ARGV[4], true
+if not wid then
+  wid = (KEYS[3] and ARGV[1]) or ''
+elseif string.sub(wid, 1, 1) == PREFIX_UNMARKED then
+  wid, marks = string.sub(wid, 2), false
+end
 local on, floor = ARGV[3], nil
 local tok = tonumber(on)
 if tok and tok >= 1000000000000000 then
@@ -129,7 +137,7 @@ if cur then
   end
   if wid == '' or cur ~= PREFIX_RESERVED .. wid then
     local pttl = redis.call('PTTL', KEYS[1])
-    if wid ~= '' and enqueue(KEYS[3], wid) then
+    if wid ~= '' and enqueue(KEYS[3], wid) and marks then
       waiting(KEYS[4], pttl)
     end
     if cur == VALUE_READ_MARK then cur = '' end

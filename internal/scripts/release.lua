@@ -30,7 +30,8 @@
 -- the table in scripts.go.
 --
 -- Nobody waiting (no mark: every refused caller that waits sets it, see
--- acquire.lua, rlock.lua, multi_acquire.lua), the release is two commands:
+-- acquire.lua, rlock.lua, multi_acquire.lua, except a waiter of the
+-- holder's own process, which that process wakes), the release is two commands:
 -- MGET reads the owner and the mark, and RENAME frees the name and leaves
 -- the owner value at the marker, for what was left of the lease. Otherwise
 -- pass tells the waiters (see _lib.lua): the first live waiting writer in

@@ -252,6 +252,7 @@ var SchemaStrings = map[string]string{
 	"SUFFIX_CHANNEL":  ChannelSuffix,
 	"PREFIX_RESERVED": ReservedPrefix,
 	"PREFIX_PASSED":   PassedPrefix,
+	"PREFIX_UNMARKED": UnmarkedPrefix,
 	"VALUE_READ_MARK": ReadMark,
 }
 
@@ -317,6 +318,12 @@ const (
 	// PassedPrefix starts the message of a release that passed the name to
 	// a queued writer: "w:<its id>".
 	PassedPrefix = "w:"
+	// UnmarkedPrefix starts the waiting writer's id that an attempt sends
+	// (acquire.lua's ARGV[4]) while the caller's own Locker holds the name:
+	// refused, it enters the queue of waiting writers but does not mark the
+	// name waited for, as that holder's Unlock wakes it with no message.
+	// Not part of any key or value.
+	UnmarkedPrefix = "-"
 	// ReadMark is the value of a lock key while read holds are live, so that
 	// a writer's SET NX fails on it with no read of the holds (rlock.lua). No
 	// owner value (a UUID) or reservation can equal it; it ends in a newline
