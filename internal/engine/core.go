@@ -161,11 +161,11 @@ func (c *Core) renewed(l *Hold, ttl time.Duration, until time.Time) bool {
 func (c *Core) Abandon(l *Hold) { c.Pool.releaseInBackground(context.Background(), c.Pool.Nodes, l) }
 
 // wakeOwn wakes this core's waiters for l's name once l has been released:
-// they queued behind l here and made no attempt of their own, so nothing
-// marked the name waited for and the release published nothing
-// (release.lua). Woken early (a release still on its way), a waiter's
+// they queued behind l here and made no attempt of their own, or one that a
+// holder of ours refused, so nothing marked the name waited for and the
+// release published nothing (release.lua, acquire.lua's UnmarkedPrefix). Woken early (a release still on its way), a waiter's
 // attempt is refused and marks the name, and the release then publishes.
-func (c *Core) wakeOwn(l *Hold) { c.Waits.Dispatch(l.Channel, l.Owner) }
+func (c *Core) wakeOwn(l *Hold) { c.Waits.dispatch(l.Channel, l.Owner, true) }
 
 // ended is the one notice a Lock sends up (engine): it left stateHeld, or
 // its attempt failed, for to. The core drops it from its registries, and

@@ -72,7 +72,17 @@ func (ws *waiters) ConnDown() { ws.wakeHeads() }
 // order across processes, which can differ from ours when several calls
 // found the name taken at once): the name is reserved for it, and nobody
 // else could take it.
-func (ws *waiters) Dispatch(channel, owner string) {
+func (ws *waiters) Dispatch(channel, owner string) { ws.dispatch(channel, owner, false) }
+
+// dispatch is Dispatch; own is a release by a holder of this core
+// (Core.wakeOwn), which frees the name whoever a refused attempt last found
+// holding it. That record can be stale: an attempt refused by one holder of
+// ours may report it after that holder's release, and the name may have
+// passed to another goroutine of ours since (a hand-off, or the woken head's
+// attempt). A release of ours that then frees the name publishes nothing
+// when nobody marked it waited for, so the wake-up from here is the only
+// one: skipped, the head would sleep until its timer.
+func (ws *waiters) dispatch(channel, owner string, own bool) {
 	ws.Mu.Lock()
 	defer ws.Mu.Unlock()
 	if id, ok := strings.CutPrefix(owner, scripts.PassedPrefix); ok {
@@ -86,7 +96,7 @@ func (ws *waiters) Dispatch(channel, owner string) {
 	}
 	switch firm := ws.firm[channel]; {
 	case firm == "":
-	case firm != owner:
+	case firm != owner && !own:
 		return // cannot free a quorum: the firm holder still has one
 	default:
 		delete(ws.firm, channel)
