@@ -159,10 +159,13 @@ func TestClientHooksSeeLockCommands(t *testing.T) {
 
 			// Renewals of a lock held long enough for loss tracking run on
 			// the tracking data connection: through the hooks all the same.
-			l, err = lk.TryLock(ctx, "hooked-renewals", WithTTL(300*time.Millisecond))
+			// A lease of 900 ms, renewed every 300 ms: a loaded machine can
+			// delay a renewal past a much shorter lease, and a lost lock
+			// has no renewals left to see.
+			l, err = lk.TryLock(ctx, "hooked-renewals", WithTTL(900*time.Millisecond))
 			require.NoError(t, err)
 			require.True(t, eventually(5*time.Second, func() bool { return dataConnScripts(t, srv) > 0 }),
-				"renewals on the tracking data connection")
+				"renewals on the tracking data connection (the lock's Err: %v)", l.Err())
 			piped := hook.piped.Load()
 			require.True(t, eventually(5*time.Second, func() bool { return hook.piped.Load()-piped >= 3 }),
 				"renewal pipelines seen by the client's hook")
