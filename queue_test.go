@@ -243,6 +243,19 @@ func burstStart(t *testing.T, srv *redistest.Server, lk *Locker, acquires *scrip
 	}
 }
 
+// burstLocker starts a server and a Locker on it whose client counts the
+// acquire scripts it sends: a lease of 20 s and a node timeout of 10 s, so
+// that an attempt held up by a paused server is answered late, not given up.
+func burstLocker(t *testing.T, opts ...Option) (*redistest.Server, *Locker, *scriptCalls) {
+	t.Helper()
+	srv := redistest.Start(t)
+	cl := srv.Client(t)
+	acquires := countScript(scripts.Acquire)
+	cl.AddHook(acquires)
+	base := []Option{WithTTL(20 * time.Second), WithNodeTimeout(10 * time.Second), WithLossTracking(false)}
+	return srv, newLocker(t, cl, append(base, opts...)...), acquires
+}
+
 // TestBurstSendsOneAttempt: Lock calls of one Locker that come while
 // another one's first attempt at the name is on the wire queue behind it
 // instead of sending attempts of their own, which the server would refuse
@@ -255,12 +268,7 @@ func burstStart(t *testing.T, srv *redistest.Server, lk *Locker, acquires *scrip
 // timer while the first attempt is on the wire.
 func TestBurstSendsOneAttempt(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	cl := srv.Client(t)
-	acquires := countScript(scripts.Acquire)
-	cl.AddHook(acquires)
-	lk := newLocker(t, cl, WithTTL(20*time.Second), WithNodeTimeout(10*time.Second), WithLossTracking(false),
-		WithRetry(ConstantRetry(time.Millisecond)))
+	srv, lk, acquires := burstLocker(t, WithRetry(ConstantRetry(time.Millisecond)))
 	// Contention first, so that the name's channel stays subscribed for a
 	// while (IdleGrace): a call that queues then waits for no SUBSCRIBE and
 	// goes straight to its timer.
@@ -284,15 +292,11 @@ func TestBurstSendsOneAttempt(t *testing.T) {
 // queue takes the name by its timer: call 0, which hands it to call 1.
 func TestBurstRefusedFirstGoesAhead(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	cl := srv.Client(t)
-	acquires := countScript(scripts.Acquire)
-	cl.AddHook(acquires)
+	srv, lk, acquires := burstLocker(t)
 	ctx := context.Background()
 	other := newLocker(t, srv.Client(t), WithTTL(3*time.Second), WithAutoRenew(false), WithLossTracking(false))
 	_, err := other.TryLock(ctx, "burst-refused")
 	require.NoError(t, err)
-	lk := newLocker(t, cl, WithTTL(20*time.Second), WithNodeTimeout(10*time.Second), WithLossTracking(false))
 	warmLocker(t, lk)
 	wait := burstStart(t, srv, lk, acquires, "burst-refused", 2)
 	srv.Resume(t)
