@@ -163,8 +163,9 @@ func (c *Core) Abandon(l *Hold) { c.Pool.releaseInBackground(context.Background(
 // wakeOwn wakes this core's waiters for l's name once l has been released:
 // they queued behind l here and made no attempt of their own, or one that a
 // holder of ours refused, so nothing marked the name waited for and the
-// release published nothing (release.lua, acquire.lua's UnmarkedPrefix). Woken early (a release still on its way), a waiter's
-// attempt is refused and marks the name, and the release then publishes.
+// release published nothing (release.lua; acquire.lua's UnmarkedPrefix).
+// Woken early (a release still on its way), a waiter's attempt is refused
+// and marks the name, and the release then publishes.
 func (c *Core) wakeOwn(l *Hold) { c.Waits.dispatch(l.Channel, l.Owner, true) }
 
 // ended is the one notice a Lock sends up (engine): it left stateHeld, or
