@@ -367,14 +367,18 @@ type Acquisition struct {
 }
 
 // waitID is a's id among the waiting writers of its name (acquire.lua's
-// ARGV[5]), "" for a call that is no waiting writer: a first attempt's
-// owner value names the caller for the rest of its Lock call.
+// ARGV[4]), "" for a call that is no waiting writer: a first attempt's
+// owner value names the caller for the rest of its Lock call. It carries
+// UnmarkedPrefix while the call is unmarked (writerWait).
 func (a *Acquisition) waitID(l *Hold) string {
 	if !a.writer {
 		return ""
 	}
 	if a.ww.id == "" {
 		a.ww.id = l.Owner
+	}
+	if a.ww.unmarked {
+		return scripts.UnmarkedPrefix + a.ww.id
 	}
 	return a.ww.id
 }

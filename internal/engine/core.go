@@ -10,7 +10,6 @@ import (
 	"github.com/redlockgo/redlock/internal/lifecycle"
 	"github.com/redlockgo/redlock/internal/node"
 	"github.com/redlockgo/redlock/internal/pubsub"
-	"github.com/redlockgo/redlock/internal/scripts"
 )
 
 // Core is the engine shared by Locker (one node) and Redlock (N nodes): the
@@ -134,11 +133,11 @@ func (c *Core) activate(l *Hold, token int64, until time.Time, in *inherited) er
 	c.Exp.set(l, l.hold(token, until, in))
 	c.mu.Unlock()
 	if l.autoRenew {
-		at := renewAt(l, time.Now())
 		if in != nil {
-			at = in.renewAt
+			c.wd.schedule(l, in.renewAt)
+		} else {
+			c.wd.schedule(l, renewAt(l, time.Now()))
 		}
-		c.wd.schedule(l, at)
 	}
 	return nil
 }
@@ -276,16 +275,7 @@ func (c *Core) attempt(ctx context.Context, a *Acquisition) (*Hold, verdict, err
 	c.follow.acquiring(ctx, at.timeout)
 	c.Track.watch(l)
 	c.Track.expect(l)
-	wid := a.waitID(l)
-	if wid != "" && c.names.has(a.Held) {
-		// Our own holder's waiter: a refusal by that holder need not mark
-		// the name waited for (acquire.lua), since its Unlock hands the name
-		// over or wakes us without a message. Were the refusal another
-		// process's (our holder lost the name), our wait is bounded as for
-		// a lost message: by that holder's lease and MaxTrustedSleep.
-		wid = scripts.UnmarkedPrefix + wid
-	}
-	granted, err := at.run(ctx, a.Cfg.ttlArg(), wid)
+	granted, err := at.run(ctx, a.Cfg.ttlArg(), a.waitID(l))
 	c.Track.settle(l, granted)
 	if err != nil {
 		c.Track.unwatch(l)

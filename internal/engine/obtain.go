@@ -126,6 +126,13 @@ func (a *Acquisition) refusedBy(err error) {
 type writerWait struct {
 	id      string // the first attempt's owner value
 	entered bool   // an attempt failed, so the script may have entered id
+	// unmarked: the next attempt is a queued call's while its own core
+	// holds the name; a refusal by that holder need not mark the name
+	// waited for (acquire.lua's UnmarkedPrefix), since its Unlock hands
+	// the name over or wakes the call without a message. Were the refusal
+	// another process's (our holder lost the name), the wait is bounded as
+	// for a lost message: by that holder's lease and MaxTrustedSleep.
+	unmarked bool
 }
 
 // MaxTrustedSleep caps a waiter's sleep while it relies on release messages:
@@ -174,6 +181,9 @@ func (o *obtaining) last() error {
 func (o *obtaining) attemptOnce(ctx context.Context, attempt int) (l *Hold, err error, done bool) {
 	c, a := o.c, o.a
 	began := time.Now()
+	// A call that has not queued yet tries only while the core does not
+	// hold the name (run), unless its policy allows no wait at all.
+	a.ww.unmarked = a.writer && o.w != nil && c.names.has(a.Held)
 	l, v, err := c.attempt(ctx, a)
 	a.refusedBy(err)
 	if o.w != nil {

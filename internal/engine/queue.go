@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -204,9 +205,7 @@ func (ws *waiters) Join(qk, name, wid string, cfg *Config, gone <-chan struct{},
 	}
 	q.idleSince = time.Time{}
 	if front {
-		q.List = append(q.List, nil)
-		copy(q.List[1:], q.List)
-		q.List[0] = w
+		q.List = slices.Insert(q.List, 0, w)
 	} else {
 		q.List = append(q.List, w)
 	}
